@@ -1,0 +1,310 @@
+"""The input contract shared by every metric, calibrator and plot.
+
+A user always says what the class scores are -- ``logits=`` or ``probs=`` -- and never has
+selfcal guess from the value range. Scores may be numpy arrays or torch tensors (any device);
+labels are integers in ``[0, C)``. One validated :class:`Predictions` object carries them, so a
+caller who computes many metrics validates once.
+
+Rules (each violation raises :class:`ValueError` naming the problem and, where it applies, the
+first offending row):
+
+* scores are 2-D ``(N, C)`` with ``C >= 2``, or binary given as one column: shape ``(N,)`` or
+  ``(N, 1)`` holding the positive-class probability ``p`` (expanded to ``[1 - p, p]``) or the
+  positive-class logit ``z`` (expanded to ``[0, z]``, whose softmax is ``[1 - sigmoid(z),
+  sigmoid(z)]``). One and two columns give identical answers.
+* ``N >= 1``; every score finite.
+* probabilities lie in ``[0, 1]`` and each row sums to 1 within ``PROB_ATOL`` (absolute).
+* labels are 1-D of length ``N``, integer-valued (integer dtype, bool, or floats that are whole
+  numbers) and in ``[0, C)``.
+
+Scores keep their floating dtype on input (float16/bfloat16 are widened to float32); every
+quantity derived from them is computed and accumulated in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+PROB_ATOL = 1e-4
+"""Tolerance on ``|sum(row) - 1|`` for probability inputs."""
+
+CHUNK_ROWS = 1 << 16
+"""Rows per chunk in the fused validation pass (keeps each chunk in cache)."""
+
+ScoreKind = Literal["logits", "probs"]
+ArrayLike = Any  # numpy array, torch tensor, or nested sequence
+
+
+def to_tensor(x: ArrayLike, name: str) -> torch.Tensor:
+    """Convert ``x`` to a torch tensor without copying where possible."""
+    if isinstance(x, torch.Tensor):
+        return x
+    if x is None:
+        raise ValueError(f"{name} is required")
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        raise ValueError(f"{name} must be numeric, got an object array")
+    if not arr.flags.writeable or not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr).copy()
+    return torch.from_numpy(arr)
+
+
+def _first_row(mask: torch.Tensor) -> int:
+    """Index of the first True entry of a 1-D boolean tensor."""
+    return int(torch.nonzero(mask)[0, 0])
+
+
+def _as_float_scores(scores: torch.Tensor, kind: ScoreKind) -> torch.Tensor:
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        return scores.float()
+    if scores.dtype == torch.bool or not scores.is_floating_point():
+        if scores.is_complex():
+            raise ValueError(f"{kind} must be real numbers, got {scores.dtype}")
+        return scores.double()
+    return scores
+
+
+def _expand_binary(scores: torch.Tensor, kind: ScoreKind) -> torch.Tensor:
+    """(N,) or (N, 1) positive-class scores -> (N, 2)."""
+    col = scores.reshape(-1)
+    if kind == "probs":
+        return torch.stack([1 - col, col], dim=1)
+    return torch.stack([torch.zeros_like(col), col], dim=1)
+
+
+def validate_scores(scores: ArrayLike, kind: ScoreKind) -> torch.Tensor:
+    """Shape and dtype checks; returns a float ``(N, C)`` tensor with ``C >= 2``."""
+    t = _as_float_scores(to_tensor(scores, kind), kind)
+    if t.ndim == 1 or (t.ndim == 2 and t.shape[1] == 1):
+        t = _expand_binary(t, kind)
+    if t.ndim != 2:
+        raise ValueError(f"{kind} must be 1-D (binary) or 2-D (N, C); got shape {tuple(t.shape)}")
+    if t.shape[0] == 0:
+        raise ValueError(f"{kind} is empty: need at least one row")
+    if t.shape[1] < 2:
+        raise ValueError(f"{kind} needs at least 2 classes, got C={t.shape[1]}")
+    return t
+
+
+def validate_labels(labels: ArrayLike, n: int, n_classes: int, device: torch.device) -> torch.Tensor:
+    """Labels as int64 on ``device``; checks length, integrality and range."""
+    y = to_tensor(labels, "labels")
+    if y.ndim != 1:
+        raise ValueError(f"labels must be 1-D, got shape {tuple(y.shape)}")
+    if y.shape[0] != n:
+        raise ValueError(f"labels has length {y.shape[0]} but the scores have {n} rows")
+    if y.dtype == torch.bool:
+        y = y.long()
+    elif y.is_floating_point():
+        bad = ~torch.isfinite(y) | (y != torch.round(y))
+        if bool(bad.any()):
+            i = _first_row(bad)
+            raise ValueError(f"labels must be integers; row {i} has {y[i].item()!r}")
+        y = y.long()
+    elif y.is_complex():
+        raise ValueError("labels must be integers, got complex numbers")
+    y = y.to(device=device, dtype=torch.long)
+    bad = (y < 0) | (y >= n_classes)
+    if bool(bad.any()):
+        i = _first_row(bad)
+        raise ValueError(
+            f"labels must lie in [0, {n_classes}); row {i} has label {int(y[i])}"
+        )
+    return y
+
+
+def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor, ...]:
+    """One chunked pass: top-label confidence (float64), predicted class, and the row
+    statistics validation needs (row sums; row minima for probabilities)."""
+    conf, pred, row_sum, row_min = [], [], [], []
+    for chunk in scores.split(CHUNK_ROWS):
+        top, idx = torch.max(chunk, dim=1)
+        pred.append(idx)
+        if kind == "probs":
+            conf.append(top.double())
+            row_sum.append(chunk.sum(dim=1, dtype=torch.float64))
+            row_min.append(chunk.amin(dim=1))
+        else:
+            shifted = (chunk.double() - top.double().unsqueeze(1)).exp().sum(dim=1)
+            conf.append(shifted.reciprocal())
+            row_sum.append(shifted)  # finite iff the row is finite
+    out = [torch.cat(conf), torch.cat(pred), torch.cat(row_sum)]
+    if kind == "probs":
+        out.append(torch.cat(row_min))
+    return tuple(out)
+
+
+def _check_rows(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor, ...]) -> None:
+    conf, _, row_sum = stats[:3]
+    nonfinite = ~torch.isfinite(row_sum)
+    if kind == "logits":
+        nonfinite |= ~torch.isfinite(conf)
+    if bool(nonfinite.any()):
+        rows = ~torch.isfinite(scores).all(dim=1)
+        if not bool(rows.any()):  # finite but overflowing logits
+            rows = nonfinite
+        i = _first_row(rows)
+        raise ValueError(f"{kind} contain NaN or infinity; first at row {i}")
+    if kind == "logits":
+        return
+    row_min = stats[3]
+    bad = (row_min < 0) | (conf > 1)
+    if bool(bad.any()):
+        i = _first_row(bad)
+        raise ValueError(
+            f"probs must lie in [0, 1]; row {i} has values in "
+            f"[{row_min[i].item():.6g}, {conf[i].item():.6g}] (pass logits= for raw scores)"
+        )
+    bad = (row_sum - 1).abs() > PROB_ATOL
+    if bool(bad.any()):
+        i = _first_row(bad)
+        raise ValueError(
+            f"probs rows must sum to 1 (tolerance {PROB_ATOL:g}); row {i} sums to "
+            f"{row_sum[i].item():.6g} (pass logits= for unnormalised scores)"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Predictions:
+    """Validated class scores (logits or probabilities) with optional labels.
+
+    Build with :meth:`from_logits`, :meth:`from_probs` or :func:`as_predictions`. Derived
+    quantities are float64 and computed once, on the device of the input.
+    """
+
+    scores: torch.Tensor
+    """``(N, C)`` float scores as given (binary columns expanded)."""
+    kind: ScoreKind
+    labels: torch.Tensor | None
+    """``(N,)`` int64 labels on the scores' device, or ``None``."""
+    confidence: torch.Tensor
+    """``(N,)`` float64 top-label confidence ``max_k p_k``."""
+    predicted: torch.Tensor
+    """``(N,)`` int64 ``argmax_k p_k`` (first index on ties)."""
+    from_numpy: bool
+    """Whether the caller passed numpy (results are then returned as Python floats / numpy)."""
+
+    @classmethod
+    def from_logits(cls, logits: ArrayLike, labels: ArrayLike | None = None) -> Predictions:
+        return cls._build(logits, "logits", labels)
+
+    @classmethod
+    def from_probs(cls, probs: ArrayLike, labels: ArrayLike | None = None) -> Predictions:
+        return cls._build(probs, "probs", labels)
+
+    @classmethod
+    def _build(cls, raw: ArrayLike, kind: ScoreKind, labels: ArrayLike | None) -> Predictions:
+        numpy_in = not isinstance(raw, torch.Tensor)
+        scores = validate_scores(raw, kind)
+        stats = _top_label_pass(scores, kind)
+        _check_rows(scores, kind, stats)
+        y = None
+        if labels is not None:
+            y = validate_labels(labels, scores.shape[0], scores.shape[1], scores.device)
+        return cls(scores, kind, y, stats[0], stats[1], numpy_in)
+
+    # ----------------------------------------------------------------- derived quantities
+    @property
+    def n_samples(self) -> int:
+        return self.scores.shape[0]
+
+    @property
+    def n_classes(self) -> int:
+        return self.scores.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.scores.device
+
+    def require_labels(self) -> torch.Tensor:
+        if self.labels is None:
+            raise ValueError("labels are required for this computation")
+        return self.labels
+
+    @cached_property
+    def log_probs(self) -> torch.Tensor:
+        """``(N, C)`` float64 log-probabilities. For probability input, ``log(max(p, tiny))``
+        so that a zero probability gives a large finite loss rather than ``inf``."""
+        if self.kind == "logits":
+            return torch.log_softmax(self.scores.double(), dim=1)
+        return self.scores.double().clamp_min(torch.finfo(torch.float64).tiny).log()
+
+    @cached_property
+    def probs(self) -> torch.Tensor:
+        """``(N, C)`` float64 probabilities."""
+        if self.kind == "logits":
+            return torch.softmax(self.scores.double(), dim=1)
+        return self.scores.double()
+
+    @cached_property
+    def correct(self) -> torch.Tensor:
+        """``(N,)`` float64 indicator ``1[argmax p = y]``."""
+        return (self.predicted == self.require_labels()).double()
+
+    def with_scores(self, scores: torch.Tensor, kind: ScoreKind) -> Predictions:
+        """New validated predictions for transformed scores, keeping labels and output form."""
+        out = Predictions._build(scores, kind, None)
+        return Predictions(
+            out.scores, kind, self.labels, out.confidence, out.predicted, self.from_numpy
+        )
+
+    def subset(self, index: torch.Tensor) -> Predictions:
+        """Rows ``index`` (no re-validation needed)."""
+        y = None if self.labels is None else self.labels[index]
+        return Predictions(
+            self.scores[index], self.kind, y, self.confidence[index], self.predicted[index],
+            self.from_numpy,
+        )
+
+    def output(self, value: torch.Tensor) -> Any:
+        """Return a result in the caller's form: Python float / numpy for numpy input, a
+        float64 tensor on the input device for torch input."""
+        if not self.from_numpy:
+            return value
+        if value.ndim == 0:
+            return float(value.detach().cpu())
+        return value.detach().cpu().numpy()
+
+
+def as_predictions(
+    predictions: Predictions | None = None,
+    *,
+    labels: ArrayLike | None = None,
+    logits: ArrayLike | None = None,
+    probs: ArrayLike | None = None,
+    need_labels: bool = True,
+) -> Predictions:
+    """Resolve the public ``(predictions | logits= | probs=, labels=)`` arguments."""
+    given = [x is not None for x in (predictions, logits, probs)]
+    if sum(given) != 1:
+        raise ValueError(
+            "pass exactly one of: a Predictions object, logits=..., or probs=... "
+            "(selfcal never guesses which one an array is)"
+        )
+    if predictions is not None:
+        if not isinstance(predictions, Predictions):
+            raise ValueError(
+                "the positional argument must be a selfcal Predictions object; pass arrays as "
+                "logits=... or probs=..."
+            )
+        if labels is not None:
+            y = validate_labels(
+                labels, predictions.n_samples, predictions.n_classes, predictions.device
+            )
+            predictions = Predictions(
+                predictions.scores, predictions.kind, y, predictions.confidence,
+                predictions.predicted, predictions.from_numpy,
+            )
+        out = predictions
+    elif logits is not None:
+        out = Predictions.from_logits(logits, labels)
+    else:
+        out = Predictions.from_probs(probs, labels)
+    if need_labels:
+        out.require_labels()
+    return out

@@ -1,0 +1,47 @@
+"""Calibration metrics: one binning core, the ECE family, smooth metrics, proper scores,
+selective prediction and bootstrap intervals.
+
+Every metric takes its input explicitly -- ``f(labels=y, logits=z)`` or ``f(labels=y,
+probs=p)`` -- or a validated :class:`~selfcal.Predictions` as the first argument, and returns a
+float (numpy input) or a float64 tensor on the input's device (torch input).
+"""
+
+from selfcal.metrics.binning import BinStats, bin_statistics, calibration_error, uniform_edges
+from selfcal.metrics.calibration import (
+    adaece,
+    calibration_bins,
+    classwise_ece,
+    ece,
+    equal_mass_edges,
+    mce,
+)
+from selfcal.metrics.scores import accuracy, brier, error, nll
+from selfcal.metrics.selective import (
+    RiskCoverage,
+    accuracy_at_coverage,
+    aurc,
+    coverage_at_accuracy,
+    risk_coverage_curve,
+)
+
+__all__ = [
+    "BinStats",
+    "RiskCoverage",
+    "accuracy",
+    "accuracy_at_coverage",
+    "adaece",
+    "aurc",
+    "bin_statistics",
+    "brier",
+    "calibration_bins",
+    "calibration_error",
+    "classwise_ece",
+    "coverage_at_accuracy",
+    "ece",
+    "equal_mass_edges",
+    "error",
+    "mce",
+    "nll",
+    "risk_coverage_curve",
+    "uniform_edges",
+]

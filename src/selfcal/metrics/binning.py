@@ -1,0 +1,137 @@
+"""The one binning core: per-bin (weighted) counts, confidence sums and accuracy sums.
+
+ECE, MCE, AdaECE, classwise ECE, streaming accumulation, reliability diagrams and the
+ECE-vs-number-of-bins curve all read :class:`BinStats`.
+
+Bin convention: with edges ``e_0 < e_1 < ... < e_M``, bin ``m`` holds ``e_m < c <= e_{m+1}``
+(open on the left, closed on the right, as in the reference code of Guo et al. / Mukhoti et
+al.). Bin 0 is also closed on the left, so a confidence of exactly ``e_0`` (e.g. a class
+probability of exactly 0 in classwise ECE, or the minimum confidence under equal-mass edges)
+is counted rather than silently dropped -- the reference code drops it; a test pins the
+difference. Equal-width edges are ``e_m = m / M`` computed in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+Weights = torch.Tensor | None
+"""``None`` (every sample once) or a ``(B, N)`` float64 matrix of resample multiplicities."""
+
+
+def uniform_edges(n_bins: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Equal-width edges ``m / M``, ``m = 0..M``, in float64."""
+    check_n_bins(n_bins)
+    return torch.arange(n_bins + 1, dtype=torch.float64, device=device) / n_bins
+
+
+def check_n_bins(n_bins: int) -> None:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+
+
+def bin_index(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+    """Bin of each value under the ``(e_m, e_{m+1}]`` convention (values below ``e_1`` go to
+    bin 0, values above ``e_{M-1}`` to bin ``M-1``). ``edges`` may be ``(M+1,)`` or batched
+    ``(B, M+1)`` with ``values`` ``(B, N)``."""
+    inner = edges[..., 1:-1].to(values.dtype).contiguous()
+    if inner.ndim == 1:
+        return torch.bucketize(values, inner, right=False)
+    return torch.searchsorted(inner, values.contiguous(), right=False)
+
+
+def _bin_sum(index: torch.Tensor, x: torch.Tensor | None, n_bins: int, weights: Weights):
+    """Sum of ``x`` (or of ones) per bin; ``(M,)`` or ``(B, M)`` when weights are given."""
+    if weights is None:
+        w = None if x is None else x
+        return torch.bincount(index, weights=w, minlength=n_bins).to(torch.float64)[:n_bins]
+    src = weights if x is None else weights * x
+    if index.ndim == 1:
+        out = torch.zeros(weights.shape[0], n_bins, dtype=torch.float64, device=src.device)
+        return out.index_add_(1, index, src)
+    out = torch.zeros(weights.shape[0], n_bins, dtype=torch.float64, device=src.device)
+    return out.scatter_add_(1, index, src)
+
+
+@dataclass(frozen=True)
+class BinStats:
+    """Per-bin sufficient statistics (float64). Shapes ``(M,)``, or ``(B, M)`` for a batch of
+    bootstrap resamples."""
+
+    edges: torch.Tensor
+    count: torch.Tensor
+    confidence_sum: torch.Tensor
+    accuracy_sum: torch.Tensor
+
+    @property
+    def n_bins(self) -> int:
+        return self.count.shape[-1]
+
+    @property
+    def total(self) -> torch.Tensor:
+        return self.count.sum(-1)
+
+    @property
+    def mean_confidence(self) -> torch.Tensor:
+        """Mean confidence per bin (NaN for empty bins)."""
+        return self.confidence_sum / self.count
+
+    @property
+    def accuracy(self) -> torch.Tensor:
+        """Accuracy (mean target) per bin (NaN for empty bins)."""
+        return self.accuracy_sum / self.count
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """Share of samples per bin, ``|B_m| / N``."""
+        return self.count / self.total.unsqueeze(-1)
+
+    def __add__(self, other: BinStats) -> BinStats:
+        if not torch.equal(self.edges, other.edges):
+            raise ValueError("cannot add bin statistics with different edges")
+        return BinStats(
+            self.edges,
+            self.count + other.count,
+            self.confidence_sum + other.confidence_sum,
+            self.accuracy_sum + other.accuracy_sum,
+        )
+
+
+def bin_statistics(
+    values: torch.Tensor,
+    targets: torch.Tensor,
+    edges: torch.Tensor,
+    weights: Weights = None,
+    index: torch.Tensor | None = None,
+) -> BinStats:
+    """Bin ``values`` (confidences) by ``edges`` and sum ``values`` and ``targets`` per bin."""
+    n_bins = edges.shape[-1] - 1
+    if index is None:
+        index = bin_index(values, edges)
+    return BinStats(
+        edges,
+        _bin_sum(index, None, n_bins, weights),
+        _bin_sum(index, values, n_bins, weights),
+        _bin_sum(index, targets, n_bins, weights),
+    )
+
+
+def calibration_error(stats: BinStats, norm: str = "l1") -> torch.Tensor:
+    """Binned calibration error from bin statistics.
+
+    * ``l1`` (ECE): ``sum_m |B_m|/N * |acc_m - conf_m|``
+    * ``l2`` (RMS calibration error): ``sqrt(sum_m |B_m|/N * (acc_m - conf_m)^2)``
+    * ``max`` (MCE): ``max_m |acc_m - conf_m|`` over non-empty bins
+    """
+    diff = stats.accuracy_sum - stats.confidence_sum  # = |B_m| (acc_m - conf_m)
+    if norm == "l1":
+        return diff.abs().sum(-1) / stats.total
+    nonempty = stats.count > 0
+    gap = torch.where(nonempty, diff / stats.count.clamp_min(1e-300), torch.zeros_like(diff))
+    if norm == "l2":
+        return torch.sqrt((gap.square() * stats.count).sum(-1) / stats.total)
+    if norm == "max":
+        return gap.abs().amax(-1)
+    raise ValueError(f"norm must be 'l1', 'l2' or 'max', got {norm!r}")

@@ -1,0 +1,39 @@
+"""Accuracy, error, negative log-likelihood and the multi-class Brier score."""
+
+from __future__ import annotations
+
+import torch
+
+from selfcal._inputs import Predictions
+from selfcal.metrics._api import metric, weighted_mean
+from selfcal.metrics.binning import Weights
+
+
+@metric()
+def accuracy(pred: Predictions, weights: Weights = None) -> torch.Tensor:
+    """Top-1 accuracy ``(1/N) sum_i 1[argmax_k p_ik = y_i]`` (first index on ties)."""
+    return weighted_mean(pred.correct, weights)
+
+
+@metric()
+def error(pred: Predictions, weights: Weights = None) -> torch.Tensor:
+    """Top-1 error ``1 - accuracy``."""
+    return 1 - weighted_mean(pred.correct, weights)
+
+
+@metric(differentiable=True)
+def nll(pred: Predictions, weights: Weights = None) -> torch.Tensor:
+    """Negative log-likelihood ``-(1/N) sum_i log p_{i, y_i}`` (natural log). For probability
+    input a zero true-class probability is clamped to the smallest float64 (loss ~708)."""
+    lp = pred.log_probs.gather(1, pred.require_labels().unsqueeze(1)).squeeze(1)
+    return weighted_mean(-lp, weights)
+
+
+@metric(differentiable=True)
+def brier(pred: Predictions, weights: Weights = None) -> torch.Tensor:
+    """Multi-class Brier score ``(1/N) sum_i sum_k (p_ik - 1[y_i = k])^2`` (summed over
+    classes; for a binary problem this is twice scikit-learn's ``brier_score_loss``)."""
+    p = pred.probs
+    y = pred.require_labels()
+    sq = p.square().sum(1) - 2 * p.gather(1, y.unsqueeze(1)).squeeze(1) + 1
+    return weighted_mean(sq, weights)
