@@ -60,21 +60,30 @@ def equal_mass_edges(values: torch.Tensor, n_bins: int, weights: Weights = None)
     return s_lo + frac * (s_hi - s_lo)
 
 
+def confidence_bins(
+    confidence: torch.Tensor,
+    correct: torch.Tensor,
+    n_bins: int = 15,
+    strategy: str = "uniform",
+    weights: Weights = None,
+) -> BinStats:
+    """Bin statistics of confidences against correctness (float64 ``(N,)`` each)."""
+    if strategy == "uniform":
+        edges = uniform_edges(n_bins, confidence.device)
+    elif strategy == "quantile":
+        edges = equal_mass_edges(confidence, n_bins, weights)
+    else:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if edges.ndim == 2:  # per-resample edges: bin each resample separately
+        confidence = confidence.expand(edges.shape[0], -1)
+    return bin_statistics(confidence, correct, edges, weights)
+
+
 def top_label_bins(
     pred: Predictions, n_bins: int = 15, strategy: str = "uniform", weights: Weights = None
 ) -> BinStats:
     """Bin statistics of top-label confidence against correctness."""
-    if strategy == "uniform":
-        edges = uniform_edges(n_bins, pred.device)
-    elif strategy == "quantile":
-        edges = equal_mass_edges(pred.confidence, n_bins, weights)
-    else:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    conf = pred.confidence
-    if edges.ndim == 2:  # per-resample edges: bin each resample separately
-        conf = conf.expand(edges.shape[0], -1)
-    stats = bin_statistics(conf, pred.correct, edges, weights)
-    return stats
+    return confidence_bins(pred.confidence, pred.correct, n_bins, strategy, weights)
 
 
 @metric()

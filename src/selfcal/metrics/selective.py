@@ -27,9 +27,14 @@ EULER_GAMMA = 0.5772156649015329
 def _groups(pred: Predictions, weights: Weights):
     """Tie groups in decreasing confidence: thresholds ``(G,)``, sizes and error counts
     ``(G,)`` or ``(B, G)`` (weighted)."""
-    conf, order = torch.sort(pred.confidence, descending=True, stable=True)
+    return tie_groups(pred.confidence, pred.correct, weights)
+
+
+def tie_groups(confidence: torch.Tensor, correct: torch.Tensor, weights: Weights = None):
+    """:func:`_groups` on raw float64 ``(N,)`` confidences and correctness indicators."""
+    conf, order = torch.sort(confidence, descending=True, stable=True)
     thresholds, group = torch.unique_consecutive(conf, return_inverse=True)
-    wrong = 1 - pred.correct[order]
+    wrong = 1 - correct[order]
     g = thresholds.shape[0]
     if weights is None:
         size = torch.bincount(group, minlength=g).double()
@@ -96,7 +101,11 @@ def aurc(pred: Predictions, weights: Weights = None) -> torch.Tensor:
     (k - K) e / n``, whose sum of ``E(k)/k`` has the closed form ``E_K dH + (e/n)(n - K dH)``
     with ``dH = H_{K+n} - H_K``.
     """
-    _, size, errs = _groups(pred, weights)
+    return aurc_from_groups(*_groups(pred, weights)[1:])
+
+
+def aurc_from_groups(size: torch.Tensor, errs: torch.Tensor) -> torch.Tensor:
+    """AURC from tie-group sizes and error counts (see :func:`aurc`)."""
     n_before = size.cumsum(-1) - size
     e_before = errs.cumsum(-1) - errs
     dh = _harmonic(n_before + size) - _harmonic(n_before)

@@ -1,0 +1,119 @@
+"""The input contract: explicit kinds, clear errors naming the first offending row."""
+
+import numpy as np
+import pytest
+import torch
+
+from selfcal import Predictions
+from selfcal.metrics import accuracy, brier, classwise_ece, ece, nll
+
+RNG = np.random.default_rng(0)
+Z = RNG.normal(size=(30, 4))
+Y = RNG.integers(0, 4, 30)
+P = torch.softmax(torch.tensor(Z), 1).numpy()
+
+
+def test_must_say_logits_or_probs():
+    with pytest.raises(ValueError, match="exactly one"):
+        ece(labels=Y)
+    with pytest.raises(ValueError, match="exactly one"):
+        ece(labels=Y, logits=Z, probs=P)
+    with pytest.raises(ValueError, match="Predictions object"):
+        ece(Z, labels=Y)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda z, y: (np.where(np.arange(30)[:, None] == 17, np.nan, z), y), "NaN.*row 17"),
+        (lambda z, y: (np.where(np.arange(30)[:, None] == 3, np.inf, z), y), "infinity.*row 3"),
+        (lambda z, y: (z[None], y), "shape"),
+        (lambda z, y: (z, y[:-1]), "length 29"),
+        (lambda z, y: (z, np.where(np.arange(30) == 5, 4, y)), r"\[0, 4\); row 5"),
+        (lambda z, y: (z, np.where(np.arange(30) == 6, -1, y)), "row 6"),
+        (lambda z, y: (z, y + 0.5), "integers; row 0"),
+        (lambda z, y: (z, y[:, None]), "1-D"),
+        (lambda z, y: (z[:0], y[:0]), "empty"),
+    ],
+)
+def test_bad_logits(mutate, message):
+    z, y = mutate(Z, Y)
+    with pytest.raises(ValueError, match=message):
+        ece(logits=z, labels=y)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda p: np.where(np.arange(30)[:, None] == 9, p * 1.1, p), "sum to 1.*row 9"),
+        (lambda p: np.where(np.arange(30)[:, None] == 2, -p, p), r"\[0, 1\]; row 2"),
+        (lambda p: Z, "probs"),
+    ],
+)
+def test_bad_probs(mutate, message):
+    p = mutate(P)
+    with pytest.raises(ValueError, match=message):
+        ece(probs=p, labels=Y)
+
+
+def test_row_sum_tolerance_is_stated():
+    from selfcal import PROB_ATOL
+
+    ok = P.copy()
+    ok[0] *= 1 + PROB_ATOL / 2
+    ece(probs=ok, labels=Y)
+    bad = P.copy()
+    bad[0] *= 1 + 3 * PROB_ATOL
+    with pytest.raises(ValueError, match="row 0"):
+        ece(probs=bad, labels=Y)
+
+
+def test_single_class_rejected():
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        ece(logits=np.zeros((3, 0)), labels=[0, 0, 0])
+
+
+@pytest.mark.parametrize("metric", [ece, classwise_ece, accuracy, nll, brier])
+def test_binary_one_column_equals_two_columns(metric):
+    z = RNG.normal(size=200) * 2
+    y = RNG.integers(0, 2, 200)
+    p = 1 / (1 + np.exp(-z))
+    two_logits = np.stack([np.zeros_like(z), z], 1)
+    ref = metric(logits=two_logits, labels=y)
+    for kwargs in ({"logits": z}, {"logits": z[:, None]}, {"probs": p}, {"probs": p[:, None]},
+                   {"probs": np.stack([1 - p, p], 1)}):
+        assert metric(labels=y, **kwargs) == pytest.approx(ref, abs=1e-12)
+
+
+def test_numpy_and_torch_agree_and_keep_form():
+    a = ece(logits=Z, labels=Y)
+    b = ece(logits=torch.tensor(Z), labels=torch.tensor(Y))
+    assert isinstance(a, float)
+    assert isinstance(b, torch.Tensor) and b.dtype == torch.float64 and b.ndim == 0
+    assert a == pytest.approx(float(b), abs=1e-15)
+
+
+def test_float32_and_float64_agree_to_float32_precision():
+    a = ece(logits=Z.astype(np.float32), labels=Y)
+    assert a == pytest.approx(ece(logits=Z, labels=Y), abs=1e-6)
+
+
+def test_predictions_object_validates_once_and_is_reusable():
+    pred = Predictions.from_logits(Z, Y)
+    assert ece(pred) == ece(logits=Z, labels=Y)
+    assert nll(pred) == nll(logits=Z, labels=Y)
+
+
+def test_labels_may_be_bool_or_integral_floats():
+    y = RNG.integers(0, 2, 30)
+    z = RNG.normal(size=30)
+    ref = ece(logits=z, labels=y)
+    assert ece(logits=z, labels=y.astype(bool)) == ref
+    assert ece(logits=z, labels=y.astype(float)) == ref
+
+
+def test_nll_gradient_reaches_logits():
+    z = torch.tensor(Z, requires_grad=True)
+    nll(logits=z, labels=torch.tensor(Y)).backward()
+    expected = (torch.softmax(z.detach(), 1) - torch.eye(4, dtype=torch.float64)[Y]) / 30
+    torch.testing.assert_close(z.grad, expected)
