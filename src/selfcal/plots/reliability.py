@@ -1,0 +1,251 @@
+"""Reliability diagram: per-bin accuracy against confidence, with the calibration gap.
+
+Bars span each bin and rise to the bin's accuracy; the gap between accuracy and the bin's mean
+confidence is drawn on top in orange where the model is over-confident (accuracy < confidence)
+and in red where it is under-confident ([BO4SC] Fig. 2). Every number comes from
+:func:`selfcal.metrics.calibration.top_label_bins`; optional error bars are bootstrap
+percentile intervals of each bin's accuracy, all resamples binned in one batched call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from selfcal._inputs import Predictions
+from selfcal.metrics.binning import BinStats, calibration_error
+from selfcal.metrics.bootstrap import percentile_interval, resampled_values
+from selfcal.metrics.calibration import top_label_bins
+from selfcal.plots._base import (
+    ACCURACY_COLOR,
+    EDGE_COLOR,
+    IDENTITY_COLOR,
+    OVERCONFIDENCE_COLOR,
+    UNDERCONFIDENCE_COLOR,
+    get_axes,
+    percent,
+    resolve,
+    to_numpy,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from matplotlib.axes import Axes
+
+
+
+def bootstrap_bin_accuracy(
+    pred: Predictions,
+    n_bins: int,
+    strategy: str,
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval ``(low, high)`` of each bin's accuracy over bootstrap resamples.
+
+    Each chunk of resamples is binned at once (``top_label_bins`` with ``(B, N)``
+    multiplicities). Bins a resample leaves empty are ignored; a bin empty in every resample
+    gets NaN. Under ``strategy="quantile"`` the edges move with each resample, so bin ``m`` is
+    "the m-th equal-mass bin" rather than a fixed interval.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    values = resampled_values(
+        lambda w: top_label_bins(pred, n_bins, strategy, w).accuracy,
+        pred.n_samples, n_resamples, seed, pred.device,
+    )
+    low, high = percentile_interval(values, confidence)
+    return to_numpy(low), to_numpy(high)
+
+
+class ReliabilityDiagramDisplay:
+    """Reliability diagram (scikit-learn display style).
+
+    Build with :meth:`from_predictions` or :meth:`from_bins`; both draw immediately and return
+    the display. Arrays are float64 numpy of length ``n_bins`` (NaN for empty bins); ``ece`` and
+    ``mce`` are fractions computed from the same bins (ECE/MCE for equal-width bins, their
+    equal-mass versions for ``strategy="quantile"``).
+
+    Attributes set by :meth:`plot`: ``ax_``, ``figure_``, ``bars_`` (accuracy bars, empty bins
+    omitted), ``gaps_`` (``{"over": ..., "under": ...}`` bar containers, a key only when such a
+    gap exists), ``errorbar_`` (or None), ``identity_line_``.
+    """
+
+    def __init__(
+        self,
+        *,
+        bin_edges: np.ndarray,
+        bin_confidence: np.ndarray,
+        bin_accuracy: np.ndarray,
+        bin_count: np.ndarray,
+        ece: float,
+        mce: float,
+        low: np.ndarray | None = None,
+        high: np.ndarray | None = None,
+        confidence: float | None = None,
+        strategy: str = "uniform",
+    ) -> None:
+        self.bin_edges = bin_edges
+        self.bin_confidence = bin_confidence
+        self.bin_accuracy = bin_accuracy
+        self.bin_count = bin_count
+        self.ece = ece
+        self.mce = mce
+        self.low = low
+        self.high = high
+        self.confidence = confidence
+        self.strategy = strategy
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_bins(
+        cls,
+        stats: BinStats,
+        *,
+        low: np.ndarray | None = None,
+        high: np.ndarray | None = None,
+        confidence: float | None = None,
+        strategy: str = "uniform",
+        ax: Axes | None = None,
+        title: str | None = None,
+    ) -> ReliabilityDiagramDisplay:
+        """Draw the diagram of precomputed (unbatched) bin statistics.
+
+        ``low``/``high`` optionally give an interval per bin (e.g. from
+        :func:`bootstrap_bin_accuracy`); ``strategy`` only names the error in the title.
+        """
+        if stats.count.ndim != 1:
+            raise ValueError(
+                f"from_bins needs one set of bins, got batched shape {tuple(stats.count.shape)}"
+            )
+        disp = cls(
+            bin_edges=to_numpy(stats.edges),
+            bin_confidence=to_numpy(stats.mean_confidence),
+            bin_accuracy=to_numpy(stats.accuracy),
+            bin_count=to_numpy(stats.count),
+            ece=float(calibration_error(stats, "l1")),
+            mce=float(calibration_error(stats, "max")),
+            low=None if low is None else to_numpy(low),
+            high=None if high is None else to_numpy(high),
+            confidence=confidence,
+            strategy=strategy,
+        )
+        return disp.plot(ax=ax, title=title)
+
+    @classmethod
+    def from_predictions(
+        cls,
+        predictions: Predictions | None = None,
+        /,
+        *,
+        labels: Any = None,
+        logits: Any = None,
+        probs: Any = None,
+        n_bins: int = 15,
+        strategy: str = "uniform",
+        error_bars: bool = False,
+        n_resamples: int = 200,
+        confidence: float = 0.95,
+        seed: int = 0,
+        ax: Axes | None = None,
+        title: str | None = None,
+    ) -> ReliabilityDiagramDisplay:
+        """Bin top-label confidence (``strategy`` "uniform" or "quantile") and draw the diagram;
+        ``error_bars=True`` adds seeded bootstrap percentile intervals of each bin's accuracy."""
+        pred = resolve(predictions, labels, logits, probs)
+        stats = top_label_bins(pred, n_bins, strategy)
+        low = high = None
+        if error_bars:
+            low, high = bootstrap_bin_accuracy(
+                pred, n_bins, strategy, n_resamples, confidence, seed
+            )
+        return cls.from_bins(
+            stats, low=low, high=high, confidence=confidence if error_bars else None,
+            strategy=strategy, ax=ax, title=title,
+        )
+
+    # ------------------------------------------------------------------ drawing
+    @property
+    def error_names(self) -> tuple[str, str]:
+        """Names of the two summary errors for the title."""
+        return ("ECE", "MCE") if self.strategy == "uniform" else ("AdaECE", "AdaMCE")
+
+    def summary(self) -> str:
+        """``'ECE = 3.21%   MCE = 9.87%'`` (or the equal-mass names)."""
+        e_name, m_name = self.error_names
+        return f"{e_name} = {percent(self.ece)}   {m_name} = {percent(self.mce)}"
+
+    def plot(
+        self, ax: Axes | None = None, *, title: str | None = None
+    ) -> ReliabilityDiagramDisplay:
+        """Draw on ``ax`` (a new figure when None) and return ``self``."""
+        ax, fig = get_axes(ax, figsize=(4.8, 6.0))
+        shown = self.bin_count > 0
+        left = self.bin_edges[:-1][shown]
+        width = np.diff(self.bin_edges)[shown]
+        acc, conf = self.bin_accuracy[shown], self.bin_confidence[shown]
+        self.bars_ = ax.bar(
+            left, acc, width=width, align="edge", color=ACCURACY_COLOR, edgecolor=EDGE_COLOR,
+            linewidth=0.6, label="Accuracy", zorder=2,
+        )
+        self.gaps_ = self._draw_gaps(ax, left, width, acc, conf)
+        self.errorbar_ = self._draw_error_bars(ax, left + width / 2, shown)
+        (self.identity_line_,) = ax.plot(
+            [0, 1], [0, 1], linestyle="--", color=IDENTITY_COLOR, linewidth=1.2,
+            label="Perfect calibration", zorder=4,
+        )
+        self._decorate(ax, title)
+        self.ax_, self.figure_ = ax, fig
+        return self
+
+    @staticmethod
+    def _draw_gaps(ax: Axes, left, width, acc, conf) -> dict[str, Any]:
+        """Gap bars between accuracy and confidence, coloured by its sign."""
+        over = acc < conf
+        gaps = {}
+        for key, mask, color, label in (
+            ("over", over, OVERCONFIDENCE_COLOR, "Gap: over-confident"),
+            ("under", ~over & (acc > conf), UNDERCONFIDENCE_COLOR, "Gap: under-confident"),
+        ):
+            if mask.any():
+                gaps[key] = ax.bar(
+                    left[mask], np.abs(conf - acc)[mask], bottom=np.minimum(acc, conf)[mask],
+                    width=width[mask], align="edge", color=color, edgecolor=EDGE_COLOR,
+                    linewidth=0.6, label=label, zorder=3,
+                )
+        return gaps
+
+    def _draw_error_bars(self, ax: Axes, centers: np.ndarray, shown: np.ndarray) -> Any:
+        """Interval whiskers per non-empty bin, or None without intervals."""
+        if self.low is None or self.high is None:
+            return None
+        acc, low, high = self.bin_accuracy[shown], self.low[shown], self.high[shown]
+        ok = np.isfinite(low) & np.isfinite(high)
+        if not ok.any():
+            return None
+        yerr = np.clip(np.stack([acc - low, high - acc])[:, ok], 0, None)
+        label = "Bootstrap interval"
+        if self.confidence is not None:
+            label = f"{round(100 * self.confidence)}% bootstrap interval"
+        return ax.errorbar(
+            centers[ok], acc[ok], yerr=yerr, fmt="none", ecolor="black", elinewidth=1,
+            capsize=2.5, label=label, zorder=5,
+        )
+
+    def _decorate(self, ax: Axes, title: str | None) -> None:
+        """Limits, labels, legend, and the title carrying the summary errors."""
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_box_aspect(1)
+        ax.set_xlabel("Confidence")
+        ax.set_ylabel("Accuracy")
+        heading = self.summary() if title is None else f"{title}\n{self.summary()}"
+        ax.set_title(heading)
+        handles = [self.bars_, *self.gaps_.values(), self.identity_line_]
+        if self.errorbar_ is not None:
+            handles.append(self.errorbar_)
+        ax.legend(
+            handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
+            fontsize="small", frameon=False,
+        )
