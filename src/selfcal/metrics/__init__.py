@@ -15,6 +15,7 @@ from selfcal.metrics.calibration import (
     equal_mass_edges,
     mce,
 )
+from selfcal.metrics.debiased import debiased_ece
 from selfcal.metrics.scores import accuracy, brier, error, nll
 from selfcal.metrics.selective import (
     RiskCoverage,
@@ -23,9 +24,21 @@ from selfcal.metrics.selective import (
     coverage_at_accuracy,
     risk_coverage_curve,
 )
+from selfcal.metrics.smooth import dece, kde_ece, sece, smooth_ece, soft_accuracy
+from selfcal.metrics.streaming import CalibrationAccumulator
+from selfcal.metrics.bootstrap import Interval, bootstrap_ci
 
 __all__ = [
     "BinStats",
+    "CalibrationAccumulator",
+    "Interval",
+    "bootstrap_ci",
+    "dece",
+    "debiased_ece",
+    "kde_ece",
+    "sece",
+    "smooth_ece",
+    "soft_accuracy",
     "RiskCoverage",
     "accuracy",
     "accuracy_at_coverage",
