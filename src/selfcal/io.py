@@ -1,0 +1,343 @@
+"""Reading predictions from files and writing calibrated probabilities.
+
+Supported formats (the kind of scores -- logits or probabilities -- always comes from a name,
+never from the values):
+
+``.npz``
+    Arrays ``logits`` *or* ``probs`` (shape ``(N, C)``, or ``(N,)`` / ``(N, 1)`` for a binary
+    positive-class score) and ``labels`` (shape ``(N,)``). A file holding both ``logits`` and
+    ``probs`` is ambiguous unless ``kind`` picks one.
+``.npy`` pair
+    ``NAME.logits.npy`` or ``NAME.probs.npy`` holds the scores and ``NAME.labels.npy``, in the
+    same folder, the labels. Pass the scores file (or the labels file, if exactly one scores
+    file sits beside it); the middle suffix gives the kind.
+``.csv`` / ``.parquet``
+    One column per class, named ``logit_0 .. logit_{C-1}`` or ``prob_0 .. prob_{C-1}``
+    (``logits_``/``probs_`` also accepted), or a single unindexed ``logit`` / ``prob`` column for
+    a binary positive-class score; plus a label column (``label`` by default). With ``kind``
+    given and no such names, every column other than the label column is a score column, in
+    file order.
+
+Row numbers in error messages count data rows from 0 (a CSV header line is not a row).
+``example:NAME`` stands for a bundled example file (see :mod:`selfcal.examples`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from selfcal._inputs import Predictions
+
+KINDS = ("logits", "probs")
+TABULAR = (".csv", ".parquet")
+_PREFIX = {"logit": "logits", "logits": "logits", "prob": "probs", "probs": "probs"}
+_SCORE_COLUMN = re.compile(r"^(logits?|probs?)(?:_(\d+))?$")
+
+
+# ----------------------------------------------------------------------------- path handling
+def resolve_path(path: str | Path) -> Path:
+    """``example:NAME`` -> the bundled file; otherwise ``path`` as a :class:`Path`."""
+    text = str(path)
+    if text.startswith("example:"):
+        from selfcal.examples import example_path
+
+        return example_path(text.removeprefix("example:"))
+    return Path(path)
+
+
+def _format_of(path: Path) -> str:
+    """The format key of ``path``: ``npz``, ``npy``, ``csv`` or ``parquet``."""
+    suffix = path.suffix.lower()
+    if suffix in (".npz", ".npy", ".csv", ".parquet"):
+        return suffix[1:]
+    if suffix == ".pq":
+        return "parquet"
+    raise ValueError(
+        f"{path}: unknown file type {suffix or '(no extension)'!r}; "
+        "use .npz, .npy (NAME.logits.npy + NAME.labels.npy), .csv or .parquet"
+    )
+
+
+def _check_kind(kind: str | None) -> None:
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be 'logits' or 'probs', got {kind!r}")
+
+
+# ----------------------------------------------------------------------------- readers
+def _read_npz(path: Path, kind: str | None) -> tuple[str, np.ndarray, np.ndarray | None]:
+    """Scores kind, scores and labels (or ``None``) from an ``.npz`` archive."""
+    with np.load(path, allow_pickle=False) as data:
+        present = [k for k in KINDS if k in data.files]
+        if kind is not None and kind not in present:
+            raise ValueError(f"{path}: no {kind!r} array (arrays: {', '.join(data.files)})")
+        if kind is None:
+            if len(present) != 1:
+                found = "both 'logits' and 'probs'" if present else "neither 'logits' nor 'probs'"
+                raise ValueError(
+                    f"{path}: needs exactly one of the arrays 'logits' or 'probs', found {found}"
+                    f" (arrays: {', '.join(data.files) or 'none'})"
+                    + ("; pass --kind to choose" if present else "")
+                )
+            kind = present[0]
+        labels = data["labels"] if "labels" in data.files else None
+        return kind, data[kind], labels
+
+
+def _npy_parts(path: Path) -> tuple[Path, str, Path]:
+    """``(scores file, kind, labels file)`` of an ``.npy`` pair given either member."""
+    name = path.name
+    for kind in KINDS:
+        if name.endswith(f".{kind}.npy"):
+            stem = name.removesuffix(f".{kind}.npy")
+            return path, kind, path.with_name(f"{stem}.labels.npy")
+    if name.endswith(".labels.npy"):
+        stem = name.removesuffix(".labels.npy")
+        found = [k for k in KINDS if path.with_name(f"{stem}.{k}.npy").exists()]
+        if len(found) != 1:
+            raise ValueError(
+                f"{path}: expected exactly one of {stem}.logits.npy / {stem}.probs.npy beside it,"
+                f" found {len(found)}"
+            )
+        return path.with_name(f"{stem}.{found[0]}.npy"), found[0], path
+    raise ValueError(
+        f"{path}: a .npy file must be named NAME.logits.npy or NAME.probs.npy "
+        "(with labels in NAME.labels.npy)"
+    )
+
+
+def _read_npy(path: Path, kind: str | None) -> tuple[str, np.ndarray, np.ndarray | None]:
+    scores_path, file_kind, labels_path = _npy_parts(path)
+    if kind is not None and kind != file_kind:
+        raise ValueError(f"{scores_path}: the file name says {file_kind!r} but --kind is {kind!r}")
+    if not scores_path.exists():
+        raise FileNotFoundError(f"{scores_path}: no such file")
+    scores = np.load(scores_path, allow_pickle=False)
+    labels = np.load(labels_path, allow_pickle=False) if labels_path.exists() else None
+    return file_kind, scores, labels
+
+
+def _require_pyarrow(what: str) -> Any:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            f"reading {what} needs pyarrow: pip install pyarrow (or selfcal[full])"
+        ) from None
+    return pyarrow
+
+
+def _read_table(path: Path, fmt: str) -> Any:
+    """A pyarrow Table for ``.parquet`` / ``.csv``, or ``(header, 2-D array)`` for CSV without
+    pyarrow."""
+    if fmt == "parquet":
+        _require_pyarrow(".parquet files")
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path)
+    try:
+        import pyarrow.csv as pacsv
+    except ImportError:
+        return _read_csv_numpy(path)
+    try:
+        return pacsv.read_csv(path)
+    except Exception as exc:  # pyarrow.lib.ArrowInvalid and friends
+        raise ValueError(f"{path}: cannot parse CSV: {str(exc).splitlines()[0]}") from None
+
+
+def _read_csv_numpy(path: Path) -> tuple[list[str], np.ndarray]:
+    """Fallback CSV reader: header line plus ``numpy.loadtxt`` of the numeric body."""
+    with open(path, encoding="utf-8") as fh:
+        header = [c.strip().strip('"') for c in fh.readline().rstrip("\r\n").split(",")]
+        try:
+            body = np.loadtxt(fh, delimiter=",", dtype=np.float64, ndmin=2)
+        except ValueError as exc:
+            raise ValueError(f"{path}: cannot parse CSV: {exc}") from None
+    if body.shape[1] != len(header) and body.size:
+        raise ValueError(f"{path}: {len(header)} header columns but {body.shape[1]} data columns")
+    return header, body.reshape(-1, len(header))
+
+
+def _score_columns(names: list[str], label_column: str, kind: str | None) -> tuple[str, list[str]]:
+    """Kind and ordered score column names of a table (see the module docstring)."""
+    by_kind: dict[str, dict[int | None, str]] = {"logits": {}, "probs": {}}
+    for name in names:
+        match = _SCORE_COLUMN.match(name)
+        if match and name != label_column:
+            idx = None if match.group(2) is None else int(match.group(2))
+            by_kind[_PREFIX[match.group(1)]][idx] = name
+    present = [k for k in KINDS if by_kind[k]]
+    if len(present) > 1 and kind is None:
+        raise ValueError("found both logit_* and prob_* columns; pass --kind to choose")
+    if kind is not None and present and kind not in present:
+        raise ValueError(f"--kind is {kind!r} but the columns are named {present[0]}")
+    if not present:
+        if kind is None:
+            raise ValueError(
+                "no score columns: name them logit_0.. or prob_0.. (or a single 'logit'/'prob' "
+                "column for binary), or pass --kind to use every non-label column"
+            )
+        cols = [n for n in names if n != label_column]
+        if not cols:
+            raise ValueError("no score columns besides the label column")
+        return kind, cols
+    kind = kind or present[0]
+    return kind, _ordered(by_kind[kind], kind)
+
+
+def _ordered(columns: dict[int | None, str], kind: str) -> list[str]:
+    """Score columns sorted by class index; indices must be exactly ``0 .. C-1``."""
+    if None in columns:
+        if len(columns) > 1:
+            raise ValueError(f"mix of indexed and unindexed {kind} columns")
+        return [columns[None]]
+    idx = sorted(columns)
+    if idx != list(range(len(idx))):
+        raise ValueError(
+            f"{kind} columns must be numbered 0..{len(idx) - 1} without gaps; got indices "
+            f"{idx[:10]}{'...' if len(idx) > 10 else ''}"
+        )
+    return [columns[i] for i in idx]
+
+
+def _column_array(table: Any, name: str) -> np.ndarray:
+    """One pyarrow column as a numpy array (nulls become NaN); rejects non-numeric columns."""
+    import pyarrow as pa
+
+    col = table.column(name)
+    if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
+            or pa.types.is_boolean(col.type) or pa.types.is_null(col.type)):
+        raise ValueError(f"column {name!r} must be numeric, got {col.type}")
+    if col.null_count or pa.types.is_null(col.type):
+        col = col.cast(pa.float64())
+    return col.to_numpy()
+
+
+def _read_tabular(
+    path: Path, fmt: str, kind: str | None, label_column: str
+) -> tuple[str, np.ndarray, np.ndarray | None]:
+    data = _read_table(path, fmt)
+    if isinstance(data, tuple):  # numpy CSV fallback
+        header, body = data
+        kind, cols = _score_columns(header, label_column, kind)
+        scores = body[:, [header.index(c) for c in cols]]
+        labels = body[:, header.index(label_column)] if label_column in header else None
+        return kind, scores, labels
+    names = list(data.column_names)
+    kind, cols = _score_columns(names, label_column, kind)
+    scores = np.column_stack([_column_array(data, c) for c in cols])
+    labels = _column_array(data, label_column) if label_column in names else None
+    return kind, scores, labels
+
+
+# ----------------------------------------------------------------------------- public API
+def read_arrays(
+    path: str | Path, *, kind: str | None = None, label_column: str = "label"
+) -> tuple[str, np.ndarray, np.ndarray | None]:
+    """``(kind, scores, labels-or-None)`` as stored in ``path``, without validation."""
+    _check_kind(kind)
+    path = resolve_path(path)
+    fmt = _format_of(path)
+    if fmt != "npy" and not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a file")
+    if fmt == "npz":
+        return _read_npz(path, kind)
+    if fmt == "npy":
+        return _read_npy(path, kind)
+    return _read_tabular(path, fmt, kind, label_column)
+
+
+def load_predictions(
+    path: str | Path,
+    *,
+    kind: str | None = None,
+    label_column: str = "label",
+    require_labels: bool = True,
+) -> Predictions:
+    """Read and validate predictions from ``path`` (format by extension; see module docstring).
+
+    ``kind`` (``"logits"`` / ``"probs"``) is needed only where the file's names do not say it.
+    Raises ``ValueError`` (bad content, including every :mod:`selfcal._inputs` validation error)
+    or ``FileNotFoundError``; messages start with the file path.
+    """
+    path = resolve_path(path)
+    kind, scores, labels = read_arrays(path, kind=kind, label_column=label_column)
+    if labels is None and require_labels:
+        where = f"column {label_column!r}" if path.suffix.lower() in TABULAR + (".pq",) else (
+            "array 'labels'" if path.suffix.lower() == ".npz" else "a NAME.labels.npy file"
+        )
+        raise ValueError(f"{path}: no labels ({where} not found)")
+    try:
+        if kind == "logits":
+            return Predictions.from_logits(scores, labels)
+        return Predictions.from_probs(scores, labels)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def save_probs(path: str | Path, probs: Any, labels: Any = None) -> Path:
+    """Write ``(N, C)`` probabilities (and labels, if given) to ``path``.
+
+    Formats: ``.npz`` (arrays ``probs``, ``labels``), ``NAME.probs.npy`` (labels to
+    ``NAME.labels.npy``), ``.csv`` / ``.parquet`` (columns ``prob_0..`` and ``label``).
+    Returns the path written.
+    """
+    path = Path(path)
+    p = _to_numpy(probs)
+    if p.ndim == 1:
+        p = np.stack([1 - p, p], axis=1)
+    y = None if labels is None else _to_numpy(labels).astype(np.int64)
+    fmt = _format_of(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "npz":
+        arrays = {"probs": p} if y is None else {"probs": p, "labels": y}
+        np.savez(path, **arrays)
+    elif fmt == "npy":
+        if not path.name.endswith(".probs.npy"):
+            raise ValueError(f"{path}: name the output NAME.probs.npy")
+        np.save(path, p)
+        if y is not None:
+            np.save(path.with_name(path.name.removesuffix(".probs.npy") + ".labels.npy"), y)
+    else:
+        _save_table(path, fmt, p, y)
+    return path
+
+
+def _save_table(path: Path, fmt: str, p: np.ndarray, y: np.ndarray | None) -> None:
+    """CSV / parquet writer for :func:`save_probs` (pyarrow; numpy fallback for CSV)."""
+    names = [f"prob_{j}" for j in range(p.shape[1])]
+    try:
+        import pyarrow as pa
+    except ImportError:
+        if fmt == "parquet":
+            _require_pyarrow(".parquet files")
+        cols = [p] if y is None else [p, y[:, None].astype(np.float64)]
+        header = ",".join(names + ([] if y is None else ["label"]))
+        fmts = ["%.17g"] * p.shape[1] + ([] if y is None else ["%d"])
+        np.savetxt(path, np.hstack(cols), delimiter=",", header=header, comments="", fmt=fmts)
+        return
+    arrays = [pa.array(p[:, j]) for j in range(p.shape[1])]
+    if y is not None:
+        arrays.append(pa.array(y))
+        names = names + ["label"]
+    table = pa.table(arrays, names=names)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+    else:
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(table, path)
