@@ -1,0 +1,241 @@
+"""Estimator-style base class shared by every post-hoc calibrator.
+
+Contract:
+
+* ``__init__`` only stores hyperparameters; they are validated in :meth:`Calibrator.fit`.
+* ``fit(*, logits= | probs=, labels=)`` validates the input through :mod:`selfcal._inputs`,
+  fits, sets attributes whose names end in ``_`` and returns ``self``. A validated
+  :class:`~selfcal.Predictions` may be passed positionally instead.
+* ``predict_proba(*, logits= | probs=)`` returns ``(N, C)`` float64 probabilities in the
+  caller's form (numpy in -> numpy out; torch in -> torch out on the same device).
+* ``save(path)`` / ``load(path)`` use JSON (floats written with ``repr``, which round-trips
+  exactly); a file records the class name and the selfcal version. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from selfcal._inputs import ArrayLike, Predictions, as_predictions
+
+FORMAT = "selfcal-calibrator"
+FORMAT_VERSION = 1
+
+
+class NotFittedError(ValueError, RuntimeError):
+    """Raised when a calibrator is used before :meth:`Calibrator.fit`."""
+
+
+def _version() -> str:
+    from selfcal import __version__
+
+    return __version__
+
+
+def _encode(value: Any) -> Any:
+    """Fitted value -> JSON-able (arrays as dtype/shape/flat data)."""
+    if isinstance(value, np.ndarray):
+        data = [float(x) for x in value.reshape(-1)] if value.dtype.kind == "f" else [
+            int(x) for x in value.reshape(-1)
+        ]
+        return {"dtype": str(value.dtype), "shape": list(value.shape), "data": data}
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value
+    raise TypeError(f"cannot serialise fitted value of type {type(value).__name__}")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return np.asarray(value["data"], dtype=value["dtype"]).reshape(value["shape"])
+    return value
+
+
+class Calibrator:
+    """Base class of post-hoc calibrators (see the module docstring for the contract)."""
+
+    _hyperparameters: ClassVar[tuple[str, ...]] = ()
+    """Names of the constructor arguments (stored verbatim as attributes)."""
+    _fitted_attributes: ClassVar[tuple[str, ...]] = ()
+    """Names of the attributes :meth:`fit` sets (besides ``n_classes_``)."""
+
+    # ------------------------------------------------------------------ public API
+    def fit(
+        self,
+        predictions: Predictions | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+        labels: ArrayLike | None = None,
+    ) -> Calibrator:
+        """Fit on validation scores and labels; returns ``self``."""
+        pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
+        self._validate_hyperparameters()
+        self._check_classes(pred.n_classes)
+        self._fit(pred)
+        self.n_classes_ = pred.n_classes
+        return self
+
+    def predict_proba(
+        self,
+        predictions: Predictions | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+    ) -> Any:
+        """Calibrated ``(N, C)`` probabilities (float64) in the caller's form."""
+        pred = self._prepare(predictions, logits, probs)
+        return pred.output(self._predict(pred))
+
+    def get_params(self) -> dict[str, Any]:
+        """Hyperparameters as given to the constructor."""
+        return {name: getattr(self, name) for name in self._hyperparameters}
+
+    def save(self, path: str | Path) -> None:
+        """Write hyperparameters and fitted attributes to a JSON file."""
+        self._check_fitted()
+        fitted = {name: _encode(getattr(self, name)) for name in self._all_fitted()}
+        doc = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "class": type(self).__name__,
+            "selfcal_version": _version(),
+            "params": self.get_params(),
+            "fitted": fitted,
+        }
+        Path(path).write_text(json.dumps(doc, indent=1, allow_nan=False))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibrator:
+        """Read a file written by :meth:`save`. Called on a subclass, the file must hold that
+        class; called on :class:`Calibrator`, the class named in the file is built."""
+        doc = json.loads(Path(path).read_text())
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ValueError(f"{path} is not a selfcal calibrator file")
+        if doc.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{path} has calibrator format version {doc.get('format_version')!r}; "
+                f"this selfcal reads version {FORMAT_VERSION}"
+            )
+        name = doc.get("class")
+        target = cls._resolve(name, path)
+        obj = target(**doc["params"])
+        for key, value in doc["fitted"].items():
+            setattr(obj, key, _decode(value))
+        obj._check_fitted()
+        return obj
+
+    # ------------------------------------------------------------------ helpers
+    @classmethod
+    def _resolve(cls, name: Any, path: str | Path) -> type[Calibrator]:
+        if cls is not Calibrator:
+            if name != cls.__name__:
+                raise ValueError(
+                    f"{path} holds a {name!r} calibrator, not a {cls.__name__}; load it with "
+                    f"{name}.load or Calibrator.load"
+                )
+            return cls
+        known = {c.__name__: c for c in _subclasses(Calibrator)}
+        if name not in known:
+            raise ValueError(f"{path} holds an unknown calibrator class {name!r}")
+        return known[name]
+
+    def _all_fitted(self) -> tuple[str, ...]:
+        return ("n_classes_",) + self._fitted_attributes
+
+    def _check_fitted(self) -> None:
+        missing = [n for n in self._all_fitted() if not hasattr(self, n)]
+        if missing:
+            raise NotFittedError(
+                f"this {type(self).__name__} is not fitted yet; call fit(logits=... or "
+                f"probs=..., labels=...) first (missing {', '.join(missing)})"
+            )
+
+    def _prepare(self, predictions, logits, probs) -> Predictions:
+        self._check_fitted()
+        pred = as_predictions(predictions, logits=logits, probs=probs, need_labels=False)
+        if pred.n_classes != self.n_classes_:
+            raise ValueError(
+                f"{type(self).__name__} was fitted on {self.n_classes_} classes but got scores "
+                f"with {pred.n_classes} columns"
+            )
+        return pred
+
+    def _check_classes(self, n_classes: int) -> None:
+        """Hook: refuse class counts a method does not support."""
+
+    def _validate_hyperparameters(self) -> None:
+        """Hook: raise ``ValueError`` for invalid hyperparameters."""
+
+    def _fit(self, pred: Predictions) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _predict(self, pred: Predictions) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+
+def _subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_subclasses(sub))
+    return out
+
+
+# ---------------------------------------------------------------------- shared utilities
+def scores_as_logits(pred: Predictions) -> torch.Tensor:
+    """``(N, C)`` float64 logits: the logits as given, or ``log(p)`` for probabilities (a zero
+    probability becomes ``log(tiny) ~ -708``)."""
+    if pred.kind == "logits":
+        return pred.scores.double()
+    return pred.log_probs
+
+
+def check_nonneg_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def as_tensor(values: np.ndarray | float, like: torch.Tensor) -> torch.Tensor:
+    """Fitted numpy values as a float64 tensor on ``like``'s device."""
+    return torch.as_tensor(np.asarray(values, dtype=np.float64), device=like.device)
+
+
+def renormalise(p: torch.Tensor) -> torch.Tensor:
+    """Divide each row by its sum; a row summing to 0 becomes uniform ``1/C`` (as
+    scikit-learn's ``CalibratedClassifierCV`` does)."""
+    total = p.sum(1, keepdim=True)
+    uniform = torch.full_like(p, 1.0 / p.shape[1])
+    return torch.where(total > 0, p / total.clamp_min(torch.finfo(p.dtype).tiny), uniform)
+
+
+def interp(x: torch.Tensor, xp: torch.Tensor, fp: torch.Tensor) -> torch.Tensor:
+    """Piecewise-linear interpolation through ``(xp, fp)`` (``xp`` strictly increasing),
+    constant beyond the ends -- ``numpy.interp`` on any torch device."""
+    if xp.shape[0] == 1:
+        return fp[0].expand_as(x).clone()
+    xc = x.clamp(xp[0], xp[-1])
+    i = (torch.searchsorted(xp, xc.contiguous(), right=True) - 1).clamp(0, xp.shape[0] - 2)
+    x0, x1, y0, y1 = xp[i], xp[i + 1], fp[i], fp[i + 1]
+    return y0 + (xc - x0) * ((y1 - y0) / (x1 - x0))

@@ -1,0 +1,56 @@
+"""Histogram binning (Zadrozny & Elkan, 2001), one-vs-rest."""
+
+from __future__ import annotations
+
+import torch
+
+from selfcal._inputs import Predictions
+from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
+from selfcal.posthoc._base import Calibrator, as_tensor, renormalise
+
+
+class HistogramBinning(Calibrator):
+    """One-vs-rest equal-width histogram binning.
+
+    For each class ``j``, split ``[0, 1]`` into ``M = n_bins`` bins ``(e_m, e_{m+1}]``
+    (selfcal's binning convention, bin 0 closed on the left; :mod:`selfcal.metrics.binning`)
+    and replace ``p_{ij}`` by the frequency of ``y = j`` among the validation samples whose
+    ``p_{.j}`` falls in the same bin, ``theta_jm = |{i in B_jm : y_i = j}| / |B_jm|``; an empty
+    bin keeps its midpoint ``(e_m + e_{m+1}) / 2``. Rows are then renormalised,
+    ``p'_j = theta_j(p_j) / sum_l theta_l(p_l)`` (uniform ``1/C`` if all are 0).
+
+    **Can change the predicted class** (the per-class maps are independent step functions).
+
+    Attributes
+    ----------
+    bin_values_ : (C, M) float64 array, ``theta_jm``
+    bin_counts_ : (C, M) float64 array, validation samples per bin
+    """
+
+    _hyperparameters = ("n_bins",)
+    _fitted_attributes = ("bin_values_", "bin_counts_")
+
+    def __init__(self, n_bins: int = 15) -> None:
+        self.n_bins = n_bins
+
+    def _validate_hyperparameters(self) -> None:
+        check_n_bins(self.n_bins)
+
+    def _fit(self, pred: Predictions) -> None:
+        edges = uniform_edges(self.n_bins, pred.device)
+        mid = (edges[:-1] + edges[1:]) / 2
+        p, y = pred.probs, pred.require_labels()
+        values, counts = [], []
+        for j in range(pred.n_classes):
+            stats = bin_statistics(p[:, j].contiguous(), (y == j).double(), edges)
+            values.append(torch.where(stats.count > 0, stats.accuracy, mid))
+            counts.append(stats.count)
+        self.bin_values_ = torch.stack(values).cpu().numpy()
+        self.bin_counts_ = torch.stack(counts).cpu().numpy()
+
+    def _predict(self, pred: Predictions) -> torch.Tensor:
+        p = pred.probs
+        edges = uniform_edges(self.n_bins, p.device)
+        theta = as_tensor(self.bin_values_, p)
+        out = torch.stack([theta[j][bin_index(p[:, j].contiguous(), edges)] for j in range(p.shape[1])], 1)
+        return renormalise(out)

@@ -1,0 +1,118 @@
+"""Isotonic-regression calibrators (scikit-learn is imported only inside ``fit``).
+
+A fitted isotonic map is stored as its knots ``(x_k, y_k)`` (scikit-learn's
+``X_thresholds_`` / ``y_thresholds_``) and applied by linear interpolation between knots,
+constant beyond the ends -- exactly scikit-learn's ``predict`` with ``out_of_bounds="clip"``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from selfcal._inputs import Predictions
+from selfcal.posthoc._base import Calibrator, as_tensor, interp, renormalise
+
+
+def fit_isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Knots of ``IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1)`` fitted by least
+    squares of ``y`` on ``x`` (non-decreasing)."""
+    from sklearn.isotonic import IsotonicRegression
+
+    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True)
+    iso.fit(x.detach().cpu().numpy(), y.detach().cpu().numpy())
+    return (
+        np.asarray(iso.X_thresholds_, dtype=np.float64).copy(),
+        np.asarray(iso.y_thresholds_, dtype=np.float64).copy(),
+    )
+
+
+class IsotonicCalibration(Calibrator):
+    """Top-label isotonic regression -- the [BO4SC] "IsoReg" baseline.
+
+    Fits a non-decreasing, piecewise-linear map ``f`` (isotonic least squares,
+    ``out_of_bounds="clip"``, values in ``[0, 1]``) from the top-label confidence
+    ``c = max_k p_k`` to the correctness ``1[argmax_k p_k = y]``.
+
+    * :meth:`predict_confidence` returns ``f(c)``; the predicted class is unchanged.
+    * :meth:`predict_proba` puts ``f(c)`` on the predicted class ``k^`` and spreads the rest in
+      proportion to the original probabilities: ``p'_j = (1 - f(c)) p_j / sum_{l != k^} p_l``
+      for ``j != k^`` (uniformly ``(1 - f(c)) / (C - 1)`` when those ``p_j`` are all 0).
+
+    **Can change the predicted class** in :meth:`predict_proba` exactly when
+    ``f(c) < (1 - f(c)) p_(2) / sum_{l != k^} p_l`` (``p_(2)`` the runner-up probability;
+    on equality the first index wins): never when ``f(c) >= 1/2``; for two classes, whenever
+    ``f(c) < 1/2``. :meth:`predict_confidence` never changes it.
+
+    Attributes
+    ----------
+    x_thresholds_, y_thresholds_ : (K,) float64 arrays, the knots of ``f``
+    """
+
+    _fitted_attributes = ("x_thresholds_", "y_thresholds_")
+
+    def _fit(self, pred: Predictions) -> None:
+        self.x_thresholds_, self.y_thresholds_ = fit_isotonic(pred.confidence, pred.correct)
+
+    def _map(self, conf: torch.Tensor) -> torch.Tensor:
+        xp, fp = as_tensor(self.x_thresholds_, conf), as_tensor(self.y_thresholds_, conf)
+        return interp(conf, xp, fp)
+
+    def predict_confidence(
+        self, predictions: Predictions | None = None, /, *, logits=None, probs=None
+    ):
+        """Calibrated top-label confidence ``f(max_k p_k)``, ``(N,)`` float64."""
+        pred = self._prepare(predictions, logits, probs)
+        return pred.output(self._map(pred.confidence))
+
+    def _predict(self, pred: Predictions) -> torch.Tensor:
+        p = pred.probs
+        top = pred.predicted.unsqueeze(1)
+        new_conf = self._map(pred.confidence).unsqueeze(1)
+        others = p.scatter(1, top, 0.0)
+        rest = others.sum(1, keepdim=True)
+        uniform = torch.full_like(p, 1.0 / (p.shape[1] - 1)).scatter(1, top, 0.0)
+        share = torch.where(rest > 0, others / rest.clamp_min(torch.finfo(p.dtype).tiny), uniform)
+        return (share * (1 - new_conf)).scatter(1, top, new_conf)
+
+
+class OneVsRestIsotonic(Calibrator):
+    """One-vs-rest isotonic calibration, as scikit-learn's
+    ``CalibratedClassifierCV(method="isotonic")`` on probabilities.
+
+    For each class ``j`` fit a non-decreasing map ``f_j`` of ``p_{.j}`` to ``1[y = j]``, then
+    renormalise: ``p'_j = f_j(p_j) / sum_l f_l(p_l)`` (uniform ``1/C`` if every ``f_l`` is 0).
+    For two classes (like scikit-learn) one map is fitted, on the positive class:
+    ``p'_1 = f_1(p_1)``, ``p'_0 = 1 - p'_1``.
+
+    **Can change the predicted class**: the per-class maps are fitted independently.
+
+    Attributes
+    ----------
+    x_thresholds_, y_thresholds_ : (K,) float64 arrays -- the knots of all maps concatenated
+    knot_counts_ : (C,) or (1,) int64 array -- knots per map
+    """
+
+    _fitted_attributes = ("x_thresholds_", "y_thresholds_", "knot_counts_")
+
+    def _fit(self, pred: Predictions) -> None:
+        p, y = pred.probs, pred.require_labels()
+        classes = [1] if pred.n_classes == 2 else range(pred.n_classes)
+        knots = [fit_isotonic(p[:, j], (y == j).double()) for j in classes]
+        self.x_thresholds_ = np.concatenate([k[0] for k in knots])
+        self.y_thresholds_ = np.concatenate([k[1] for k in knots])
+        self.knot_counts_ = np.array([len(k[0]) for k in knots], dtype=np.int64)
+
+    def _maps(self, like: torch.Tensor):
+        xs = as_tensor(self.x_thresholds_, like).split(self.knot_counts_.tolist())
+        ys = as_tensor(self.y_thresholds_, like).split(self.knot_counts_.tolist())
+        return list(zip(xs, ys))
+
+    def _predict(self, pred: Predictions) -> torch.Tensor:
+        p = pred.probs
+        maps = self._maps(p)
+        if pred.n_classes == 2:
+            p1 = interp(p[:, 1].contiguous(), *maps[0])
+            return torch.stack([1 - p1, p1], 1)
+        out = torch.stack([interp(p[:, j].contiguous(), *maps[j]) for j in range(p.shape[1])], 1)
+        return renormalise(out)

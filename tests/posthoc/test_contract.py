@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from posthoc_helpers import make_logits
+
+from selfcal.posthoc import CALIBRATORS, Calibrator, NotFittedError, TemperatureScaling, VectorScaling
+
+
+def data_for(name: str):
+    c = 2 if name == "platt" else 4
+    z, y = make_logits(11, 200, c)
+    zt, _ = make_logits(12, 50, c)
+    return z, y, zt
+
+
+@pytest.mark.parametrize("name", sorted(CALIBRATORS))
+def test_save_load_round_trip(name, tmp_path):
+    z, y, zt = data_for(name)
+    cal = CALIBRATORS[name]().fit(logits=z, labels=y)
+    path = tmp_path / f"{name}.json"
+    cal.save(path)
+    doc = json.loads(path.read_text())
+    assert doc["class"] == type(cal).__name__ and doc["selfcal_version"]
+    for loaded in (type(cal).load(path), Calibrator.load(path)):
+        assert type(loaded) is type(cal) and loaded.get_params() == cal.get_params()
+        np.testing.assert_array_equal(loaded.predict_proba(logits=zt), cal.predict_proba(logits=zt))
+
+
+def test_loading_another_class_fails(tmp_path):
+    z, y, _ = data_for("ts")
+    path = tmp_path / "ts.json"
+    TemperatureScaling().fit(logits=z, labels=y).save(path)
+    with pytest.raises(ValueError, match="holds a 'TemperatureScaling' calibrator, not a VectorScaling"):
+        VectorScaling.load(path)
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    with pytest.raises(ValueError, match="not a selfcal calibrator"):
+        Calibrator.load(tmp_path / "x.json")
+
+
+@pytest.mark.parametrize("name", sorted(CALIBRATORS))
+def test_predict_before_fit_fails_clearly(name):
+    z, _, _ = data_for(name)
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        CALIBRATORS[name]().predict_proba(logits=z)
+    assert issubclass(NotFittedError, ValueError) and issubclass(NotFittedError, RuntimeError)
+
+
+@pytest.mark.parametrize("name", sorted(CALIBRATORS))
+def test_numpy_and_torch_agree(name):
+    z, y, zt = data_for(name)
+    a = CALIBRATORS[name]().fit(logits=z, labels=y)
+    b = CALIBRATORS[name]().fit(logits=torch.from_numpy(z), labels=torch.from_numpy(y))
+    out_np = a.predict_proba(logits=zt)
+    out_t = b.predict_proba(logits=torch.from_numpy(zt))
+    assert isinstance(out_np, np.ndarray) and isinstance(out_t, torch.Tensor)
+    assert out_t.device == torch.device("cpu") and out_t.dtype == torch.float64
+    np.testing.assert_allclose(out_t.numpy(), out_np, rtol=1e-9, atol=1e-12)
+
+
+def test_bad_input_names_the_row():
+    z, y, _ = data_for("ts")
+    z[7, 2] = np.nan
+    with pytest.raises(ValueError, match="row 7"):
+        TemperatureScaling().fit(logits=z, labels=y)
+    z, y, _ = data_for("ts")
+    with pytest.raises(ValueError, match="shape"):
+        TemperatureScaling().fit(logits=z[None], labels=y)
+    y[3] = 9
+    with pytest.raises(ValueError, match="row 3"):
+        TemperatureScaling().fit(logits=z, labels=y)
+    cal = TemperatureScaling().fit(logits=z, labels=np.zeros(len(z), dtype=int))
+    with pytest.raises(ValueError, match="fitted on 4 classes"):
+        cal.predict_proba(logits=z[:, :3])
+    with pytest.raises(ValueError, match="exactly one"):
+        cal.predict_proba(logits=z, probs=z)
+
+
+def test_registry_factories():
+    assert CALIBRATORS["ts-grid"]().method == "grid"
+    assert {type(f()).__name__ for f in CALIBRATORS.values()} >= {"TemperatureScaling"}
+
+
+def test_import_does_not_import_sklearn():
+    code = "import sys, selfcal.posthoc; print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
