@@ -246,13 +246,6 @@ class Predictions:
         """``(N,)`` float64 indicator ``1[argmax p = y]``."""
         return (self.predicted == self.require_labels()).double()
 
-    def with_scores(self, scores: torch.Tensor, kind: ScoreKind) -> Predictions:
-        """New validated predictions for transformed scores, keeping labels and output form."""
-        out = Predictions._build(scores, kind, None)
-        return Predictions(
-            out.scores, kind, self.labels, out.confidence, out.predicted, self.from_numpy
-        )
-
     def subset(self, index: torch.Tensor) -> Predictions:
         """Rows ``index`` (no re-validation needed)."""
         y = None if self.labels is None else self.labels[index]

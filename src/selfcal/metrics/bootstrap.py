@@ -102,7 +102,7 @@ def bootstrap_ci(
     core = metric.core
     with torch.no_grad():
         value = core(pred, **options)
-        cost = pred.n_classes if getattr(metric, "per_class_cost", False) else 1
+        cost = pred.n_classes if metric.cost_per_sample == "C" else 1
         vals = resampled_values(
             lambda w: core(pred, weights=w, **options),
             pred.n_samples, n_resamples, seed, pred.device, cost,

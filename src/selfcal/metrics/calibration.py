@@ -152,7 +152,7 @@ def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None)
     )
 
 
-@metric()
+@metric(cost_per_sample="C")
 def classwise_ece(
     pred: Predictions, weights: Weights = None, *, n_bins: int = 15, norm: str = "l1"
 ):
