@@ -158,14 +158,14 @@ def _check_rows(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor
         i = _first_row(bad)
         raise ValueError(
             f"probs must lie in [0, 1]; row {i} has values in "
-            f"[{row_min[i].item():.6g}, {conf[i].item():.6g}] (pass logits= for raw scores)"
+            f"[{row_min[i].item():.6g}, {conf[i].item():.6g}] (raw scores are logits, not probs)"
         )
     bad = (row_sum - 1).abs() > PROB_ATOL
     if bool(bad.any()):
         i = _first_row(bad)
         raise ValueError(
             f"probs rows must sum to 1 (tolerance {PROB_ATOL:g}); row {i} sums to "
-            f"{row_sum[i].item():.6g} (pass logits= for unnormalised scores)"
+            f"{row_sum[i].item():.6g} (unnormalised scores are logits, not probs)"
         )
 
 

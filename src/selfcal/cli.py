@@ -130,9 +130,11 @@ def _progress(enabled: bool, total: int) -> Iterator[Any]:
         yield lambda key: bar.update(task, advance=1, description=f"metrics ({key} done)")
 
 
-def _evaluate_table(results: dict, confidence: float, n: int, n_resamples: int) -> Table:
+def _evaluate_table(
+    results: dict, confidence: float, n: int, n_resamples: int, interval: str
+) -> Table:
     pct = round(100 * confidence)
-    table = Table(title=f"{n} samples, {pct}% bootstrap CI ({n_resamples} resamples)")
+    table = Table(title=f"{n} samples, {pct}% {interval} bootstrap CI ({n_resamples} resamples)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column(f"{pct}% CI", justify="right")
@@ -180,6 +182,10 @@ def evaluate(
     ] = None,
     confidence: Annotated[float, typer.Option("--confidence", help="CI level.")] = 0.95,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    interval: Annotated[
+        str, typer.Option("--interval", help="Bootstrap interval: 'percentile' or 'basic' "
+                          "(bias-reflected; see selfcal.metrics.bootstrap).")
+    ] = "percentile",
     kind: KindOpt = None,
     label_column: LabelOpt = "label",
 ) -> None:
@@ -188,6 +194,8 @@ def evaluate(
         _check_kind(kind)
         if not 0 < confidence < 1:
             raise ValueError(f"--confidence must be in (0, 1), got {confidence}")
+        if interval not in ("percentile", "basic"):
+            raise ValueError(f"--interval must be 'percentile' or 'basic', got {interval!r}")
         from selfcal.evaluation import METRICS, default_resamples, evaluate as run
         from selfcal.io import load_predictions
 
@@ -196,7 +204,7 @@ def evaluate(
         show = pred.n_samples >= PROGRESS_MIN_ROWS or sys.stderr.isatty()
         with _progress(show, len(METRICS)) as advance:
             results = run(pred, n_bins=bins, n_resamples=n_res, confidence=confidence,
-                          seed=seed, progress=advance)
+                          seed=seed, interval=interval, progress=advance)
         if plot is not None:
             from selfcal.plots import save_figures
 
@@ -207,7 +215,7 @@ def evaluate(
                        for k, iv in results.items()}
             sys.stdout.write(json.dumps(payload) + "\n")
         else:
-            _stdout().print(_evaluate_table(results, confidence, pred.n_samples, n_res))
+            _stdout().print(_evaluate_table(results, confidence, pred.n_samples, n_res, interval))
 
 
 def _calibrator(method: str) -> Any:

@@ -74,9 +74,11 @@ def evaluate(
     n_resamples: int | None = None,
     confidence: float = 0.95,
     seed: int = 0,
+    interval: str = "percentile",
     progress: Progress | None = None,
 ) -> dict[str, Interval]:
-    """Point estimate and bootstrap percentile interval of every metric in :data:`METRICS`.
+    """Point estimate and bootstrap interval (``interval``: ``"percentile"`` or ``"basic"``, see
+    :mod:`selfcal.metrics.bootstrap`) of every metric in :data:`METRICS`.
 
     ``pred`` must carry labels. ``n_bins`` goes to every metric that takes a bin count;
     ``n_resamples=None`` uses :func:`default_resamples`. Every metric sees the same resamples
@@ -92,7 +94,7 @@ def evaluate(
         metric = load_metric(key)
         out[key] = bootstrap_ci(
             metric, pred, n_resamples=n_resamples, confidence=confidence, seed=seed,
-            **_options(metric, n_bins),
+            method=interval, **_options(metric, n_bins),
         )
         if progress is not None:
             progress(key)

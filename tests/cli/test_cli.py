@@ -143,7 +143,8 @@ def test_bad_input_one_line_errors(tmp_path, capsys, case):
 
 @pytest.mark.parametrize("args", [["evaluate"], ["evaluate", "x.npz", "--bogus"],
                                   ["evaluate", "x.npz", "--kind", "scores"],
-                                  ["evaluate", "x.npz", "--confidence", "2"], ["nonsense"]])
+                                  ["evaluate", "x.npz", "--confidence", "2"],
+                                  ["evaluate", "x.npz", "--interval", "bca"], ["nonsense"]])
 def test_usage_errors_one_line(capsys, args):
     code, out, err = run(capsys, *args)
     assert code == 2 and out == ""
@@ -185,6 +186,19 @@ def test_json_keys_values_and_intervals(tmp_path, capsys):
         # above the point estimate -- only lo <= hi is guaranteed there.
         if key in ("accuracy", "nll", "brier"):
             assert lo <= entry["value"] <= hi
+
+
+def test_basic_interval_mirrors_percentile(tmp_path, capsys):
+    z, y = make_data(n=500)
+    path = tmp_path / "d.npz"
+    np.savez(path, logits=z, labels=y)
+    pct = evaluate_json(capsys, path)
+    basic = evaluate_json(capsys, path, "--interval", "basic")
+    for key in KEYS:
+        t, (lo, hi) = pct[key]["value"], pct[key]["ci"]
+        assert basic[key]["ci"] == pytest.approx([2 * t - hi, 2 * t - lo], abs=1e-12)
+    code, out, _ = run(capsys, "evaluate", path, "--resamples", 20, "--interval", "basic")
+    assert code == 0 and "basic bootstrap CI" in out
 
 
 def test_table_output_and_seed(tmp_path, capsys):

@@ -185,3 +185,30 @@ def test_bootstrap_rejects_bad_options():
         bootstrap_ci(M.ece, logits=np.zeros((3, 2)), labels=[0, 1, 0], confidence=1.5)
     with pytest.raises(ValueError, match="n_resamples"):
         bootstrap_ci(M.ece, logits=np.zeros((3, 2)), labels=[0, 1, 0], n_resamples=0)
+
+
+def test_basic_interval_reflects_the_percentile_quantiles_about_the_estimate():
+    """basic = [2t - q_hi, 2t - q_lo]. On a perfectly calibrated sample (true ECE 0) the binned
+    ECE is biased upward and resampling adds the bias again: the percentile interval sits above t
+    and misses the true value 0; the basic interval reflects the bias back and covers it."""
+    from selfcal.metrics.bootstrap import resampled_values
+
+    rng = np.random.default_rng(8)
+    n = 2000
+    conf = rng.uniform(0.5, 1.0, n)
+    y = (rng.uniform(size=n) < conf).astype(int)  # P(y = 1 | p_1 = c) = c: calibrated
+    probs = np.stack([1 - conf, conf], axis=1)
+    pct = M.bootstrap_ci(M.ece, probs=probs, labels=y, n_resamples=400, seed=1)
+    basic = M.bootstrap_ci(M.ece, probs=probs, labels=y, n_resamples=400, seed=1, method="basic")
+    pred = Predictions.from_probs(probs, y)
+    vals = resampled_values(lambda w: M.ece.core(pred, weights=w), n, 400, 1, pred.device)
+    q_lo, q_hi = np.nanquantile(vals.numpy(), [0.025, 0.975])
+    assert (pct.low, pct.high) == pytest.approx((q_lo, q_hi), abs=1e-12)
+    assert (basic.low, basic.high) == pytest.approx((2 * pct.value - q_hi, 2 * pct.value - q_lo),
+                                                    abs=1e-12)
+    assert (pct.low + pct.high) / 2 > pct.value > (basic.low + basic.high) / 2
+    assert pct.low > 0  # misses the true ECE
+    assert basic.low <= 0 <= basic.high
+    assert "basic" in repr(basic) and basic.method == "basic"
+    with pytest.raises(ValueError, match="method"):
+        M.bootstrap_ci(M.ece, probs=probs, labels=y, method="bca")

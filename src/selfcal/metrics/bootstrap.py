@@ -5,9 +5,20 @@ uniform draws with replacement (the ordinary nonparametric bootstrap). Every met
 accepts such a weight matrix and evaluates all ``B`` resamples in one tensor computation, so
 there is no Python loop per resample -- only over chunks of resamples sized to bound memory.
 
-The interval is the percentile interval ``[q_{(1-a)/2}, q_{(1+a)/2}]`` of the resampled metric
-values (linear interpolation between order statistics); the point estimate is the metric on the
-full sample. Seeded: the same ``seed`` gives the same interval on the same device.
+Two intervals, from the quantiles ``q_{(1-a)/2}``, ``q_{(1+a)/2}`` of the resampled metric values
+(linear interpolation between order statistics); the point estimate ``t`` is the metric on the
+full sample:
+
+* ``"percentile"`` (default): ``[q_{(1-a)/2}, q_{(1+a)/2}]``.
+* ``"basic"`` (reverse percentile): ``[2t - q_{(1+a)/2}, 2t - q_{(1-a)/2}]``. Binned calibration
+  errors are biased upward (noise in a bin's accuracy only adds to ``|acc - conf|``), and
+  resampling adds the bias a second time, so their percentile interval sits above ``t`` and
+  can miss the true value entirely (for a perfectly calibrated model it can exclude 0). The
+  basic interval reflects the bias back -- it estimates where the true value lies, not where
+  resampled estimates fall. It is not clipped to the metric's range, so for an ECE near 0 its
+  lower end can be negative: read that as "consistent with 0".
+
+Seeded: the same ``seed`` gives the same interval on the same device.
 """
 
 from __future__ import annotations
@@ -26,17 +37,19 @@ MAX_CHUNK_ELEMENTS = 1 << 24
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with a bootstrap percentile interval."""
+    """A point estimate with a bootstrap interval (``method``: percentile or basic)."""
 
     value: float
     low: float
     high: float
     confidence: float
     n_resamples: int
+    method: str = "percentile"
 
     def __repr__(self) -> str:
         pct = round(100 * self.confidence)
-        return f"{self.value:.6g} [{pct}% CI {self.low:.6g}, {self.high:.6g}]"
+        kind = "" if self.method == "percentile" else f" {self.method}"
+        return f"{self.value:.6g} [{pct}%{kind} CI {self.low:.6g}, {self.high:.6g}]"
 
     def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "ci": [self.low, self.high]}
@@ -81,6 +94,21 @@ def percentile_interval(values: torch.Tensor, confidence: float) -> tuple[torch.
     return lo_hi[0], lo_hi[1]
 
 
+INTERVAL_METHODS = ("percentile", "basic")
+
+
+def interval_bounds(
+    values: torch.Tensor, point: torch.Tensor, confidence: float, method: str = "percentile"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bounds of the ``method`` interval (see the module docstring) along dim 0."""
+    lo, hi = percentile_interval(values, confidence)
+    if method == "percentile":
+        return lo, hi
+    if method == "basic":
+        return 2 * point - hi, 2 * point - lo
+    raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
+
+
 def bootstrap_ci(
     metric: Metric,
     predictions: Predictions | None = None,
@@ -92,12 +120,16 @@ def bootstrap_ci(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    method: str = "percentile",
     **options: Any,
 ) -> Interval:
-    """Point estimate and bootstrap percentile interval of ``metric`` (any selfcal metric,
-    e.g. ``bootstrap_ci(ece, labels=y, logits=z, n_bins=15)``)."""
+    """Point estimate and bootstrap interval of ``metric`` (any selfcal metric, e.g.
+    ``bootstrap_ci(ece, labels=y, logits=z, n_bins=15)``); ``method`` is ``"percentile"`` or
+    ``"basic"`` (module docstring)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
     pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
     core = metric.core
     with torch.no_grad():
@@ -107,5 +139,5 @@ def bootstrap_ci(
             lambda w: core(pred, weights=w, **options),
             pred.n_samples, n_resamples, seed, pred.device, cost,
         )
-        lo, hi = percentile_interval(vals, confidence)
-    return Interval(float(value), float(lo), float(hi), confidence, n_resamples)
+        lo, hi = interval_bounds(vals, value, confidence, method)
+    return Interval(float(value), float(lo), float(hi), confidence, n_resamples, method)
