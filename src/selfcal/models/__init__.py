@@ -1,0 +1,28 @@
+"""Classifier architectures, a name registry, seeded construction and ``torch.func`` helpers.
+
+``build_model("mlp", n_features=2, n_classes=3, seed=0)`` builds a registered model with a
+deterministic initialisation. To add an architecture, write one file that decorates its
+factory with :func:`register_model` and import that file here.
+"""
+
+from selfcal.models.functional import batched_logits, functional_logits, stack_models
+from selfcal.models.mlp import MLP  # importing the file registers "mlp"
+from selfcal.models.registry import (
+    available_models,
+    build_model,
+    init_model,
+    register_model,
+    seeded_rng,
+)
+
+__all__ = [
+    "MLP",
+    "available_models",
+    "batched_logits",
+    "build_model",
+    "functional_logits",
+    "init_model",
+    "register_model",
+    "seeded_rng",
+    "stack_models",
+]

@@ -1,0 +1,88 @@
+"""A configurable multilayer perceptron (the "feed-forward network" of [BO4SC])."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from selfcal.models.registry import register_model
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
+
+
+class MLP(nn.Module):
+    """``Linear -> activation -> Dropout`` per hidden width, then a linear ``head``.
+
+    ``features(x)`` is the penultimate representation -- the input of ``head`` (after the last
+    hidden layer's activation and dropout) -- so ``head(features(x)) == forward(x)``. With
+    ``hidden=()`` the model is multinomial logistic regression and ``features`` is the identity.
+    Weights use PyTorch's default ``nn.Linear`` initialisation; seed it with
+    :func:`~selfcal.models.init_model` or ``build_model("mlp", seed=...)``.
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "relu",
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        _check_arguments(n_features, n_classes, hidden, activation, dropout)
+        self.n_features = n_features
+        self.n_classes = n_classes
+        layers: list[nn.Module] = []
+        width = n_features
+        for out in hidden:
+            layers += [nn.Linear(width, out), ACTIVATIONS[activation]()]
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+            width = out
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, n_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Penultimate activations ``(N, hidden[-1])`` (``x`` itself when ``hidden=()``)."""
+        if x.shape[-1] != self.n_features:
+            raise ValueError(
+                f"expected inputs with {self.n_features} features, got shape {tuple(x.shape)}"
+            )
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(N, n_classes)``."""
+        return self.head(self.features(x))
+
+
+def _check_arguments(
+    n_features: int, n_classes: int, hidden: Sequence[int], activation: str, dropout: float
+) -> None:
+    if not _is_int(n_features) or n_features < 1:
+        raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+    if not _is_int(n_classes) or n_classes < 2:
+        raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}")
+    if isinstance(hidden, (str, bytes)) or not all(_is_int(h) and h >= 1 for h in hidden):
+        raise ValueError(f"hidden must be a sequence of positive integers, got {hidden!r}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@register_model("mlp")
+def mlp(
+    n_features: int,
+    n_classes: int,
+    hidden: Sequence[int] = (64, 64),
+    activation: str = "relu",
+    dropout: float = 0.0,
+) -> MLP:
+    """Registry entry for :class:`MLP`."""
+    return MLP(n_features, n_classes, hidden=tuple(hidden), activation=activation, dropout=dropout)

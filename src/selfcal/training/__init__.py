@@ -1,0 +1,12 @@
+"""The plain training loop: :class:`TrainConfig` in, :class:`History` out.
+
+``fit(model, (x, y), (x_val, y_val), config=TrainConfig(epochs=200, lr=1e-2))`` trains in place
+with Adam or SGD, MultiStepLR, optional clipping, early stopping on validation NLL and
+best-epoch restoring; losses of :mod:`selfcal.losses` plug in as ``loss_fn``.
+"""
+
+from selfcal.training.config import TrainConfig
+from selfcal.training.history import History, TrainingDiverged
+from selfcal.training.loop import fit, make_optimizer, predict_logits
+
+__all__ = ["History", "TrainConfig", "TrainingDiverged", "fit", "make_optimizer", "predict_logits"]

@@ -1,0 +1,102 @@
+"""What a training run leaves behind: a frozen :class:`History`, or :class:`TrainingDiverged`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+StopReason = Literal["completed", "early_stopping", "callback"]
+
+
+@dataclass(frozen=True)
+class History:
+    """Per-epoch record of a :func:`~selfcal.training.fit` run (epoch ``e`` is index ``e``).
+
+    ``train_loss[e]`` is the mean of the epoch's minibatch losses weighted by batch size (for
+    a mean-reduced loss: the mean per-sample loss seen during the epoch, before each step).
+    ``lr[e]`` is the learning rate the epoch trained with. Validation entries (empty without
+    validation data) are computed after the epoch in eval mode: NLL, accuracy and 15-bin ECE
+    from :mod:`selfcal.metrics`. ``best_epoch`` is the first epoch of lowest validation NLL
+    (``None`` without validation data). ``wall_time`` is in seconds.
+    """
+
+    train_loss: tuple[float, ...] = ()
+    lr: tuple[float, ...] = ()
+    val_nll: tuple[float, ...] = ()
+    val_accuracy: tuple[float, ...] = ()
+    val_ece: tuple[float, ...] = ()
+    epoch_time: tuple[float, ...] = ()
+    best_epoch: int | None = None
+    stop_reason: StopReason = "completed"
+    restored_best: bool = False
+    wall_time: float = 0.0
+
+    @property
+    def epochs_run(self) -> int:
+        return len(self.train_loss)
+
+    @property
+    def best_val_nll(self) -> float | None:
+        return None if self.best_epoch is None else self.val_nll[self.best_epoch]
+
+    def __repr__(self) -> str:
+        parts = [f"epochs_run={self.epochs_run}", f"stop_reason={self.stop_reason!r}"]
+        if self.train_loss:
+            parts.append(f"final_train_loss={self.train_loss[-1]:.4g}")
+        if self.best_epoch is not None:
+            parts.append(f"best_epoch={self.best_epoch}")
+            parts.append(f"best_val_nll={self.best_val_nll:.4g}")
+            parts.append(f"val_accuracy={self.val_accuracy[self.best_epoch]:.4g}")
+        parts.append(f"wall_time={self.wall_time:.3g}s")
+        return f"History({', '.join(parts)})"
+
+
+class TrainingDiverged(ValueError):
+    """The training loss (or a parameter, or a validation logit) became NaN or infinite.
+
+    ``epoch`` is the epoch in which it happened; ``history`` holds the completed epochs before
+    it, so an experiment runner can record the failed run."""
+
+    def __init__(self, epoch: int, what: str, history: History) -> None:
+        super().__init__(f"training diverged in epoch {epoch}: {what}")
+        self.epoch = epoch
+        self.history = history
+
+
+@dataclass
+class _Recorder:
+    """Mutable accumulator behind the frozen :class:`History` snapshots."""
+
+    train_loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    val_nll: list[float] = field(default_factory=list)
+    val_accuracy: list[float] = field(default_factory=list)
+    val_ece: list[float] = field(default_factory=list)
+    epoch_time: list[float] = field(default_factory=list)
+    best_epoch: int | None = None
+
+    def add_validation(self, epoch: int, nll: float, accuracy: float, ece: float) -> bool:
+        """Record validation numbers; return whether ``epoch`` is a new best (strictly lower)."""
+        self.val_nll.append(nll)
+        self.val_accuracy.append(accuracy)
+        self.val_ece.append(ece)
+        improved = self.best_epoch is None or nll < self.val_nll[self.best_epoch]
+        if improved:
+            self.best_epoch = epoch
+        return improved
+
+    def snapshot(
+        self, wall_time: float, stop_reason: StopReason = "completed", restored: bool = False
+    ) -> History:
+        return History(
+            train_loss=tuple(self.train_loss),
+            lr=tuple(self.lr),
+            val_nll=tuple(self.val_nll),
+            val_accuracy=tuple(self.val_accuracy),
+            val_ece=tuple(self.val_ece),
+            epoch_time=tuple(self.epoch_time),
+            best_epoch=self.best_epoch,
+            stop_reason=stop_reason,
+            restored_best=restored,
+            wall_time=wall_time,
+        )

@@ -1,0 +1,275 @@
+"""The plain training loop: :func:`fit` and :func:`predict_logits`.
+
+One epoch = (``loss_fn.set_epoch(epoch)`` if the loss has it) -> minibatch steps
+(zero grad, forward, loss, backward, optional global-norm clipping, optimizer step) -> one
+``MultiStepLR`` step -> validation (NLL, accuracy, ECE) -> callback -> early-stopping check.
+Any NaN/inf loss, parameter or validation logit raises :class:`TrainingDiverged`.
+
+Determinism: the minibatch order of epoch ``e`` is the ``e``-th ``torch.randperm`` of a
+``torch.Generator`` seeded with ``config.seed``; randomness inside the model (dropout) draws
+from the global RNG, which ``fit`` seeds with ``config.seed`` inside
+:func:`torch.random.fork_rng`, so the caller's RNG state is left as it was. On the CPU two runs
+with equal inputs and config give bit-identical parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from selfcal._inputs import Predictions
+from selfcal.metrics import accuracy, ece, nll
+from selfcal.training.config import TrainConfig
+from selfcal.training.history import History, StopReason, TrainingDiverged, _Recorder
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+EpochCallback = Callable[[int, nn.Module, History], bool | None]
+Batch = torch.Tensor | slice
+
+
+class _NonFinite(Exception):
+    """Internal: something became NaN/inf; ``fit`` turns it into :class:`TrainingDiverged`."""
+
+
+def fit(
+    model: nn.Module,
+    train: tuple[torch.Tensor, torch.Tensor],
+    val: tuple[torch.Tensor, torch.Tensor] | None = None,
+    *,
+    config: TrainConfig,
+    loss_fn: LossFn | None = None,
+    on_epoch: EpochCallback | None = None,
+) -> History:
+    """Train ``model`` in place on ``train = (x, y)``; return the run's :class:`History`.
+
+    ``loss_fn(logits, labels) -> scalar`` defaults to mean cross-entropy; pass
+    ``nn.CrossEntropyLoss(reduction="sum")`` for the papers' sum reduction. A loss object with
+    a ``set_epoch(epoch)`` method is told the epoch before the epoch's first step.
+    ``on_epoch(epoch, model, history)`` runs after each epoch; returning ``True`` stops.
+    The model is moved to ``config.device`` and left in training mode; with
+    ``config.restore_best`` it ends with the parameters of the best validation-NLL epoch.
+    """
+    device = torch.device(config.device)
+    model.to(device)
+    x, y = _prepare(model, train, "train", device)
+    validation = None if val is None else _prepare(model, val, "val", device)
+    if validation is None and (config.early_stopping is not None or config.restore_best):
+        raise ValueError("early_stopping and restore_best need validation data (val=...)")
+    loss_fn = F.cross_entropy if loss_fn is None else loss_fn
+    optimizer = make_optimizer(model, config)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(
+        optimizer, list(config.milestones), gamma=config.lr_decay
+    )
+    shuffle = torch.Generator().manual_seed(config.seed)
+    record = _Recorder()
+    best_state: dict[str, torch.Tensor] | None = None
+    stop: StopReason = "completed"
+    start = time.perf_counter()
+    with _seeded_global_rng(config.seed, device):
+        for epoch in range(config.epochs):
+            epoch_start, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
+            try:
+                batches = _epoch_batches(len(y), config.batch_size, shuffle, device)
+                loss = _train_epoch(model, x, y, batches, loss_fn, optimizer, config, epoch)
+                scheduler.step()
+                _check_parameters(model)
+                scores = None if validation is None else _validate(model, *validation)
+            except _NonFinite as err:
+                history = record.snapshot(time.perf_counter() - start)
+                raise TrainingDiverged(epoch, str(err), history) from None
+            record.train_loss.append(loss)
+            record.lr.append(lr)
+            if scores is not None and record.add_validation(epoch, *scores) and config.restore_best:
+                best_state = _copy_state(model)
+            record.epoch_time.append(time.perf_counter() - epoch_start)
+            stop = _stop_reason(record, epoch, config, on_epoch, model, start)
+            if stop != "completed":
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return record.snapshot(time.perf_counter() - start, stop, restored=best_state is not None)
+
+
+def predict_logits(
+    model: nn.Module, x: torch.Tensor, batch_size: int | None = None
+) -> torch.Tensor:
+    """``model(x)`` in eval mode without gradients, in chunks of ``batch_size`` rows.
+
+    ``x`` is moved to the model's device; the logits stay there. The model's train/eval mode
+    is restored afterwards."""
+    x = _as_tensor(x, "x")
+    if x.ndim < 1 or x.shape[0] == 0:
+        raise ValueError(f"x must have at least one row, got shape {tuple(x.shape)}")
+    if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
+        raise ValueError(f"batch_size must be None or a positive integer, got {batch_size!r}")
+    device = next((p.device for p in model.parameters()), x.device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            chunks = [x] if batch_size is None else list(x.split(batch_size))
+            return torch.cat([model(chunk.to(device)) for chunk in chunks])
+    finally:
+        model.train(was_training)
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """Adam or SGD (with momentum) over the parameters that require grad."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(
+        params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+    )
+
+
+def _train_epoch(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batches: list[Batch],
+    loss_fn: LossFn,
+    optimizer: torch.optim.Optimizer,
+    config: TrainConfig,
+    epoch: int,
+) -> float:
+    """One pass over ``batches``; returns the batch-size-weighted mean of the batch losses."""
+    set_epoch = getattr(loss_fn, "set_epoch", None)
+    if callable(set_epoch):
+        set_epoch(epoch)
+    model.train()
+    total = 0.0
+    for batch in batches:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x[batch]), y[batch])
+        value = _scalar(loss)
+        loss.backward()
+        if config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        total += value * len(y[batch])
+    return total / len(y)
+
+
+def _scalar(loss: Any) -> float:
+    if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+        raise ValueError("loss_fn must return a scalar tensor")
+    value = float(loss.detach())
+    if not torch.isfinite(loss.detach()):
+        raise _NonFinite(f"the training loss is {value}")
+    return value
+
+
+def _epoch_batches(
+    n: int, batch_size: int | None, generator: torch.Generator, device: torch.device
+) -> list[Batch]:
+    """Full batch in data order, or a fresh permutation split into ``batch_size`` chunks."""
+    if batch_size is None:
+        return [slice(None)]
+    return list(torch.randperm(n, generator=generator).to(device).split(batch_size))
+
+
+def _check_parameters(model: nn.Module) -> None:
+    params = list(model.parameters())
+    if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+        name = next(n for n, p in model.named_parameters() if not torch.isfinite(p).all())
+        raise _NonFinite(f"parameter {name!r} is not finite")
+
+
+def _validate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float]:
+    """Validation NLL, accuracy and 15-bin ECE (float64, via :mod:`selfcal.metrics`)."""
+    logits = predict_logits(model, x)
+    if not bool(torch.isfinite(logits).all()):
+        raise _NonFinite("validation logits are not finite")
+    pred = Predictions.from_logits(logits, y)
+    return float(nll(pred)), float(accuracy(pred)), float(ece(pred))
+
+
+def _stop_reason(
+    record: _Recorder,
+    epoch: int,
+    config: TrainConfig,
+    on_epoch: EpochCallback | None,
+    model: nn.Module,
+    start: float,
+) -> StopReason:
+    snapshot = record.snapshot(time.perf_counter() - start)
+    if on_epoch is not None and on_epoch(epoch, model, snapshot):
+        return "callback"
+    best, patience = record.best_epoch, config.early_stopping
+    if patience is not None and best is not None and epoch - best >= patience:
+        return "early_stopping"
+    return "completed"
+
+
+def _copy_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+@contextlib.contextmanager
+def _seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Seed the global RNG(s) for in-model randomness; restore the caller's state after."""
+    devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def _prepare(
+    model: nn.Module, data: Any, name: str, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate ``(x, y)``; return them on ``device`` (``x`` in the model's float dtype)."""
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise ValueError(f"{name} must be a pair (x, y)")
+    x, y = _as_tensor(data[0], f"{name} x"), _as_tensor(data[1], f"{name} y")
+    if x.ndim < 2 or x.shape[0] == 0:
+        raise ValueError(f"{name} x must have shape (N, ...) with N >= 1, got {tuple(x.shape)}")
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"{name} y must be 1-D with one label per row of x ({x.shape[0]}), got {tuple(y.shape)}"
+        )
+    if y.is_floating_point() or y.is_complex():
+        raise ValueError(f"{name} y must hold integer class labels, got dtype {y.dtype}")
+    if x.is_floating_point():
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} x contains NaN or infinity")
+        x = x.to(_float_dtype(model, x.dtype))
+    x, y = x.to(device), y.to(device=device, dtype=torch.long)
+    _check_label_range(model, x, y, name)
+    return x, y
+
+
+def _check_label_range(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name: str) -> None:
+    probe = predict_logits(model, x[:1])
+    if probe.ndim != 2 or probe.shape[1] < 2:
+        raise ValueError(
+            f"the model must return logits (N, C) with C >= 2, got {tuple(probe.shape)}"
+        )
+    n_classes = probe.shape[1]
+    bad = (y < 0) | (y >= n_classes)
+    if bool(bad.any()):
+        row = int(torch.nonzero(bad)[0, 0])
+        raise ValueError(
+            f"{name} labels must lie in [0, {n_classes}); row {row} has label {int(y[row])}"
+        )
+
+
+def _float_dtype(model: nn.Module, default: torch.dtype) -> torch.dtype:
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), default)
+
+
+def _as_tensor(value: Any, name: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{name} must be a tensor or array, got {type(value).__name__}") from err
