@@ -7,6 +7,10 @@
 * :class:`BinSweepDisplay` -- ECE and MCE against the number of bins;
 * :class:`RiskCoverageDisplay` -- selective risk vs coverage with the AURC;
 * :func:`save_figures` -- all four as PNG files.
+* :class:`ConfidenceRegionDisplay` -- a 2-D classifier's confidence on a dense grid, data on
+  top ([BO4SC] Fig. 1); :class:`WeightTrajectoryDisplay` and :class:`WeightMapDisplay` --
+  BO4SC sample weights over outer iterations and at the end ([BO4SC] Fig. 3);
+  :func:`bo4sc_figure1`, :func:`bo4sc_figure2`, :func:`bo4sc_figure3` compose the papers' figures.
 
 Each display has ``from_predictions(predictions=None, *, labels, logits | probs, ..., ax=None)``
 that computes its data with :mod:`selfcal.metrics`, stores it as attributes, draws, and returns
@@ -15,17 +19,31 @@ only when something is drawn, so importing this module does not need it.
 """
 
 from selfcal.plots.histogram import ConfidenceHistogramDisplay
+from selfcal.plots.regions import (
+    ConfidenceRegionDisplay,
+    bo4sc_figure1,
+    bo4sc_figure2,
+    confidence_grid,
+)
 from selfcal.plots.reliability import ReliabilityDiagramDisplay, bootstrap_bin_accuracy
 from selfcal.plots.save import save_figures
 from selfcal.plots.selective import RiskCoverageDisplay
 from selfcal.plots.sweep import DEFAULT_BIN_COUNTS, BinSweepDisplay
+from selfcal.plots.weights import WeightMapDisplay, WeightTrajectoryDisplay, bo4sc_figure3
 
 __all__ = [
     "DEFAULT_BIN_COUNTS",
     "BinSweepDisplay",
     "ConfidenceHistogramDisplay",
+    "ConfidenceRegionDisplay",
     "ReliabilityDiagramDisplay",
     "RiskCoverageDisplay",
+    "WeightMapDisplay",
+    "WeightTrajectoryDisplay",
+    "bo4sc_figure1",
+    "bo4sc_figure2",
+    "bo4sc_figure3",
     "bootstrap_bin_accuracy",
+    "confidence_grid",
     "save_figures",
 ]

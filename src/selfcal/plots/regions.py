@@ -1,0 +1,396 @@
+"""Confidence-region maps of 2-D classifiers ([BO4SC] Fig. 1) and the [BO4SC] Fig. 2 grid.
+
+A map evaluates a model's confidence on a dense regular grid over the data's bounding box
+(plus a margin) and draws it as filled contours with *fixed* levels, so panels of different
+methods share one colour scale: yellow is ``(0.9, 1]``, lower bands run through green to dark
+blue. The training/test points are drawn on top, coloured by class.
+
+The model is passed as ``confidence_fn(points) -> confidences``: ``points`` is a float64
+``(m, 2)`` array of raw 2-D coordinates and the caller maps them to model inputs and applies
+the model, the isotonic map of the grid max-prob (IsoReg) or the Boltzmann confidence (BO4SC).
+It is called on chunks of ``chunk_size`` rows so a 300 x 300 grid of a large model fits in
+memory. :func:`confidence_grid` only computes (the experiment store saves ``xx, yy,
+confidence``); :meth:`ConfidenceRegionDisplay.from_grid` redraws a stored grid.
+
+:func:`bo4sc_figure2` composes the existing histogram and reliability displays for several
+methods from ``(correct, confidence)`` pairs -- needed because BO4SC's confidence is the
+Boltzmann value ``p_hat``, not the max of a probability vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from selfcal._inputs import Predictions
+from selfcal.metrics.calibration import confidence_bins
+from selfcal.plots._base import get_axes, pyplot, to_numpy
+from selfcal.plots.histogram import ConfidenceHistogramDisplay
+from selfcal.plots.reliability import ReliabilityDiagramDisplay
+from selfcal.plots.save import _new_figure
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+ConfidenceFn = Callable[[np.ndarray], Any]
+"""``(m, 2)`` float64 points -> ``(m,)`` confidences in ``[0, 1]`` (numpy or torch)."""
+
+DEFAULT_LEVELS: tuple[float, ...] = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+"""Band edges of the filled contours: ``[0, 0.2]``, ``(0.2, 0.3]``, ..., ``(0.9, 1]``.
+
+``0.2`` is the lowest max-prob of a 5-class model; the lowest band also catches the
+sub-0.5 (even sub-0.2) confidences an isotonic map can produce."""
+
+REGION_CMAP = "viridis"
+"""Colour map of the confidence bands (top band yellow, low bands blue-green)."""
+CLASS_CMAP = "tab10"
+"""Qualitative colours of the overlaid points (class ``k`` gets colour ``k mod 10``)."""
+DEFAULT_CHUNK_SIZE = 1 << 14
+"""Grid points per ``confidence_fn`` call."""
+CONFIDENCE_ATOL = 1e-6
+"""Rounding slack: confidences in ``[-atol, 1 + atol]`` are clipped to ``[0, 1]`` (a float32
+Boltzmann average of probabilities can exceed 1 by an ulp); anything further out raises."""
+
+
+# --------------------------------------------------------------------------- validation
+def check_points(x: Any, name: str = "x") -> np.ndarray:
+    """``x`` as a finite float64 ``(n, 2)`` array with ``n >= 1``."""
+    arr = to_numpy(x)
+    if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
+        raise ValueError(f"{name} must have shape (n, 2) with n >= 1, got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return arr
+
+
+def check_labels(y: Any, n: int, name: str = "y") -> np.ndarray:
+    """``y`` as an int64 ``(n,)`` array of non-negative whole numbers."""
+    arr = to_numpy(y)
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
+    if not np.isfinite(arr).all() or (arr != np.round(arr)).any() or (arr < 0).any():
+        raise ValueError(f"{name} must hold non-negative integer class labels")
+    return arr.astype(np.int64)
+
+
+def check_confidence(conf: Any, shape: tuple[int, ...], name: str = "confidence") -> np.ndarray:
+    """``conf`` as a float64 array of ``shape`` with every value in ``[0, 1]`` (up to
+    :data:`CONFIDENCE_ATOL`, clipped)."""
+    arr = to_numpy(conf)
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} contains NaN")
+    if (arr < -CONFIDENCE_ATOL).any() or (arr > 1 + CONFIDENCE_ATOL).any():
+        raise ValueError(
+            f"{name} must lie in [0, 1], got values in [{arr.min():.6g}, {arr.max():.6g}]"
+        )
+    return np.clip(arr, 0.0, 1.0)
+
+
+def check_levels(levels: Sequence[float]) -> np.ndarray:
+    """Strictly increasing band edges covering ``[0, 1]`` (so every confidence is drawn)."""
+    arr = np.asarray(levels, dtype=np.float64)
+    if arr.ndim != 1 or arr.size < 2 or (np.diff(arr) <= 0).any():
+        raise ValueError(f"levels must be a strictly increasing sequence of >= 2 values: {levels}")
+    if arr[0] > 0 or arr[-1] < 1:
+        raise ValueError(f"levels must cover [0, 1], got [{arr[0]}, {arr[-1]}]")
+    return arr
+
+
+# --------------------------------------------------------------------------- computation
+def grid_axes(x: np.ndarray, grid_size: int, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """``grid_size`` equally spaced coordinates per axis spanning
+    ``[min - margin, max + margin]`` of the points ``x`` (``margin`` in data units)."""
+    if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 2:
+        raise ValueError(f"grid_size must be an integer >= 2, got {grid_size!r}")
+    if not (np.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be finite and >= 0, got {margin!r}")
+    low, high = x.min(axis=0) - margin, x.max(axis=0) + margin
+    if (high <= low).any():
+        raise ValueError("the points span no area: use margin > 0 for a single point")
+    return np.linspace(low[0], high[0], grid_size), np.linspace(low[1], high[1], grid_size)
+
+
+def evaluate_in_chunks(
+    confidence_fn: ConfidenceFn, points: np.ndarray, chunk_size: int | None
+) -> np.ndarray:
+    """``confidence_fn`` on consecutive blocks of ``chunk_size`` rows (one call when None),
+    concatenated; each block's output must be ``(rows,)`` in ``[0, 1]``."""
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+    ):
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    step = points.shape[0] if chunk_size is None else chunk_size
+    parts = []
+    for start in range(0, points.shape[0], step):
+        block = points[start : start + step]
+        with torch.no_grad():
+            out = confidence_fn(block)
+        parts.append(check_confidence(out, (block.shape[0],), "confidence_fn output"))
+    return np.concatenate(parts)
+
+
+def confidence_grid(
+    confidence_fn: ConfidenceFn,
+    x: Any,
+    *,
+    grid_size: int = 300,
+    margin: float = 0.5,
+    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(xx, yy, confidence)``, each ``(grid_size, grid_size)``, on the bounding box of ``x``.
+
+    ``xx[i, j]`` is the ``j``-th x coordinate and ``yy[i, j]`` the ``i``-th y coordinate
+    (``np.meshgrid`` "xy" indexing); ``confidence_fn`` receives the grid points row by row,
+    i.e. ``np.column_stack([xx.ravel(), yy.ravel()])``, under ``torch.no_grad()``.
+    """
+    points_x = check_points(x)
+    xs, ys = grid_axes(points_x, grid_size, margin)
+    xx, yy = np.meshgrid(xs, ys)
+    points = np.column_stack([xx.ravel(), yy.ravel()])
+    conf = evaluate_in_chunks(confidence_fn, points, chunk_size)
+    return xx, yy, conf.reshape(xx.shape)
+
+
+# --------------------------------------------------------------------------- display
+class ConfidenceRegionDisplay:
+    """Filled confidence map over a 2-D input plane with the data on top ([BO4SC] Fig. 1).
+
+    Attributes: ``xx``, ``yy``, ``confidence`` (float64 ``(G_y, G_x)``), ``x`` ``(n, 2)``,
+    ``y`` ``(n,)`` class labels, ``name``. After :meth:`plot`: ``ax_``, ``figure_``,
+    ``contour_`` (the filled contour set; one face colour per band), ``scatter_``,
+    ``colorbar_`` (or None).
+    """
+
+    def __init__(
+        self,
+        *,
+        xx: np.ndarray,
+        yy: np.ndarray,
+        confidence: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        name: str | None = None,
+    ) -> None:
+        self.xx = xx
+        self.yy = yy
+        self.confidence = confidence
+        self.x = x
+        self.y = y
+        self.name = name
+
+    @classmethod
+    def from_function(
+        cls,
+        confidence_fn: ConfidenceFn,
+        x: Any,
+        y: Any,
+        *,
+        grid_size: int = 300,
+        margin: float = 0.5,
+        chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+        name: str | None = None,
+        ax: Axes | None = None,
+        title: str | None = None,
+        colorbar: bool = True,
+    ) -> ConfidenceRegionDisplay:
+        """Evaluate ``confidence_fn`` on a ``grid_size``-square grid over the bounding box of
+        ``x`` widened by ``margin`` (see :func:`confidence_grid`) and draw the map."""
+        xx, yy, conf = confidence_grid(
+            confidence_fn, x, grid_size=grid_size, margin=margin, chunk_size=chunk_size
+        )
+        return cls.from_grid(xx, yy, conf, x, y, name=name, ax=ax, title=title, colorbar=colorbar)
+
+    @classmethod
+    def from_grid(
+        cls,
+        xx: Any,
+        yy: Any,
+        confidence: Any,
+        x: Any,
+        y: Any,
+        *,
+        name: str | None = None,
+        ax: Axes | None = None,
+        title: str | None = None,
+        colorbar: bool = True,
+    ) -> ConfidenceRegionDisplay:
+        """Draw a stored map: ``xx``, ``yy``, ``confidence`` of one 2-D shape (at least 2 x 2),
+        ``x`` ``(n, 2)`` points and ``y`` ``(n,)`` labels."""
+        grid_x, grid_y = to_numpy(xx), to_numpy(yy)
+        if grid_x.ndim != 2 or min(grid_x.shape) < 2 or grid_y.shape != grid_x.shape:
+            raise ValueError(
+                f"xx and yy must be equal 2-D shapes of at least 2 x 2, got {grid_x.shape} "
+                f"and {grid_y.shape}"
+            )
+        if not (np.isfinite(grid_x).all() and np.isfinite(grid_y).all()):
+            raise ValueError("xx and yy must be finite")
+        points = check_points(x)
+        disp = cls(
+            xx=grid_x,
+            yy=grid_y,
+            confidence=check_confidence(confidence, grid_x.shape),
+            x=points,
+            y=check_labels(y, points.shape[0]),
+            name=name,
+        )
+        return disp.plot(ax=ax, title=title, colorbar=colorbar)
+
+    def plot(
+        self,
+        ax: Axes | None = None,
+        *,
+        levels: Sequence[float] = DEFAULT_LEVELS,
+        title: str | None = None,
+        colorbar: bool = True,
+        show_points: bool = True,
+        point_size: float = 9.0,
+    ) -> ConfidenceRegionDisplay:
+        """Draw on ``ax`` (a new figure when None) and return ``self``.
+
+        Bands are ``levels`` (default :data:`DEFAULT_LEVELS`) coloured with a
+        ``BoundaryNorm`` over them, so a band's colour depends only on the levels, never on
+        the data: maps drawn with the same levels are comparable. ``title`` defaults to
+        ``name``.
+        """
+        bounds = check_levels(levels)
+        ax, fig = get_axes(ax, figsize=(5.0, 4.2))
+        cmap, norm = region_colors(bounds)
+        self.contour_ = ax.contourf(
+            self.xx, self.yy, self.confidence, levels=bounds, cmap=cmap, norm=norm, zorder=1
+        )
+        self.scatter_ = self._draw_points(ax, point_size) if show_points else None
+        self.colorbar_ = (
+            fig.colorbar(self.contour_, ax=ax, label="Confidence") if colorbar else None
+        )
+        ax.set_xlim(self.xx.min(), self.xx.max())
+        ax.set_ylim(self.yy.min(), self.yy.max())
+        ax.set_aspect("equal", adjustable="box")
+        heading = self.name if title is None else title
+        if heading is not None:
+            ax.set_title(heading)
+        self.ax_, self.figure_ = ax, fig
+        return self
+
+    def _draw_points(self, ax: Axes, size: float) -> Any:
+        """The data points, class ``k`` in colour ``k mod 10`` of :data:`CLASS_CMAP`."""
+        colors = class_colors(self.y)
+        return ax.scatter(
+            self.x[:, 0], self.x[:, 1], c=colors, s=size, edgecolors="black",
+            linewidths=0.3, zorder=2,
+        )
+
+
+def region_colors(levels: np.ndarray) -> tuple[Any, Any]:
+    """``(cmap, norm)``: :data:`REGION_CMAP` with a ``BoundaryNorm`` on ``levels`` (band ``k``
+    of ``B`` gets the colour ``k / (B - 1)`` of the map; the top band is pure yellow)."""
+    pyplot()
+    import matplotlib
+    from matplotlib.colors import BoundaryNorm
+
+    cmap = matplotlib.colormaps[REGION_CMAP]
+    return cmap, BoundaryNorm(levels, cmap.N)
+
+
+def class_colors(labels: np.ndarray) -> np.ndarray:
+    """RGBA ``(n, 4)`` colour of each label from :data:`CLASS_CMAP`."""
+    pyplot()
+    import matplotlib
+
+    palette = np.asarray(matplotlib.colormaps[CLASS_CMAP].colors)
+    rgb = palette[labels % len(palette)]
+    return np.column_stack([rgb, np.ones(len(labels))])
+
+
+# --------------------------------------------------------------------------- figures
+def bo4sc_figure1(
+    maps: Mapping[str, ConfidenceRegionDisplay],
+    *,
+    levels: Sequence[float] = DEFAULT_LEVELS,
+    panel_size: float = 4.0,
+) -> Figure:
+    """[BO4SC] Fig. 1: one confidence map per method (titled by its key), side by side, all
+    with the same ``levels`` and one shared colour bar. The figure is not registered with
+    pyplot (save it with ``fig.savefig``)."""
+    if not maps:
+        raise ValueError("maps must name at least one ConfidenceRegionDisplay")
+    for name, disp in maps.items():
+        if not isinstance(disp, ConfidenceRegionDisplay):
+            raise ValueError(f"maps[{name!r}] must be a ConfidenceRegionDisplay")
+    fig = _new_figure((panel_size * len(maps) + 1.0, panel_size))
+    axes = fig.subplots(1, len(maps), squeeze=False)[0]
+    for ax, (name, disp) in zip(axes, maps.items(), strict=True):
+        disp.plot(ax=ax, levels=levels, title=name, colorbar=False)
+    fig.colorbar(disp.contour_, ax=list(axes), label="Confidence")
+    return fig
+
+
+PredictionPair = tuple[Any, Any]
+"""``(correct, confidence)``: ``(N,)`` booleans ``1[y_hat = y]`` and ``(N,)`` confidences."""
+
+
+def correctness_and_confidence(
+    value: Predictions | PredictionPair, name: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 ``(correct, confidence)`` tensors from a labelled :class:`Predictions` (its
+    top-label confidence) or a ``(correct, confidence)`` pair."""
+    if isinstance(value, Predictions):
+        return value.correct.double().cpu(), value.confidence.double().cpu()
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise ValueError(
+            f"predictions[{name!r}] must be a Predictions object or a (correct, confidence) pair"
+        )
+    correct = to_numpy(value[0])
+    if correct.ndim != 1 or correct.size < 1:
+        raise ValueError(f"predictions[{name!r}]: correct must be 1-D and non-empty")
+    if not np.isin(correct, (0.0, 1.0)).all():
+        raise ValueError(f"predictions[{name!r}]: correct must hold only 0/1 (or booleans)")
+    conf = check_confidence(value[1], correct.shape, f"predictions[{name!r}] confidence")
+    return torch.from_numpy(correct), torch.from_numpy(conf)
+
+
+def histogram_display(
+    correct: torch.Tensor, confidence: torch.Tensor, n_bins: int
+) -> ConfidenceHistogramDisplay:
+    """An undrawn :class:`ConfidenceHistogramDisplay` of ``confidence`` (equal-width bins)."""
+    stats = confidence_bins(confidence, correct, n_bins, "uniform")
+    return ConfidenceHistogramDisplay(
+        bin_edges=to_numpy(stats.edges),
+        bin_count=to_numpy(stats.count),
+        mean_accuracy=float(correct.mean()),
+        mean_confidence=float(confidence.mean()),
+    )
+
+
+def bo4sc_figure2(
+    predictions: Mapping[str, Predictions | PredictionPair],
+    *,
+    n_bins: int = 15,
+    hist_bins: int = 20,
+    panel_size: float = 4.0,
+) -> Figure:
+    """[BO4SC] Fig. 2: for each method (a column, titled by its key) the confidence
+    histogram (top; dashed mean accuracy and mean confidence) and the reliability diagram
+    with ``n_bins`` equal-width bins (bottom; over-/under-confidence gaps in orange/red).
+
+    Each value is a labelled :class:`Predictions` (top-label confidence) or a
+    ``(correct, confidence)`` pair -- use the pair for BO4SC's Boltzmann confidence
+    ``p_hat`` and for an isotonic map of the max-prob. ``ECE`` in the titles is computed from
+    the same bins as the diagram.
+    """
+    if not predictions:
+        raise ValueError("predictions must name at least one method")
+    pairs = {name: correctness_and_confidence(v, name) for name, v in predictions.items()}
+    fig = _new_figure((panel_size * len(pairs), 2.4 * panel_size))
+    axes = fig.subplots(2, len(pairs), squeeze=False, height_ratios=(3, 4))
+    for col, (name, (correct, conf)) in enumerate(pairs.items()):
+        histogram_display(correct, conf, hist_bins).plot(ax=axes[0, col], title=name)
+        ReliabilityDiagramDisplay.from_bins(
+            confidence_bins(conf, correct, n_bins, "uniform"), ax=axes[1, col]
+        )
+    return fig
