@@ -1,0 +1,327 @@
+"""Run a sweep of :class:`RunSpec` s through any executor and store each result as it finishes.
+
+``execute(list[RunSpec]) -> list[RunResult]`` is a top-level function (so that it can be
+pickled into worker processes) that knows how to run specs; this module knows nothing about
+datasets, models or methods. Choices:
+
+* **Resumable.** A spec whose key is already stored is skipped (failed ones too, unless
+  ``retry_failed=True``), and each group's results are written as soon as the group finishes,
+  one transaction per run, by the parent process only. Killing a sweep at any moment and
+  starting it again therefore finishes exactly the missing runs.
+* **Groups.** ``batch_by(spec)`` maps specs to a hashable group id; one executor call gets a
+  whole group (e.g. all seeds of one configuration, to be vmapped). Default: one spec a call.
+* **Failures are data.** An exception inside ``execute`` fails every run of its group with
+  ``"<ExceptionType>: <message>"`` and the sweep goes on; so does a crashed worker process
+  (segfault, out-of-memory kill). A "done" result with a NaN/inf metric is stored as failed.
+* **Processes.** ``workers > 1`` uses a ``ProcessPoolExecutor`` with the *forkserver* start
+  method on Linux and *spawn* elsewhere, never plain *fork*: forking a parent that has used
+  torch (its OpenMP/intra-op thread pools, CUDA) can deadlock or break CUDA in the child.
+  Forkserver workers are forked from a server process that has only imported selfcal and
+  torch, so they are as clean as spawned ones but start in milliseconds rather than
+  re-importing torch (seconds) -- which matters for the fresh processes used after a crash.
+  At most ``workers`` groups are in flight, so when a worker dies the suspects are known:
+  each is re-run alone in its own fresh process, and only the one that crashes again is
+  recorded as failed.
+* **Ctrl-C** stops the sweep: results already returned are stored, workers are terminated,
+  and the ``KeyboardInterrupt`` is re-raised (a library must not swallow it); rerun to resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import pickle
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from pathlib import Path
+from typing import Any
+
+from selfcal.experiments.environment import environment
+from selfcal.experiments.spec import RunResult, RunSpec
+from selfcal.experiments.store import DEFAULT_PATH, ResultsStore
+
+Executor = Callable[[list[RunSpec]], list[RunResult]]
+Group = list[RunSpec]
+OnDone = Callable[[Group, list[RunResult]], None]
+CRASH_REASON = ("BrokenProcessPool: the worker process died while running this group "
+                "(segfault, out-of-memory kill or os._exit); it crashed again when re-run alone")
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """Counts over the distinct specs of one :func:`run_sweep` call: ``done`` and ``failed``
+    were run now; ``skipped`` were already stored (or stored as done meanwhile by another
+    process). ``seconds`` is the sweep's wall time."""
+
+    done: int
+    skipped: int
+    failed: int
+    seconds: float
+
+    def __str__(self) -> str:
+        return (f"{self.done} done, {self.skipped} skipped, {self.failed} failed "
+                f"in {self.seconds:.1f} s")
+
+
+def run_sweep(
+    specs: Iterable[RunSpec],
+    execute: Executor,
+    *,
+    store: ResultsStore | str | Path | None = None,
+    workers: int = 1,
+    batch_by: Callable[[RunSpec], Hashable] | None = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+) -> SweepSummary:
+    """Run every spec not yet stored in ``store`` (default ``ResultsStore()``, i.e.
+    ``selfcal-results.sqlite`` in the working directory) and store the results.
+
+    See the module docstring for the semantics of skipping, grouping, failures, worker
+    processes and interruption. ``progress`` shows a rich progress bar with ETA on stderr.
+    """
+    start = time.perf_counter()
+    _check_arguments(execute, workers)
+    owned = not isinstance(store, ResultsStore)
+    results_store = store if isinstance(store, ResultsStore) else ResultsStore(
+        DEFAULT_PATH if store is None else store)
+    try:
+        unique = _unique(specs)
+        pending = _pending(unique, results_store, retry_failed)
+        tally = _run_pending(pending, execute, results_store, workers, batch_by, progress)
+    finally:
+        if owned:
+            results_store.close()
+    return SweepSummary(tally["done"], len(unique) - len(pending) + tally["skipped"],
+                        tally["failed"], time.perf_counter() - start)
+
+
+def _run_pending(pending: list[RunSpec], execute: Executor, store: ResultsStore, workers: int,
+                 batch_by: Callable[[RunSpec], Hashable] | None, progress: bool
+                 ) -> dict[str, int]:
+    """Run and record the pending specs; returns counts of done / failed / skipped (already
+    stored as done by another process meanwhile)."""
+    tally = {"done": 0, "failed": 0, "skipped": 0}
+    if not pending:
+        return tally
+    groups = _groups(pending, batch_by)
+    env = environment()
+    with _progress_bar(progress, len(pending), _title(pending)) as advance:
+
+        def on_done(group: Group, results: list[RunResult]) -> None:
+            for spec, result in zip(group, results, strict=True):
+                checked = result.checked()
+                written = store.record(spec, checked, env)
+                tally[checked.status if written else "skipped"] += 1
+            advance(len(group), tally["failed"])
+
+        if workers == 1:
+            for group in groups:
+                on_done(group, _execute_group(execute, group))
+        else:
+            _run_parallel(groups, execute, workers, on_done)
+    return tally
+
+
+# ----------------------------------------------------------------------------- preparation
+def _check_arguments(execute: Executor, workers: int) -> None:
+    if not callable(execute):
+        raise ValueError(f"execute must be callable, got {execute!r}")
+    if type(workers) is not int or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    if workers > 1:
+        try:
+            pickle.dumps(execute)
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            raise ValueError(f"execute must be a top-level (picklable) function to run in "
+                             f"worker processes; {execute!r} is not: {err}") from err
+
+
+def _unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
+    """Specs in first-appearance order, each key once."""
+    seen: dict[str, RunSpec] = {}
+    for spec in specs:
+        if not isinstance(spec, RunSpec):
+            raise ValueError(f"run_sweep needs RunSpec objects, got {type(spec).__name__}")
+        seen.setdefault(spec.key, spec)
+    return list(seen.values())
+
+
+def _pending(specs: list[RunSpec], store: ResultsStore, retry_failed: bool) -> list[RunSpec]:
+    """Specs whose key is not stored (stored as failed counts as not stored when
+    ``retry_failed``)."""
+    stored: set[str] = set()
+    for study in {spec.study for spec in specs}:
+        stored |= store.keys(study, "done" if retry_failed else None)
+    return [spec for spec in specs if spec.key not in stored]
+
+
+def _groups(specs: list[RunSpec], batch_by: Callable[[RunSpec], Hashable] | None
+            ) -> list[Group]:
+    """Groups in order of first appearance; one spec per group without ``batch_by``."""
+    if batch_by is None:
+        return [[spec] for spec in specs]
+    groups: dict[Hashable, Group] = {}
+    for spec in specs:
+        groups.setdefault(batch_by(spec), []).append(spec)
+    return list(groups.values())
+
+
+def _title(specs: Sequence[RunSpec]) -> str:
+    studies = sorted({spec.study for spec in specs})
+    return "sweep " + (", ".join(studies) if len(studies) <= 3 else f"{len(studies)} studies")
+
+
+@contextmanager
+def _progress_bar(enabled: bool, total: int, title: str
+                  ) -> Iterator[Callable[[int, int], None]]:
+    """Yields ``advance(n_runs, n_failed_so_far)``; a no-op when disabled."""
+    if not enabled:
+        yield lambda n, failed: None
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(title, total=total, failed=0)
+        yield lambda n, failed: bar.update(task, advance=n, failed=failed)
+
+
+# ----------------------------------------------------------------------------- execution
+def _execute_group(execute: Executor, group: Group) -> list[RunResult]:
+    """Run one group (in this process or a worker); exceptions become failed results.
+    Results without ``seconds`` get the group's wall time shared equally."""
+    start = time.perf_counter()
+    try:
+        results = execute(list(group))
+        _check_results(results, len(group))
+    except Exception as err:  # noqa: BLE001 -- any executor error is a failed run, not a crash
+        share = (time.perf_counter() - start) / len(group)
+        return [RunResult.failure(f"{type(err).__name__}: {err}", share) for _ in group]
+    share = (time.perf_counter() - start) / len(group)
+    return [r if r.seconds is not None else dataclasses.replace(r, seconds=share)
+            for r in results]
+
+
+def _check_results(results: Any, expected: int) -> None:
+    if not isinstance(results, list) or not all(isinstance(r, RunResult) for r in results):
+        raise TypeError(f"execute must return a list of RunResult, got {type(results).__name__}")
+    if len(results) != expected:
+        raise ValueError(f"execute returned {len(results)} results for {expected} specs")
+
+
+def _run_parallel(groups: list[Group], execute: Executor, workers: int,
+                  on_done: OnDone) -> None:
+    """Run groups on ``workers`` processes; after a worker crash, re-run the groups that were
+    in flight each alone (concurrently, one process each), then go on with a fresh pool."""
+    queue = deque(groups)
+    while queue:
+        suspects = _run_pool(queue, execute, workers, on_done)
+        if suspects:
+            _run_alone(suspects, execute, on_done)
+
+
+def _context() -> BaseContext:
+    """*forkserver* on Linux: workers are forked from a clean server process that has only
+    imported this module (and so torch) -- never run a torch op, started a thread pool or
+    touched CUDA -- which is as safe as spawn, while a worker starts in milliseconds instead
+    of re-importing torch (seconds). Elsewhere *spawn* (macOS system frameworks do not
+    survive fork reliably; Windows has no fork). Note: sets the forkserver's preload list."""
+    if sys.platform.startswith("linux"):
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+
+
+def _run_pool(queue: deque[Group], execute: Executor, workers: int,
+              on_done: OnDone) -> list[Group]:
+    """Drain ``queue`` through one pool, ``workers`` groups in flight at a time. Returns the
+    groups that were in flight when the pool broke (empty when it did not)."""
+    pool = _new_pool(min(workers, len(queue)))
+    in_flight: dict[Future[list[RunResult]], Group] = {}
+    try:
+        while queue or in_flight:
+            while queue and len(in_flight) < workers:
+                group = queue.popleft()
+                in_flight[pool.submit(_execute_group, execute, group)] = group
+            finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in finished:
+                if isinstance(future.exception(), BrokenProcessPool):
+                    return _store_finished(in_flight, on_done)
+                group = in_flight.pop(future)
+                on_done(group, _future_results(future, group))
+    except BaseException:
+        _store_finished(in_flight, on_done)
+        _terminate(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return []
+
+
+def _run_alone(groups: list[Group], execute: Executor, on_done: OnDone) -> None:
+    """Run each group in its own fresh process, all at once; a group whose process dies is
+    the one that crashes and is recorded as failed."""
+    pools = [_new_pool(1) for _ in groups]
+    try:
+        futures = [pool.submit(_execute_group, execute, group)
+                   for pool, group in zip(pools, groups, strict=True)]
+        for future, group in zip(futures, groups, strict=True):
+            wait([future])
+            on_done(group, _future_results(future, group))
+    except BaseException:
+        for pool in pools:
+            _terminate(pool)
+        raise
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _future_results(future: Future[list[RunResult]], group: Group) -> list[RunResult]:
+    """The group's results. A dead worker process, or an error in shipping the results back
+    (e.g. pickling), fails the group; Ctrl-C raised in a worker propagates."""
+    error = future.exception()
+    if error is None:
+        return future.result()
+    if isinstance(error, BrokenProcessPool):
+        return [RunResult.failure(CRASH_REASON) for _ in group]
+    if isinstance(error, Exception):
+        return [RunResult.failure(f"{type(error).__name__}: {error}") for _ in group]
+    raise error
+
+
+def _store_finished(in_flight: dict[Future[list[RunResult]], Group],
+                    on_done: OnDone) -> list[Group]:
+    """Store every in-flight group that finished successfully; return the others."""
+    unfinished = []
+    for future, group in in_flight.items():
+        if future.done() and not future.cancelled() and future.exception() is None:
+            on_done(group, future.result())
+        else:
+            unfinished.append(group)
+    in_flight.clear()
+    return unfinished
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's workers now (Python < 3.14 has no public API for it; on Ctrl-C the
+    running groups' partial work is discarded anyway)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()

@@ -1,0 +1,92 @@
+"""The kill test: SIGKILL a sweep in another interpreter while it writes, rerun it, and check
+that every run is stored exactly once, done, with its artefacts and nothing else -- and that
+the rerun executed exactly the runs that were missing."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+import experiments_helpers as helpers
+import numpy as np
+import pytest
+from experiments_helpers import expected, make_specs
+
+from selfcal.experiments import ResultsStore, run_sweep
+
+N_RUNS = 40
+SPEC_ARGS = {"n": N_RUNS, "study": "kill", "sleep": 0.05, "size": 4000}
+SWEEP = """
+import sys
+sys.path.insert(0, {helpers!r})
+import experiments_helpers as h
+from selfcal.experiments import ResultsStore, run_sweep
+specs = h.make_specs(**{spec_args!r})
+run_sweep(specs, h.execute, store=ResultsStore({db!r}), progress=False)
+"""
+
+
+def count(db: Path, sql: str) -> int:
+    if not db.exists():
+        return 0
+    with closing(sqlite3.connect(db, timeout=10)) as connection:
+        try:
+            return int(connection.execute(sql).fetchone()[0])
+        except sqlite3.OperationalError:  # tables not created yet
+            return 0
+
+
+def kill_after_some_runs(db: Path, at_least: int = 3, timeout_s: float = 60.0) -> int:
+    """Start the sweep in a fresh interpreter, SIGKILL it once ``at_least`` runs are stored;
+    return how many were stored then."""
+    code = SWEEP.format(helpers=str(Path(helpers.__file__).parent), spec_args=SPEC_ARGS,
+                        db=str(db))
+    process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout_s
+    while count(db, "SELECT COUNT(*) FROM runs") < at_least:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            _, err = process.communicate()
+            pytest.fail(f"sweep ended or stalled before {at_least} runs: {err.decode()}")
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    return count(db, "SELECT COUNT(*) FROM runs")
+
+
+def test_sigkill_then_rerun_stores_every_run_exactly_once(tmp_path: Path) -> None:
+    db = tmp_path / "kill.sqlite"
+    stored_at_kill = kill_after_some_runs(db)
+    assert 3 <= stored_at_kill < N_RUNS  # some runs before the kill, some left for after
+    specs = make_specs(**SPEC_ARGS)
+    with ResultsStore(db) as store:
+        before = store.keys(status=None)
+        assert len(before) == stored_at_kill and before <= {s.key for s in specs}
+        helpers.CALLS.clear()
+        summary = run_sweep(specs, helpers.execute, store=store, progress=False)
+        executed = [key for group in helpers.CALLS for key in group]
+        assert sorted(executed) == sorted(s.key for s in specs if s.key not in before)
+        assert (summary.done, summary.skipped, summary.failed) == (
+            N_RUNS - stored_at_kill, stored_at_kill, 0)
+        records = {r.key: r for r in store.runs("kill", status=None)}
+        for spec in specs:  # the data itself, not only the counts
+            record = records[spec.key]
+            assert record.status == "done" and record.metrics == expected(spec)[0]
+            np.testing.assert_array_equal(store.artefact(spec.key, "weights"),
+                                          expected(spec)[1]["weights"])
+    assert count(db, "SELECT COUNT(*) FROM runs") == N_RUNS
+    assert count(db, "SELECT COUNT(DISTINCT key) FROM runs") == N_RUNS
+    assert count(db, "SELECT COUNT(*) FROM runs WHERE status = 'done'") == N_RUNS
+    assert count(db, "SELECT COUNT(*) FROM artefacts") == 3 * N_RUNS
+    assert count(db, "SELECT COUNT(*) FROM artefacts WHERE run_key NOT IN "
+                     "(SELECT key FROM runs)") == 0
+    assert count(db, "SELECT COUNT(*) FROM (SELECT run_key FROM artefacts GROUP BY run_key "
+                     "HAVING COUNT(*) != 3)") == 0
+    with closing(sqlite3.connect(db)) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
