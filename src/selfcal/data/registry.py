@@ -1,0 +1,74 @@
+"""Dataset registry: a dataset is one function ``loader(seed, **options) -> DataSplits``
+registered under a name with :func:`register_dataset`.
+
+Loaders must be deterministic in ``seed`` (use ``numpy.random.default_rng`` / a
+``torch.Generator`` seeded from it, never global RNG state): the same seed and options give
+bit-identical tensors. Options are keyword-only parameters of the loader; an option the loader
+does not have is a ``ValueError`` naming the ones it has.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from selfcal.data.core import DataSplits
+
+Loader = Callable[..., DataSplits]
+"""``loader(seed, **options) -> DataSplits``; options are keyword-only parameters."""
+
+_REGISTRY: dict[str, Loader] = {}
+
+
+def register_dataset(name: str) -> Callable[[Loader], Loader]:
+    """Decorator: register ``loader(seed, **options) -> DataSplits`` under ``name``.
+
+    A name can be registered once; registering it again is a ``ValueError``.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
+
+    def decorate(loader: Loader) -> Loader:
+        if name in _REGISTRY:
+            raise ValueError(f"dataset {name!r} is already registered")
+        _REGISTRY[name] = loader
+        return loader
+
+    return decorate
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Names of all registered datasets, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return seed
+
+
+def _check_options(name: str, loader: Loader, options: dict[str, Any]) -> None:
+    params = inspect.signature(loader).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    known = [p for p, spec in params.items() if spec.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(
+            f"dataset {name!r} has no option(s) {unknown}; its options are {sorted(known)}"
+        )
+
+
+def load_dataset(name: str, seed: int, **options: Any) -> DataSplits:
+    """Build dataset ``name`` for ``seed`` (the seed draws samples and the split).
+
+    ``options`` are passed to the loader (e.g. ``sizes=(700, 300, 1000)``). An unknown name is a
+    ``ValueError`` listing the registered ones.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown dataset {name!r}; known datasets: {', '.join(dataset_names())}")
+    loader = _REGISTRY[name]
+    _check_options(name, loader, options)
+    return loader(_check_seed(seed), **options)
