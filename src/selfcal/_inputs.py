@@ -109,9 +109,9 @@ def validate_labels(labels: ArrayLike, n: int, n_classes: int, device: torch.dev
     elif y.is_complex():
         raise ValueError("labels must be integers, got complex numbers")
     y = y.to(device=device, dtype=torch.long)
-    bad = (y < 0) | (y >= n_classes)
-    if bool(bad.any()):
-        i = _first_row(bad)
+    lo, hi = torch.aminmax(y)
+    if bool((lo < 0) | (hi >= n_classes)):
+        i = _first_row((y < 0) | (y >= n_classes))
         raise ValueError(
             f"labels must lie in [0, {n_classes}); row {i} has label {int(y[i])}"
         )
@@ -119,27 +119,43 @@ def validate_labels(labels: ArrayLike, n: int, n_classes: int, device: torch.dev
 
 
 def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor, ...]:
-    """One chunked pass: top-label confidence (float64), predicted class, and the row
-    statistics validation needs (row sums; row minima for probabilities)."""
-    conf, pred, row_sum, row_min = [], [], [], []
+    """One chunked pass: top-label confidence (float64), predicted class, and what validation
+    needs -- row sums, and for probabilities each chunk's minimum (a whole-chunk reduction,
+    much cheaper than per-row minima; rows are located only when a chunk fails)."""
+    conf, pred, row_sum, chunk_min = [], [], [], []
     for chunk in scores.split(CHUNK_ROWS):
         top, idx = torch.max(chunk, dim=1)
         pred.append(idx)
         if kind == "probs":
             conf.append(top.double())
             row_sum.append(chunk.sum(dim=1))  # native dtype: error << PROB_ATOL
-            row_min.append(chunk.amin(dim=1))
+            chunk_min.append(chunk.amin())
         else:
             shifted = (chunk.double() - top.double().unsqueeze(1)).exp().sum(dim=1)
             conf.append(shifted.reciprocal())
             row_sum.append(shifted)  # finite iff the row is finite
     out = [torch.cat(conf), torch.cat(pred), torch.cat(row_sum)]
     if kind == "probs":
-        out.append(torch.cat(row_min))
+        out.append(torch.stack(chunk_min))
     return tuple(out)
 
 
+def _rows_ok(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor, ...]) -> bool:
+    """Fast path: whole-array reductions (a few scalars) that are all true iff every row is
+    valid; NaN fails every comparison, so it lands on the slow path too."""
+    conf, _, row_sum = stats[:3]
+    if kind == "logits":
+        return bool(torch.isfinite(row_sum).all()) and bool(torch.isfinite(conf).all())
+    lo, hi = torch.aminmax(row_sum)
+    return bool(
+        (stats[3].amin() >= 0) & (conf.amax() <= 1) & (lo >= 1 - PROB_ATOL) & (hi <= 1 + PROB_ATOL)
+    )
+
+
 def _check_rows(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor, ...]) -> None:
+    """Raise for the first invalid row (see the module docstring for the rules)."""
+    if _rows_ok(scores, kind, stats):
+        return
     conf, _, row_sum = stats[:3]
     nonfinite = ~torch.isfinite(row_sum)
     if kind == "logits":
@@ -150,23 +166,19 @@ def _check_rows(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor
             rows = nonfinite
         i = _first_row(rows)
         raise ValueError(f"{kind} contain NaN or infinity; first at row {i}")
-    if kind == "logits":
-        return
-    row_min = stats[3]
-    bad = (row_min < 0) | (conf > 1)
+    bad = (scores.amin(dim=1) < 0) | (conf > 1)
     if bool(bad.any()):
         i = _first_row(bad)
         raise ValueError(
             f"probs must lie in [0, 1]; row {i} has values in "
-            f"[{row_min[i].item():.6g}, {conf[i].item():.6g}] (raw scores are logits, not probs)"
+            f"[{scores[i].min().item():.6g}, {conf[i].item():.6g}] "
+            "(raw scores are logits, not probs)"
         )
-    bad = (row_sum - 1).abs() > PROB_ATOL
-    if bool(bad.any()):
-        i = _first_row(bad)
-        raise ValueError(
-            f"probs rows must sum to 1 (tolerance {PROB_ATOL:g}); row {i} sums to "
-            f"{row_sum[i].item():.6g} (unnormalised scores are logits, not probs)"
-        )
+    i = _first_row((row_sum - 1).abs() > PROB_ATOL)
+    raise ValueError(
+        f"probs rows must sum to 1 (tolerance {PROB_ATOL:g}); row {i} sums to "
+        f"{row_sum[i].item():.6g} (unnormalised scores are logits, not probs)"
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,6 +257,24 @@ class Predictions:
     def correct(self) -> torch.Tensor:
         """``(N,)`` float64 indicator ``1[argmax p = y]``."""
         return (self.predicted == self.require_labels()).double()
+
+    def with_confidence(self, confidence: ArrayLike) -> Predictions:
+        """The same predictions judged by another top-label confidence -- a calibrated one
+        (isotonic ``f(max_k p_k)``) or a smooth maximum (BO4SC's ``boltz_beta(p)``). The
+        predicted class, labels and scores are unchanged, so every top-label metric (ECE,
+        MCE, AdaECE, AURC, ...) reads the new confidence against the same correctness."""
+        c = to_tensor(confidence, "confidence").to(device=self.device, dtype=torch.float64)
+        if c.shape != (self.n_samples,):
+            raise ValueError(
+                f"confidence must have shape ({self.n_samples},), got {tuple(c.shape)}"
+            )
+        bad = ~torch.isfinite(c) | (c < 0) | (c > 1)
+        if bool(bad.any()):
+            i = _first_row(bad)
+            raise ValueError(f"confidence must lie in [0, 1]; row {i} has {c[i].item()!r}")
+        return Predictions(
+            self.scores, self.kind, self.labels, c, self.predicted, self.from_numpy
+        )
 
     def subset(self, index: torch.Tensor) -> Predictions:
         """Rows ``index`` (no re-validation needed)."""

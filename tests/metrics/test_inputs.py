@@ -117,3 +117,23 @@ def test_nll_gradient_reaches_logits():
     nll(logits=z, labels=torch.tensor(Y)).backward()
     expected = (torch.softmax(z.detach(), 1) - torch.eye(4, dtype=torch.float64)[Y]) / 30
     torch.testing.assert_close(z.grad, expected)
+
+
+def test_with_confidence_replaces_only_the_confidence():
+    import selfcal.metrics as M
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(200, 4)) * 2
+    y = rng.integers(0, 4, 200)
+    pred = Predictions.from_logits(z, y)
+    c = rng.uniform(0.25, 1.0, 200)
+    other = pred.with_confidence(c)
+    assert torch.equal(other.predicted, pred.predicted) and torch.equal(other.correct, pred.correct)
+    correct = (z.argmax(1) == y).astype(float)
+    bins = np.clip(np.ceil(c * 15).astype(int) - 1, 0, 14)  # (m/15, (m+1)/15]; no exact edges
+    expected = sum(abs(correct[bins == m].sum() - c[bins == m].sum()) for m in range(15)) / 200
+    assert M.ece(other) == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(ValueError, match="row 3"):
+        pred.with_confidence(np.where(np.arange(200) == 3, 1.5, 0.5))
+    with pytest.raises(ValueError, match="shape"):
+        pred.with_confidence(c[:10])
