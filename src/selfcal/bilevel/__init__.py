@@ -1,0 +1,79 @@
+"""Bilevel optimisation: hypergradients through differentiable inner training, and BO4SC.
+
+Outer parameters ``phi`` shape the inner training loss ``g(theta, phi)``; an outer loss
+``f(theta, phi)`` on held-out data is minimised over ``phi`` at the (approximate) inner
+solution ``theta_T(phi)``, ``T`` steps of a differentiable optimizer from a warm start::
+
+    F(phi) = f(theta_T(phi), phi)
+
+Hypergradient estimators (swappable strategies, all ``torch.func.vmap``-able):
+
+* **Unrolled** (reverse mode through the steps; exact for the unrolled computation). With
+  ``(theta_{k+1}, s_{k+1}) = Phi(theta_k, s_k, phi)`` one optimizer step (``s``: its state)::
+
+      dF/dphi = d_phi f + sum_{k<T} (d_phi Phi_k)^T lambda_{k+1},
+      lambda_T = grad_{theta, s} f(theta_T, phi),  lambda_k = (d_{theta, s} Phi_k)^T lambda_{k+1}
+
+  ``OneStepLookahead`` keeps only the last term (``backprop_steps=1``).
+* **Implicit** (implicit function theorem at a stationary ``theta_T``)::
+
+      dF/dphi = d_phi f - d^2_{phi theta} g . [d^2_{theta theta} g]^{-1} grad_theta f
+
+  with the linear system solved by conjugate gradient or a Neumann series from
+  Hessian-vector products; memory does not grow with ``T``.
+
+The engine is written directly on ``torch.func`` (``grad``, ``vjp``, ``functional_call``,
+``vmap``): higher, betty and torchopt, the libraries that used to provide differentiable
+optimizers, are unmaintained. torchopt serves only as a benchmark peer.
+
+BO4SC (Sanguin et al., 2024) learns one weight per training sample so that a Boltzmann
+smooth-max confidence fits the correctness of validation predictions; see
+:mod:`selfcal.bilevel.bo4sc`.
+"""
+
+from selfcal.bilevel.bo4sc import (
+    BO4SC,
+    BO4SCConfig,
+    BO4SCData,
+    BO4SCInfo,
+    BO4SCState,
+    bo4sc_init,
+    bo4sc_inner_loss,
+    bo4sc_outer_loss,
+    bo4sc_problem,
+    bo4sc_step,
+    boltzmann_confidence,
+    project_weights,
+)
+from selfcal.bilevel.engine import BilevelProblem, Estimator, Hypergradient
+from selfcal.bilevel.estimators import Implicit, OneStepLookahead, Unrolled
+from selfcal.bilevel.optim import SGD, Adam, AdamState, Optimizer, SGDState
+from selfcal.bilevel.solvers import ConjugateGradient, Neumann
+
+__all__ = [
+    "BO4SC",
+    "SGD",
+    "Adam",
+    "AdamState",
+    "BO4SCConfig",
+    "BO4SCData",
+    "BO4SCInfo",
+    "BO4SCState",
+    "BilevelProblem",
+    "ConjugateGradient",
+    "Estimator",
+    "Hypergradient",
+    "Implicit",
+    "Neumann",
+    "OneStepLookahead",
+    "Optimizer",
+    "SGDState",
+    "Unrolled",
+    "bo4sc_init",
+    "bo4sc_inner_loss",
+    "bo4sc_outer_loss",
+    "bo4sc_problem",
+    "bo4sc_step",
+    "boltzmann_confidence",
+    "project_weights",
+]

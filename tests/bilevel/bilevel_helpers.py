@@ -1,0 +1,64 @@
+"""Small bilevel problems shared by the bilevel tests (float64, seeded)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from selfcal.bilevel import BilevelProblem
+from selfcal.bilevel.optim import Optimizer
+
+
+def tanh_net(seed: int = 0, hidden: int = 6, classes: int = 3) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, classes)).double()
+
+
+def classification_data(seed: int = 0, n_train: int = 24, n_val: int = 16, classes: int = 3):
+    """``(x_train, y_train, x_val, y_val)``: Gaussian blobs around ``classes`` centres."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = 2.0 * torch.randn(classes, 2, generator=gen, dtype=torch.float64)
+
+    def sample(n: int):
+        y = torch.randint(0, classes, (n,), generator=gen)
+        return centres[y] + torch.randn(n, 2, generator=gen, dtype=torch.float64), y
+
+    return (*sample(n_train), *sample(n_val))
+
+
+def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: p.detach().clone() for k, p in model.named_parameters()}
+
+
+def weighted_ce_problem(model: nn.Module, data, optimizer: Optimizer,
+                        ridge: float = 0.0) -> BilevelProblem:
+    """Inner: ``mean(w * CE) + ridge * |theta|^2`` on train; outer: mean CE on validation
+    (smooth in theta, no direct dependence on w)."""
+    x_train, y_train, x_val, y_val = data
+
+    def inner_loss(theta, w):
+        ce = F.cross_entropy(functional_call(model, theta, (x_train,)), y_train,
+                             reduction="none")
+        penalty = sum(torch.sum(p * p) for p in theta.values())
+        return torch.mean(w * ce) + ridge * penalty
+
+    def outer_loss(theta, w):
+        return F.cross_entropy(functional_call(model, theta, (x_val,)), y_val)
+
+    return BilevelProblem(inner_loss, outer_loss, optimizer)
+
+
+def central_differences(fn, x: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
+    """``(fn(x + h e_i) - fn(x - h e_i)) / 2h`` for every coordinate of the 1-D ``x``."""
+    out = torch.empty_like(x)
+    for i in range(x.numel()):
+        step = torch.zeros_like(x)
+        step[i] = h
+        out[i] = (fn(x + step) - fn(x - step)) / (2 * h)
+    return out
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
