@@ -173,8 +173,11 @@ def test_schema_version_pragmas_and_bad_files(tmp_path: Path) -> None:
         ResultsStore(junk)
     with pytest.raises(ValueError, match="directory"):
         ResultsStore(tmp_path)
+    nested = ResultsStore(tmp_path / "new" / "dir" / "r.sqlite")  # parents are created
+    assert nested.completed_keys() == set() and (tmp_path / "new" / "dir").is_dir()
+    nested.close()
     with pytest.raises(ValueError, match="cannot open"):
-        ResultsStore(tmp_path / "no" / "such" / "dir" / "r.sqlite")
+        ResultsStore(junk / "below-a-file.sqlite")
 
 
 def test_rolled_back_on_error_inside_the_transaction(store: ResultsStore,

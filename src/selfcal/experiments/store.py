@@ -127,6 +127,10 @@ class ResultsStore:
         if self.path.is_dir():
             raise ValueError(f"results store path {self.path} is a directory")
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ValueError(f"cannot open results store {self.path}: {err}") from err
+        try:
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,
                                          isolation_level=None)
         except sqlite3.OperationalError as err:

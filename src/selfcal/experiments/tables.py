@@ -1,0 +1,87 @@
+"""Tables are queries over the results store: per (dataset, method, metric) the mean over seeds
+with a Student-t confidence interval.
+
+For ``n`` seeds with mean ``m`` and sample standard deviation ``s`` the interval is
+``m +- t_{(1+a)/2, n-1} s / sqrt(n)`` (``a`` = confidence, 95% by default); with one seed there
+is no interval (``NaN`` bounds). Seeds are independent replicates of the whole protocol (data
+draw, initialisation, hyperparameter selection), so the interval is over everything that
+varies between replicates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from selfcal.experiments.store import RunRecord
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Mean over seeds of one metric of one method on one dataset, with its interval."""
+
+    dataset: str
+    method: str
+    metric: str
+    mean: float
+    low: float
+    high: float
+    std: float
+    n: int
+
+    def as_dict(self) -> dict[str, Any]:
+        def clean(x: float) -> float | None:
+            return None if math.isnan(x) else x
+
+        return {
+            "dataset": self.dataset, "method": self.method, "metric": self.metric,
+            "mean": self.mean, "ci": [clean(self.low), clean(self.high)],
+            "std": clean(self.std), "n": self.n,
+        }
+
+    def format(self, scale: float = 1.0, digits: int = 3) -> str:
+        """``mean ± half-width`` (scaled, e.g. ``scale=100`` for percentages)."""
+        mean = self.mean * scale
+        if math.isnan(self.high):
+            return f"{mean:.{digits}f}"
+        return f"{mean:.{digits}f} ± {(self.high - self.mean) * scale:.{digits}f}"
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of the Student-t interval for the mean of ``values``."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no values to aggregate")
+    mean = float(x.mean())
+    if x.size == 1:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return mean, mean - half, mean + half
+
+
+def aggregate(
+    records: Iterable[RunRecord], metrics: Sequence[str] | None = None, confidence: float = 0.95
+) -> list[Aggregate]:
+    """One :class:`Aggregate` per (dataset, method, metric) over the records' seeds, in the
+    order first seen. ``metrics=None`` aggregates every metric the records carry."""
+    groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for record in records:
+        names = record.metrics if metrics is None else metrics
+        for name in names:
+            if name in record.metrics:
+                groups[(record.spec.dataset, record.spec.method, name)].append(
+                    record.metrics[name]
+                )
+    out = []
+    for (dataset, method, name), values in groups.items():
+        mean, low, high = mean_interval(values, confidence)
+        std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+        out.append(Aggregate(dataset, method, name, mean, low, high, std, len(values)))
+    return out
