@@ -302,6 +302,8 @@ def example_path(
 
 
 # ----------------------------------------------------------------------------- entry point
+STORE_DEFAULT = Path("selfcal-results.sqlite")
+BO4SC_OUT_DEFAULT = Path("selfcal-report/bo4sc")
 reproduce_app = typer.Typer(
     help="Reproduce a paper's tables and figures (runs are stored; reruns resume).",
     no_args_is_help=True,
@@ -315,10 +317,9 @@ def reproduce_bo4sc(
                                         "seeds, short training) for tests.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print per-run records and "
                                           "aggregates as one JSON object.")] = False,
-    store: Annotated[Path, typer.Option("--store", help="SQLite results store.")] = Path(
-        "selfcal-results.sqlite"),
-    out: Annotated[Path, typer.Option("--out", help="Report folder (Markdown + PNG).")] = Path(
-        "selfcal-report/bo4sc"),
+    store: Annotated[Path, typer.Option("--store", help="SQLite results store.")] = STORE_DEFAULT,
+    out: Annotated[Path, typer.Option("--out", help="Report folder (Markdown + PNG).")] = (
+        BO4SC_OUT_DEFAULT),
     workers: Annotated[int, typer.Option("--workers", min=0, help="Parallel processes "
                                          "(0: CPU cores, at most 4).")] = 0,
 ) -> None:
@@ -339,7 +340,10 @@ def reproduce_bo4sc(
                                 workers=n_workers, batch_by=study.batch_by,
                                 progress=sys.stderr.isatty() and not as_json)
             seconds = time.perf_counter() - start
-            command = "selfcal reproduce bo4sc" + (" --quick" if quick else "")
+            command = " ".join(["selfcal reproduce bo4sc", "--quick" * quick,
+                                f"--store {store}" * (store != STORE_DEFAULT),
+                                f"--out {out}" * (out != BO4SC_OUT_DEFAULT)]).strip()
+            command = " ".join(command.split())
             path = report.write_report(results, protocol, out, command=command,
                                        seconds=seconds)
             if as_json:

@@ -35,7 +35,7 @@ def test_quick_reproduction_report_and_resume(quick_run, capsys):
     args, store, out = quick_run
     payload = run_cli(capsys, args)
     q = study.QUICK
-    assert len(payload["runs"]) == len(q.datasets) * len(study.METHODS) * len(q.seeds)
+    assert len(payload["runs"]) == len(q.datasets) * len(study.METHODS) * len(q.seeds) == 16
     assert payload["failures"] == []
     keys = {(a["dataset"], a["method"], a["metric"]) for a in payload["aggregates"]}
     for d in q.datasets:
@@ -70,7 +70,7 @@ def test_table_text_output(quick_run, capsys):
     code = main([a for a in args if a != "--json"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "0 runs done, 12 already stored" in out or "12 runs done" in out
+    assert "0 runs done, 16 already stored" in out or "16 runs done" in out
     assert "| BO4SC (p̂) |" in out and "published" in out
 
 

@@ -7,6 +7,8 @@ model only.
 
 * **Standard**: the MLP trained with plain cross-entropy by full-batch Adam. Selected on
   validation NLL over learning rates x epochs (checkpoints along one trajectory).
+* **Standard, fixed epochs** (``standard-fixed``; not in the paper): the same trajectories,
+  learning rate selected by validation NLL at the last epoch, no early stopping.
 * **IsoReg**: the selected Standard model plus top-label isotonic regression fitted on the
   validation set (:class:`~selfcal.posthoc.IsotonicCalibration`); predictions unchanged.
 * **BO4SC**: :mod:`selfcal.bilevel.bo4sc` from the same initialisation: weights ``w = 1``, clipped
@@ -39,9 +41,15 @@ from selfcal.experiments.spec import RunResult, RunSpec
 
 STUDY = "bo4sc"
 DATASETS = ("blobs-1.3", "blobs-1.7", "spiral-2.5", "spiral-3.5", "bac")
-METHODS = ("standard", "isoreg", "bo4sc")
+METHODS = ("standard", "standard-fixed", "isoreg", "bo4sc")
+"""``standard-fixed`` is not in the paper: Standard trained for the full ``max_epochs`` (only the
+learning rate selected on validation), to show how much of the gap to the paper's Standard is
+early stopping."""
 REGION_DATASETS = ("blobs-1.3", "blobs-1.7", "spiral-2.5", "spiral-3.5")
 """2-D datasets for which the figure seed's confidence map is stored."""
+STUDY_VERSION = 2
+"""Bumped whenever the executor's computation or metrics change, so stored runs of an older
+version are not mixed with new ones (it is part of every run's key via the fingerprint)."""
 REGION_MARGIN = 0.5
 """Confidence maps cover the raw training data's bounding box plus this margin."""
 
@@ -95,9 +103,11 @@ class Protocol:
         return tuple(range(self.checkpoint_every, self.max_epochs + 1, self.checkpoint_every))
 
     def fingerprint(self) -> str:
-        """Hash of every setting that changes a run's result (not seeds/datasets/notes)."""
+        """Hash of every setting that changes a run's result (not seeds/datasets/notes), and
+        of :data:`STUDY_VERSION`."""
         settings = {k: v for k, v in asdict(self).items()
                     if k not in ("name", "seeds", "datasets", "notes")}
+        settings["study_version"] = STUDY_VERSION
         return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -122,7 +132,7 @@ PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
 def specs(protocol: Protocol) -> list[RunSpec]:
     """One spec per (dataset, method, seed), BO4SC first (the longest groups start first)."""
     hparams = {"protocol": protocol.name, "fingerprint": protocol.fingerprint()}
-    order = ("bo4sc", "standard", "isoreg")
+    order = ("bo4sc", "standard", "standard-fixed", "isoreg")
     return [
         RunSpec(STUDY, dataset, method, seed, hparams)
         for method in order for dataset in protocol.datasets for seed in protocol.seeds
@@ -245,6 +255,7 @@ def _run_standard(protocol: Protocol, dataset: str, seeds: list[int]) -> dict:
     scores, snapshots = train_standard(model, problems.initial_params(), x, y, xv, yv, lr,
                                        protocol.max_epochs, protocol.checkpoint_every)
     choice = _best(scores, len(seeds), len(configs))
+    last = _best(scores[:, -1:], len(seeds), len(configs))
     results = {}
     for s_idx, seed in enumerate(seeds):
         c, k = choice[s_idx]
@@ -262,6 +273,12 @@ def _run_standard(protocol: Protocol, dataset: str, seeds: list[int]) -> dict:
             protocol, standard, selected,
             _region(protocol, dataset, seed, split, lambda z: torch.softmax(z, 1).amax(1),
                     model, params),
+        )
+        c_last = last[s_idx][0]
+        fixed = {name: t[s_idx * len(configs) + c_last] for name, t in snapshots[-1].items()}
+        results[("standard-fixed", seed)] = _result(
+            protocol, Predictions.from_logits(_logits(model, fixed, split.test.x), split.test.y),
+            {"hp.lr": configs[c_last]["lr"], "hp.epochs": protocol.max_epochs}, {},
         )
         results[("isoreg", seed)] = _result(
             protocol, standard.with_confidence(iso_conf), selected,
@@ -400,6 +417,7 @@ def _top_label_metrics(protocol: Protocol, pred: Predictions) -> dict[str, float
     bins = protocol.n_bins
     return {
         "ece": float(M.ece(pred, n_bins=bins)),
+        "ece_10_bins": float(M.ece(pred, n_bins=10)),  # sensitivity to the bin count
         "mce": float(M.mce(pred, n_bins=bins)),
         "adaece": float(M.adaece(pred, n_bins=bins)),
         "sece": float(M.sece(pred)),
