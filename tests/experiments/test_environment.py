@@ -45,7 +45,7 @@ def test_git_commit_of_the_selfcal_sources() -> None:
     except subprocess.CalledProcessError:
         assert environment()["git_commit"] is None
         return
-    dirty = git(source, "status", "--porcelain") != ""
+    dirty = git(source, "status", "--porcelain", "--untracked-files=no") != ""
     assert environment()["git_commit"] == head + ("-dirty" if dirty else "")
 
 
@@ -61,4 +61,6 @@ def test_git_commit_clean_dirty_and_absent(tmp_path: Path) -> None:
     head = git(tmp_path, "rev-parse", "HEAD")
     assert len(head) == 40 and environment(tmp_path)["git_commit"] == head
     (tmp_path / "b.txt").write_text("untracked")
+    assert environment(tmp_path)["git_commit"] == head  # outputs in the tree do not count
+    (tmp_path / "a.txt").write_text("changed")
     assert environment(tmp_path)["git_commit"] == head + "-dirty"

@@ -21,7 +21,8 @@ def environment(repo: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     this process may use), ``device`` (CUDA device name, ``"mps"`` or ``"cpu"``) and
     ``git_commit``: ``git rev-parse HEAD`` of ``repo`` -- by default the directory holding the
     selfcal sources, i.e. the code that actually ran -- with ``-dirty`` appended when
-    ``git status --porcelain`` lists anything (untracked files included), ``None`` when it is
+    a tracked file differs from the commit (``git status --porcelain --untracked-files=no``, as
+    ``git describe --dirty``: outputs written into the tree do not count), ``None`` when it is
     not a git working tree or git is unavailable.
     """
     import selfcal
@@ -60,11 +61,11 @@ def _usable_cpus() -> int | None:
 
 def git_commit(where: str | os.PathLike[str]) -> str | None:
     """``HEAD`` commit of the git working tree containing ``where`` (``-dirty`` suffix when
-    ``git status --porcelain`` is non-empty), or ``None`` when there is none."""
+    a tracked file is modified), or ``None`` when there is none."""
     head = _git(where, "rev-parse", "HEAD")
     if head is None:
         return None
-    status = _git(where, "status", "--porcelain")
+    status = _git(where, "status", "--porcelain", "--untracked-files=no")
     return head + ("-dirty" if status else "")
 
 
