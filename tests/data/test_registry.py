@@ -10,7 +10,7 @@ import torch
 from data_helpers import ALL_DATASETS, SKLEARN, SYNTHETIC, all_labels, all_raw, cached
 
 from selfcal.data import DataSplits, dataset_names, load_dataset, register_dataset
-from selfcal.data.registry import _REGISTRY
+from selfcal.data.registry import _DATASETS
 
 
 def test_all_datasets_registered():
@@ -34,7 +34,7 @@ def test_register_twice_is_an_error_and_new_loader_is_usable():
         with pytest.raises(ValueError, match="already registered"):
             register_dataset("test-only-copy")(copy)
     finally:
-        del _REGISTRY["test-only-copy"]
+        del _DATASETS._entries["test-only-copy"]
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, True, "0", None])

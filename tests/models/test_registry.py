@@ -53,8 +53,8 @@ def test_module_without_reset_parameters_cannot_be_reinitialised():
 
 
 def test_registry_rejects_unknown_and_duplicate_names(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    with pytest.raises(ValueError, match="available: .*mlp"):
+    monkeypatch.setattr(registry._MODELS, "_entries", dict(registry._MODELS._entries))
+    with pytest.raises(ValueError, match="known: .*mlp"):
         build_model("resnet9000")
     with pytest.raises(ValueError, match="already registered"):
         register_model("mlp")(lambda: nn.Linear(1, 2))

@@ -13,12 +13,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from selfcal._registry import Registry
 from selfcal.data.core import DataSplits
 
 Loader = Callable[..., DataSplits]
 """``loader(seed, **options) -> DataSplits``; options are keyword-only parameters."""
 
-_REGISTRY: dict[str, Loader] = {}
+_DATASETS: Registry[Loader] = Registry("dataset")
 
 
 def register_dataset(name: str) -> Callable[[Loader], Loader]:
@@ -26,21 +27,12 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 
     A name can be registered once; registering it again is a ``ValueError``.
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
-
-    def decorate(loader: Loader) -> Loader:
-        if name in _REGISTRY:
-            raise ValueError(f"dataset {name!r} is already registered")
-        _REGISTRY[name] = loader
-        return loader
-
-    return decorate
+    return _DATASETS.register(name)
 
 
 def dataset_names() -> tuple[str, ...]:
     """Names of all registered datasets, sorted."""
-    return tuple(sorted(_REGISTRY))
+    return _DATASETS.names()
 
 
 def _check_seed(seed: Any) -> int:
@@ -67,8 +59,6 @@ def load_dataset(name: str, seed: int, **options: Any) -> DataSplits:
     ``options`` are passed to the loader (e.g. ``sizes=(700, 300, 1000)``). An unknown name is a
     ``ValueError`` listing the registered ones.
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown dataset {name!r}; known datasets: {', '.join(dataset_names())}")
-    loader = _REGISTRY[name]
+    loader = _DATASETS.get(name)
     _check_options(name, loader, options)
     return loader(_check_seed(seed), **options)

@@ -20,29 +20,22 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from selfcal._registry import Registry
+
 ModelFactory = Callable[..., nn.Module]
 F = TypeVar("F", bound=ModelFactory)
 
-_REGISTRY: dict[str, ModelFactory] = {}
+_MODELS: Registry[ModelFactory] = Registry("model")
 
 
 def register_model(name: str) -> Callable[[F], F]:
     """Decorator: make ``factory(**kwargs) -> nn.Module`` buildable as ``build_model(name)``."""
-    if not name or not isinstance(name, str):
-        raise ValueError(f"model name must be a non-empty string, got {name!r}")
-
-    def register(factory: F) -> F:
-        if name in _REGISTRY:
-            raise ValueError(f"a model named {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
-
-    return register
+    return _MODELS.register(name)  # type: ignore[return-value]
 
 
 def available_models() -> list[str]:
     """Sorted names accepted by :func:`build_model`."""
-    return sorted(_REGISTRY)
+    return list(_MODELS.names())
 
 
 @contextlib.contextmanager
@@ -60,9 +53,7 @@ def build_model(name: str, *, seed: int | None = None, **kwargs: Any) -> nn.Modu
     With ``seed`` the initial weights are a deterministic function of the seed and the global
     RNG is left untouched (see module docstring); with ``seed=None`` the global RNG is used as
     PyTorch does by default."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown model {name!r}; available: {', '.join(available_models())}")
-    factory = _REGISTRY[name]
+    factory = _MODELS.get(name)
     if seed is None:
         return factory(**kwargs)
     return init_model(lambda: factory(**kwargs), seed)
