@@ -13,7 +13,17 @@ name               what                                                         
 ``breast-cancer``  scikit-learn's breast cancer set, 2 classes                  35/15/50 %
 ``wine``           scikit-learn's wine set, 3 classes                           35/15/50 %
 ``digits``         scikit-learn's 8x8 digits, 10 classes                        35/15/50 %
+``digits-images``  the same digits as [n, 1, 8, 8] images, the same split        35/15/50 %
+``mnist1d``        MNIST-1D from the mnist1d generator, [n, 1, 40], 10 classes   3600/400/1000
+``cifar10``        CIFAR-10 from a local copy (root= / $SELFCAL_DATA)           45k/5k/10k
+``cifar100``       CIFAR-100 from a local copy (root= / $SELFCAL_DATA)          45k/5k/10k
+``tiny-imagenet``  Tiny-ImageNet-200 from a local copy, 64x64                   90k/10k/10k
 =================  ===========================================================  ===============
+
+Image and sequence sets are standardised per channel; CIFAR and Tiny-ImageNet use the reference
+code's fixed normalisation constants and index-shuffle splits (``split="meta"`` adds the 8:1:1
+``meta_val`` split in ``DataSplits.extra``); :mod:`selfcal.data.augment` holds the batched
+random-crop + flip augmentation.
 
 Every split is stratified and random by seed; model inputs are standardised with TRAINING-set
 statistics only (see :mod:`selfcal.data.core`). The generators and every choice made are in the
@@ -26,8 +36,9 @@ Public API::
     dataset_names() -> tuple[str, ...]
     @register_dataset(name)  # on loader(seed: int, *, option=default, ...) -> DataSplits
     DataSplits: name, train, val, test (Split), n_classes, feature_names, description, mean, std,
-                seed, options; split(name), raw(name), standardize(x_raw), n_features
-    Split: x (float32 [n, d]), y (int64 [n])
+                seed, options, extra (further named splits, e.g. "meta_val"); split(name),
+                raw(name), standardize(x_raw), n_features, split_names
+    Split: x (float32 [n, d] or [n, C, ...] for sequences / images), y (int64 [n])
 
 The constants of the synthetic generators (Blobs centres, spiral arm scale) were chosen by
 searches that ``python -m selfcal.data.search {blobs,spirals}`` reruns.
@@ -39,6 +50,10 @@ result with :func:`selfcal.data.core.build_splits` where it fits) and import it 
 from __future__ import annotations
 
 from selfcal.data import bac, blobs, spirals, tabular  # noqa: F401  (registers the datasets)
+from selfcal.data import digits_images  # noqa: F401  (registers digits-images)
+from selfcal.data import mnist1d  # noqa: F401  (registers mnist1d)
+from selfcal.data import cifar  # noqa: F401  (registers cifar10, cifar100)
+from selfcal.data import tiny_imagenet  # noqa: F401  (registers tiny-imagenet)
 from selfcal.data.core import DataSplits, Split
 from selfcal.data.registry import dataset_names, load_dataset, register_dataset
 

@@ -16,12 +16,18 @@ Choices (the same for every dataset built with :func:`build_splits`):
 * **Precision.** Raw features are kept in float64; ``mean``/``std`` are float64; model inputs
   are computed in float64 and stored as float32, so ``standardize(raw("train"))`` reproduces
   ``train.x`` bit for bit.
+* **Images and sequences** (``x`` of shape ``[n, C, ...]``, built with
+  :func:`splits_from_parts`) are standardised per CHANNEL (one mean/std per channel over all
+  positions, shape ``[C, 1, ...]``), the ``transforms.Normalize`` convention; their raw features
+  may be the stored ``uint8`` pixels (compact; ``standardize`` converts to float64 first).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -74,6 +80,9 @@ class DataSplits:
     raw features -- e.g. a plotting grid -- to model inputs. ``description`` states the generator
     and every choice made; ``options`` records the loader's keyword options (``seed`` excluded).
     ``feature_names`` may be empty for inputs that are not feature vectors (e.g. images).
+    ``extra`` holds further named held-out splits a protocol needs beyond the three (e.g. the
+    ``"meta_val"`` split of the 8:1:1 meta-learning protocol); :meth:`split` and :meth:`raw`
+    accept their names, and ``raw_features`` must hold them too.
     """
 
     name: str
@@ -88,18 +97,26 @@ class DataSplits:
     seed: int
     raw_features: Mapping[str, torch.Tensor]
     options: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Split] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.n_classes < 2:
             raise ValueError(f"n_classes must be >= 2, got {self.n_classes}")
-        if set(self.raw_features) != set(SPLIT_NAMES):
-            raise ValueError(f"raw_features needs exactly the keys {SPLIT_NAMES}")
+        self._check_extra()
+        if set(self.raw_features) != set(self.split_names):
+            raise ValueError(f"raw_features needs exactly the keys {self.split_names}")
         if not bool((self.std > 0).all()):
             raise ValueError("std must be positive")
         object.__setattr__(self, "raw_features", MappingProxyType(dict(self.raw_features)))
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
-        for name in SPLIT_NAMES:
+        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+        for name in self.split_names:
             self._check_split(name)
+
+    def _check_extra(self) -> None:
+        named_twice = set(self.extra) & set(SPLIT_NAMES)
+        if named_twice or not all(isinstance(p, Split) for p in self.extra.values()):
+            raise ValueError(f"extra must map new split names (not {SPLIT_NAMES}) to Split objects")
 
     def _check_split(self, name: str) -> None:
         part = self.split(name)
@@ -114,19 +131,26 @@ class DataSplits:
             raise ValueError(f"labels of {name!r} outside [0, {self.n_classes})")
 
     @property
+    def split_names(self) -> tuple[str, ...]:
+        """``("train", "val", "test")`` followed by the names of the ``extra`` splits."""
+        return SPLIT_NAMES + tuple(self.extra)
+
+    @property
     def n_features(self) -> int:
         """Number of input features (size of the second axis of ``x``)."""
         return int(self.train.x.shape[1])
 
     def split(self, split_name: str) -> Split:
-        """The split called ``"train"``, ``"val"`` or ``"test"``."""
-        if split_name not in SPLIT_NAMES:
-            raise ValueError(f"unknown split {split_name!r}; expected one of {SPLIT_NAMES}")
+        """The split called ``"train"``, ``"val"``, ``"test"`` or one of the ``extra`` names."""
+        if split_name not in self.split_names:
+            raise ValueError(f"unknown split {split_name!r}; expected one of {self.split_names}")
+        if split_name in self.extra:
+            return self.extra[split_name]
         part: Split = getattr(self, split_name)
         return part
 
     def raw(self, split_name: str) -> torch.Tensor:
-        """Un-standardised features (float64) of one split, e.g. the original 2-D plane."""
+        """Un-standardised features of one split (float64; images may keep uint8 pixels)."""
         self.split(split_name)
         return self.raw_features[split_name]
 
@@ -144,7 +168,7 @@ class DataSplits:
         return standardize_features(x64, self.mean.to(x.device), self.std.to(x.device))
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{s}={len(self.split(s))}" for s in SPLIT_NAMES)
+        sizes = ", ".join(f"{s}={len(self.split(s))}" for s in self.split_names)
         return (
             f"DataSplits(name={self.name!r}, seed={self.seed}, {sizes}, "
             f"n_features={self.n_features}, n_classes={self.n_classes})"
@@ -276,4 +300,125 @@ def build_splits(
         seed=seed,
         raw_features=raw_t,
         options=dict(options or {}),
+    )
+
+
+STANDARDIZE_CHUNK = 4096
+"""Samples standardised at a time by :func:`splits_from_parts` (bounds the float64 temporary)."""
+
+
+def channel_standardization_stats(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (mean, std) of ``[n, C, ...]`` training inputs, ddof = 0, float64.
+
+    Each channel's statistics pool all samples and positions (the ``transforms.Normalize``
+    convention); they are shaped ``[C, 1, ...]`` to broadcast against one sample. A constant
+    channel gets ``std = 1`` (it is only centred).
+    """
+    x = np.asarray(x_train, dtype=np.float64)
+    if x.ndim < 3 or x.shape[0] == 0:
+        raise ValueError(f"need training inputs of shape [n >= 1, C, ...], got {x.shape}")
+    axes = (0, *range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)[0]
+    std = x.std(axis=axes, keepdims=True)[0]
+    constant = std < CONSTANT_STD_RTOL * np.maximum(1.0, np.abs(mean))
+    return mean, np.where(constant, 1.0, std)
+
+
+def _standardize_in_chunks(
+    x_raw: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
+) -> torch.Tensor:
+    """:func:`standardize_features` over blocks of samples: the same values, less memory."""
+    if x_raw.shape[0] <= STANDARDIZE_CHUNK:
+        return standardize_features(x_raw, mean, std)
+    return torch.cat([standardize_features(c, mean, std) for c in x_raw.split(STANDARDIZE_CHUNK)])
+
+
+def splits_from_parts(
+    *,
+    name: str,
+    raw: Mapping[str, torch.Tensor],
+    labels: Mapping[str, np.ndarray],
+    n_classes: int,
+    mean: np.ndarray,
+    std: np.ndarray,
+    description: str,
+    seed: int,
+    options: Mapping[str, Any] | None = None,
+    feature_names: Sequence[str] = (),
+) -> DataSplits:
+    """Wrap already split raw inputs (``[n, ...]`` tensors, any numeric dtype) into DataSplits.
+
+    For loaders whose split is fixed by a protocol (official test sets, reference index
+    shuffles) rather than drawn by :func:`stratified_split_indices`. ``raw`` and ``labels`` hold
+    ``"train"``, ``"val"``, ``"test"`` and optionally extra split names (stored in
+    ``DataSplits.extra``); inputs are ``(raw - mean) / std`` computed in float64, stored float32.
+    Splits given the same raw tensor object and the same labels object (e.g. a protocol that
+    uses one set as validation and test) share one :class:`Split`, so it is stored once.
+    """
+    if set(raw) != set(labels) or not set(SPLIT_NAMES) <= set(raw):
+        raise ValueError(f"raw and labels need the same keys, including {SPLIT_NAMES}")
+    mean_t = torch.from_numpy(np.asarray(mean, np.float64))
+    std_t = torch.from_numpy(np.asarray(std, np.float64))
+    built: dict[tuple[int, int], Split] = {}
+    parts: dict[str, Split] = {}
+    for s in raw:
+        key = (id(raw[s]), id(labels[s]))
+        if key not in built:
+            built[key] = Split(
+                x=_standardize_in_chunks(raw[s], mean_t, std_t),
+                y=torch.from_numpy(np.asarray(labels[s]).astype(np.int64)),
+            )
+        parts[s] = built[key]
+    return DataSplits(
+        name=name,
+        train=parts["train"],
+        val=parts["val"],
+        test=parts["test"],
+        n_classes=n_classes,
+        feature_names=tuple(feature_names),
+        description=description,
+        mean=mean_t,
+        std=std_t,
+        seed=seed,
+        raw_features=dict(raw),
+        options=dict(options or {}),
+        extra={s: p for s, p in parts.items() if s not in SPLIT_NAMES},
+    )
+
+
+DATA_ENV_VAR = "SELFCAL_DATA"
+"""Environment variable naming the directory that holds datasets read from disk."""
+
+
+class DatasetNotFoundError(FileNotFoundError, ValueError):
+    """A dataset read from disk is not where it was looked for.
+
+    Both a ``FileNotFoundError`` (what happened) and a ``ValueError`` (the package's error for
+    bad input), so either ``except`` clause catches it. The message names the expected layout.
+    """
+
+
+def locate_dataset_dir(
+    folder: str, root: str | os.PathLike[str] | None, required: Sequence[str], source: str
+) -> Path:
+    """The directory holding a dataset's files; never downloads anything.
+
+    Lookup order: the ``root`` option if given, else ``$SELFCAL_DATA``. Inside it, ``folder``
+    (e.g. ``cifar-10-batches-py``, as torchvision's ``root``), or ``root`` itself if it directly
+    holds every ``required`` entry. Raises :class:`DatasetNotFoundError` naming the layout and
+    ``source`` (where to get the archive) when neither exists.
+    """
+    base = root if root is not None else os.environ.get(DATA_ENV_VAR)
+    layout = f"{folder}/ with {', '.join(required)}"
+    if base is None or str(base) == "":
+        raise DatasetNotFoundError(
+            f"no data directory: pass root=... or set ${DATA_ENV_VAR} to a directory holding "
+            f"{layout}; get it from {source}"
+        )
+    for candidate in (Path(base) / folder, Path(base)):
+        if all((candidate / entry).exists() for entry in required):
+            return candidate
+    raise DatasetNotFoundError(
+        f"dataset not found under {str(base)!r}: expected {layout} (in that directory or "
+        f"directly in it); get it from {source} and unpack it there (nothing is downloaded)"
     )
