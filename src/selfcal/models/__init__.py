@@ -5,6 +5,8 @@ deterministic initialisation. To add an architecture, write one file that decora
 factory with :func:`register_model` and import that file here.
 """
 
+from selfcal.models.cnn import CNN1d, CNN2d  # registers "cnn1d", "cnn2d"
+from selfcal.models.densenet import DenseNet  # registers "densenet121"
 from selfcal.models.functional import batched_logits, functional_logits, stack_models
 from selfcal.models.mlp import MLP  # importing the file registers "mlp"
 from selfcal.models.registry import (
@@ -14,9 +16,16 @@ from selfcal.models.registry import (
     register_model,
     seeded_rng,
 )
+from selfcal.models.resnet import CifarResNet  # registers "resnet18", "resnet50", "resnet110"
+from selfcal.models.wide_resnet import WideResNet  # registers "wide_resnet", "wide_resnet26_10"
 
 __all__ = [
+    "CNN1d",
+    "CNN2d",
+    "CifarResNet",
+    "DenseNet",
     "MLP",
+    "WideResNet",
     "available_models",
     "batched_logits",
     "build_model",

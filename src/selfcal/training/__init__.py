@@ -2,11 +2,20 @@
 
 ``fit(model, (x, y), (x_val, y_val), config=TrainConfig(epochs=200, lr=1e-2))`` trains in place
 with Adam or SGD, MultiStepLR, optional clipping, early stopping on validation NLL and
-best-epoch restoring; losses of :mod:`selfcal.losses` plug in as ``loss_fn``.
+best-epoch restoring; losses of :mod:`selfcal.losses` plug in as ``loss_fn``, and a
+``batch_transform(x, generator)`` (data augmentation) transforms the training minibatches.
 """
 
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History, TrainingDiverged
-from selfcal.training.loop import fit, make_optimizer, predict_logits
+from selfcal.training.loop import BatchTransform, fit, make_optimizer, predict_logits
 
-__all__ = ["History", "TrainConfig", "TrainingDiverged", "fit", "make_optimizer", "predict_logits"]
+__all__ = [
+    "BatchTransform",
+    "History",
+    "TrainConfig",
+    "TrainingDiverged",
+    "fit",
+    "make_optimizer",
+    "predict_logits",
+]

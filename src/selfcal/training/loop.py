@@ -8,8 +8,12 @@ Any NaN/inf loss, parameter or validation logit raises :class:`TrainingDiverged`
 Determinism: the minibatch order of epoch ``e`` is the ``e``-th ``torch.randperm`` of a
 ``torch.Generator`` seeded with ``config.seed``; randomness inside the model (dropout) draws
 from the global RNG, which ``fit`` seeds with ``config.seed`` inside
-:func:`torch.random.fork_rng`, so the caller's RNG state is left as it was. On the CPU two runs
-with equal inputs and config give bit-identical parameters.
+:func:`torch.random.fork_rng`, so the caller's RNG state is left as it was. An optional
+``batch_transform`` (data augmentation) draws from a third ``torch.Generator``, on
+``config.device`` (where the batches are), whose seed is derived from ``config.seed`` by
+:class:`numpy.random.SeedSequence` (``[seed, 1]``): its stream is independent of the shuffling
+stream, and the shuffling is the same with or without a transform. On the CPU two runs with
+equal inputs and config give bit-identical parameters.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,6 +35,7 @@ from selfcal.training.history import History, StopReason, TrainingDiverged, _Rec
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 EpochCallback = Callable[[int, nn.Module, History], bool | None]
+BatchTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Batch = torch.Tensor | slice
 
 
@@ -45,6 +51,7 @@ def fit(
     config: TrainConfig,
     loss_fn: LossFn | None = None,
     on_epoch: EpochCallback | None = None,
+    batch_transform: BatchTransform | None = None,
 ) -> History:
     """Train ``model`` in place on ``train = (x, y)``; return the run's :class:`History`.
 
@@ -52,6 +59,10 @@ def fit(
     ``nn.CrossEntropyLoss(reduction="sum")`` for the papers' sum reduction. A loss object with
     a ``set_epoch(epoch)`` method is told the epoch before the epoch's first step.
     ``on_epoch(epoch, model, history)`` runs after each epoch; returning ``True`` stops.
+    ``batch_transform(x_batch, generator) -> x_batch`` (e.g.
+    :func:`selfcal.data.augment.random_crop_flip`) is applied to every training minibatch, never
+    to validation data, drawing its randomness from ``generator`` (on ``config.device``, seeded
+    from ``config.seed``; see the module doc); it must keep the batch's rows.
     The model is moved to ``config.device`` and left in training mode; with
     ``config.restore_best`` it ends with the parameters of the best validation-NLL epoch.
     """
@@ -62,6 +73,7 @@ def fit(
     if validation is None and (config.early_stopping is not None or config.restore_best):
         raise ValueError("early_stopping and restore_best need validation data (val=...)")
     loss_fn = F.cross_entropy if loss_fn is None else loss_fn
+    augment = _seeded_transform(batch_transform, config.seed, device)
     optimizer = make_optimizer(model, config)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(
         optimizer, list(config.milestones), gamma=config.lr_decay
@@ -76,7 +88,9 @@ def fit(
             epoch_start, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
             try:
                 batches = _epoch_batches(len(y), config.batch_size, shuffle, device)
-                loss = _train_epoch(model, x, y, batches, loss_fn, optimizer, config, epoch)
+                loss = _train_epoch(
+                    model, x, y, batches, loss_fn, optimizer, config, epoch, augment
+                )
                 scheduler.step()
                 _check_parameters(model)
                 scores = None if validation is None else _validate(model, *validation)
@@ -140,8 +154,11 @@ def _train_epoch(
     optimizer: torch.optim.Optimizer,
     config: TrainConfig,
     epoch: int,
+    augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> float:
-    """One pass over ``batches``; returns the batch-size-weighted mean of the batch losses."""
+    """One pass over ``batches``; returns the batch-size-weighted mean of the batch losses.
+
+    ``augment`` (if given) transforms each minibatch's inputs before the forward pass."""
     set_epoch = getattr(loss_fn, "set_epoch", None)
     if callable(set_epoch):
         set_epoch(epoch)
@@ -149,7 +166,8 @@ def _train_epoch(
     total = 0.0
     for batch in batches:
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x[batch]), y[batch])
+        inputs = x[batch] if augment is None else augment(x[batch])
+        loss = loss_fn(model(inputs), y[batch])
         value = _scalar(loss)
         loss.backward()
         if config.grad_clip is not None:
@@ -157,6 +175,30 @@ def _train_epoch(
         optimizer.step()
         total += value * len(y[batch])
     return total / len(y)
+
+
+def _seeded_transform(
+    transform: BatchTransform | None, seed: int, device: torch.device
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """Bind ``transform`` to its own generator (see module doc) and check what it returns."""
+    if transform is None:
+        return None
+    if not callable(transform):
+        raise ValueError(f"batch_transform must be callable, got {type(transform).__name__}")
+    derived = int(np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)[0])
+    generator = torch.Generator(device=device).manual_seed(derived)
+
+    def augment(batch: torch.Tensor) -> torch.Tensor:
+        out = transform(batch, generator)
+        if not isinstance(out, torch.Tensor) or out.shape[:1] != batch.shape[:1]:
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(
+                f"batch_transform must return a tensor with the batch's {batch.shape[0]} rows, "
+                f"got {shape}"
+            )
+        return out
+
+    return augment
 
 
 def _scalar(loss: Any) -> float:
