@@ -1,0 +1,90 @@
+"""Input checks and reductions shared by every training loss.
+
+Losses run inside the training loop, once per minibatch, so the per-call checks are cheap:
+shapes and dtypes (Python only) and one ``aminmax`` over the labels. Logits are *not* scanned
+for NaN/inf: a non-finite logit gives a non-finite loss, which
+:func:`selfcal.training.fit` reports as :class:`~selfcal.training.TrainingDiverged` -- raising
+``ValueError`` here would turn a diverged run into a crash. Hyperparameters are checked once,
+when a loss or weight object is built.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+Reduction = Literal["sum", "mean", "none"]
+REDUCTIONS: tuple[str, ...] = ("sum", "mean", "none")
+_INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+
+
+def check_reduction(reduction: str) -> None:
+    """``reduction`` must be ``"sum"`` (the reference code's default), ``"mean"`` or ``"none"``."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Sum, mean, or the per-sample vector itself."""
+    if reduction == "sum":
+        return per_sample.sum()
+    if reduction == "mean":
+        return per_sample.mean()
+    return per_sample
+
+
+def check_logits_labels(logits: object, labels: object) -> torch.Tensor:
+    """Validate ``logits (N, C)`` and integer ``labels (N,)`` in ``[0, C)``; return int64 labels."""
+    if not isinstance(logits, torch.Tensor) or not isinstance(labels, torch.Tensor):
+        raise ValueError(
+            "logits and labels must be torch tensors, got "
+            f"{type(logits).__name__} and {type(labels).__name__}"
+        )
+    if logits.ndim != 2 or logits.shape[0] == 0 or logits.shape[1] < 2:
+        raise ValueError(
+            f"logits must have shape (N, C) with N >= 1, C >= 2, got {tuple(logits.shape)}"
+        )
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be floating point, got dtype {logits.dtype}")
+    if labels.ndim != 1 or labels.shape[0] != logits.shape[0]:
+        raise ValueError(
+            f"labels must have shape ({logits.shape[0]},) to match logits, "
+            f"got {tuple(labels.shape)}"
+        )
+    if labels.dtype not in _INTEGER_DTYPES:
+        raise ValueError(f"labels must hold integer class indices, got dtype {labels.dtype}")
+    low, high = torch.aminmax(labels)
+    low, high, n_classes = int(low), int(high), logits.shape[1]
+    if low < 0 or high >= n_classes:
+        raise ValueError(
+            f"labels must lie in [0, {n_classes}), found label {low if low < 0 else high}"
+        )
+    return labels if labels.dtype == torch.int64 else labels.long()
+
+
+def check_nonnegative(value: object, name: str) -> float:
+    """A finite real number >= 0 (an exponent, a coefficient), returned as ``float``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return value
+
+
+def check_positive(value: object, name: str) -> float:
+    """A finite real number > 0, returned as ``float``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return value
+
+
+def check_per_sample(values: torch.Tensor, n: int, name: str) -> None:
+    """A per-sample tensor must be 0-D or have shape ``(n,)``."""
+    if values.ndim > 1 or (values.ndim == 1 and values.shape[0] != n):
+        raise ValueError(f"{name} must be a scalar or have shape ({n},), got {tuple(values.shape)}")

@@ -1,0 +1,36 @@
+"""Brier loss ``sum_k (p_k - y_k)**2`` per sample ([FLC] "BrierScore"; spec §3)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from selfcal.losses._checks import Reduction, check_logits_labels, check_reduction, reduce
+from selfcal.losses.weights import one_hot_residual
+
+
+def brier_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, reduction: Reduction = "sum"
+) -> torch.Tensor:
+    """``sum_k (softmax(z)_k - onehot(y)_k)**2`` per sample, summed over the batch by default
+    (the reference sums over samples *and* classes; it is not divided by ``C``)."""
+    labels = check_logits_labels(logits, labels)
+    check_reduction(reduction)
+    residual = one_hot_residual(F.softmax(logits, dim=1), labels)
+    return reduce(residual.square().sum(dim=1), reduction)
+
+
+class BrierLoss(nn.Module):
+    """Module twin of :func:`brier_loss`."""
+
+    def __init__(self, *, reduction: Reduction = "sum") -> None:
+        super().__init__()
+        check_reduction(reduction)
+        self.reduction = reduction
+
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return brier_loss(logits, labels, reduction=self.reduction)
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}"
