@@ -340,6 +340,16 @@ def _protocol_text(p: study.Protocol) -> str:
     )
 
 
+def summary_lines(store: ResultsStore, protocol: study.Protocol) -> list[str]:
+    """What ``selfcal reproduce bo4sc`` prints: Table 1 and the verdicts."""
+    runs = records(store, protocol)
+    agg = aggregates(runs)
+    return ["ECE (test; mean ± 95% CI over seeds; published in parentheses)",
+            metric_table(agg, protocol.datasets, "ece", True), "", "Accuracy",
+            metric_table(agg, protocol.datasets, "accuracy", True), "",
+            *verdicts(runs, agg, protocol.datasets)]
+
+
 def json_payload(store: ResultsStore, protocol: study.Protocol) -> dict[str, Any]:
     """Per-run records and the aggregates, for ``--json``."""
     runs = records(store, protocol)
