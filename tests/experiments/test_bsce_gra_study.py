@@ -64,3 +64,18 @@ def test_gra_toy_quick(tmp_path, capsys):
         assert -1 <= run["metrics"][f"pearson_{key}"] <= 1
     assert payload["published"] == {"fl": 0.550, "dfl": 0.638, "gbs": 0.664}
     assert "published" in (tmp_path / "rep" / "README.md").read_text()
+
+
+def test_cifar_rows_join_when_the_data_is_present(tmp_path, monkeypatch):
+    """No CIFAR files: the CPU study only. A CIFAR folder under $SELFCAL_DATA adds its rows,
+    with the papers' schedule (350 epochs, drops at 150 / 250) and figure epochs."""
+    monkeypatch.delenv("SELFCAL_DATA", raising=False)
+    assert {s.dataset for s in study.specs(study.FULL)} == set(study.FULL.datasets)
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    monkeypatch.setenv("SELFCAL_DATA", str(tmp_path))
+    specs = study.specs(study.FULL)
+    assert sum(s.dataset == "cifar10" for s in specs) == len(study.FULL.losses) * 3
+    assert not any(s.dataset == "cifar10" for s in study.specs(study.QUICK))
+    assert study.schedule(study.FULL, "cifar10") == (350, (150, 250))
+    assert study.figure_epochs(study.FULL, "cifar10") == (50, 150, 250, 350)
+    assert study.schedule(study.FULL, "mnist1d") == (35, (15, 25))

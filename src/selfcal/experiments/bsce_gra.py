@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,13 @@ from selfcal.experiments.spec import RunResult, RunSpec
 
 STUDY = "bsce-gra"
 STUDY_VERSION = 1
-MODELS = {"mnist1d": "cnn1d", "digits-images": "cnn2d"}
+MODELS = {"mnist1d": "cnn1d", "digits-images": "cnn2d", "cifar10": "resnet50",
+          "cifar100": "resnet50"}
+CIFAR = ("cifar10", "cifar100")
+"""Run for real (the papers' full schedule, crop + flip, ResNet-50) when ``$SELFCAL_DATA``
+holds them; hours per run on a GPU, so the CPU reproduction leaves them out otherwise."""
+CIFAR_SCHEDULE = (350, (150, 250))
+"""[GRA]: 350 epochs, learning rate x0.1 at 150 and 250 (the scheduler steps after each epoch)."""
 TABLE_LOSSES = ("ce", "brier", "mmce", "flsd53", "dfl", "bsce", "bsce-gra")
 """The rows of [GRA] Tables 1, 3, 4, 5."""
 GRA_PAIRS = (("flsd53", "flsd53-gra"), ("dfl", "dfl-gra"), ("bsce", "bsce-gra"))
@@ -82,10 +89,26 @@ QUICK = Protocol(
 PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
 
 
+def available_cifar() -> tuple[str, ...]:
+    """The CIFAR sets whose files are present locally (``$SELFCAL_DATA``); never downloads."""
+    import os
+
+    from selfcal.data.core import DATA_ENV_VAR
+
+    root = os.environ.get(DATA_ENV_VAR)
+    if not root:
+        return ()
+    folders = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+    return tuple(name for name in CIFAR if (Path(root) / folders[name]).is_dir())
+
+
 def specs(protocol: Protocol) -> list[RunSpec]:
+    """Every (dataset, loss, seed) of the protocol, plus the CIFAR rows when the data is
+    present locally (full protocol only)."""
     hparams = {"protocol": protocol.name, "fingerprint": protocol.fingerprint()}
+    datasets = protocol.datasets + (available_cifar() if protocol.name == "full" else ())
     return [RunSpec(STUDY, d, loss, seed, hparams)
-            for d in protocol.datasets for loss in protocol.losses for seed in protocol.seeds]
+            for d in datasets for loss in protocol.losses for seed in protocol.seeds]
 
 
 def protocol_of(spec: RunSpec) -> Protocol:
@@ -119,21 +142,45 @@ def train_and_evaluate(protocol: Protocol, dataset: str, loss_name: str, seed: i
     data = load_dataset(dataset, seed)
     model = build_model(MODELS[dataset], seed=seed, n_classes=data.n_classes)
     loss = build_loss(loss_name, **LOSS_OPTIONS.get(loss_name, {}))
+    epochs, milestones = schedule(protocol, dataset)
     config = TrainConfig(
-        epochs=protocol.epochs, optimizer="sgd", lr=protocol.lr, momentum=protocol.momentum,
+        epochs=epochs, optimizer="sgd", lr=protocol.lr, momentum=protocol.momentum,
         weight_decay=protocol.weight_decay, batch_size=protocol.batch_size,
-        milestones=protocol.milestones, grad_clip=protocol.grad_clip, seed=seed,
+        milestones=milestones, grad_clip=protocol.grad_clip, seed=seed,
+        device="cuda" if torch.cuda.is_available() else "cpu",
     )
-    tracker = _Tracker(protocol, data, loss)
-    fit(model, (data.train.x, data.train.y), config=config, loss_fn=loss, on_epoch=tracker)
+    tracker = _Tracker(protocol, data, loss, figure_epochs(protocol, dataset))
+    fit(model, (data.train.x, data.train.y), config=config, loss_fn=loss, on_epoch=tracker,
+        batch_transform=augmentation(data) if dataset in CIFAR else None)
     metrics = _final_metrics(protocol, model, data)
     return RunResult(metrics=metrics, artefacts=tracker.artefacts())
+
+
+def schedule(protocol: Protocol, dataset: str) -> tuple[int, tuple[int, ...]]:
+    """``(epochs, milestones)``: the papers' on CIFAR, the protocol's shortened one otherwise."""
+    return CIFAR_SCHEDULE if dataset in CIFAR else (protocol.epochs, protocol.milestones)
+
+
+def figure_epochs(protocol: Protocol, dataset: str) -> tuple[int, ...]:
+    """The figure epochs scaled to the dataset's schedule (CIFAR: 50, 150, 250, 350)."""
+    epochs = schedule(protocol, dataset)[0]
+    return tuple(round(e * epochs / protocol.epochs) for e in protocol.figure_epochs)
+
+
+def augmentation(data: Any) -> Any:
+    """RandomCrop(32, padding 4) + horizontal flip, padding with black as the reference code
+    (which pads before normalising)."""
+    from functools import partial
+
+    from selfcal.data.augment import black_fill, random_crop_flip
+
+    return partial(random_crop_flip, padding=4, fill=black_fill(data))
 
 
 def _logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     from selfcal.training import predict_logits
 
-    return predict_logits(model, x).double()
+    return predict_logits(model, x, batch_size=1000).double().cpu()
 
 
 def _final_metrics(protocol: Protocol, model, data) -> dict[str, float]:
@@ -159,8 +206,10 @@ class _Tracker:
     per-sample last-layer gradient norm and Brier score on training samples (Fig. 4) and the
     true-class probability of test samples, split by correctness (Figs. 7-8)."""
 
-    def __init__(self, protocol: Protocol, data: Any, loss: torch.nn.Module) -> None:
+    def __init__(self, protocol: Protocol, data: Any, loss: torch.nn.Module,
+                 epochs: tuple[int, ...]) -> None:
         self.protocol, self.data, self.loss = protocol, data, loss
+        self.figure_epochs = set(epochs)
         self.test_ece: list[float] = []
         self.arrays: dict[str, np.ndarray] = {}
 
@@ -170,14 +219,16 @@ class _Tracker:
         z = _logits(model, self.data.test.x)
         self.test_ece.append(float(M.ece(logits=z, labels=self.data.test.y)))
         done = epoch + 1
-        if done in self.protocol.figure_epochs:
+        if done in self.figure_epochs:
             p = torch.softmax(z, 1)
             y = self.data.test.y
             self.arrays[f"true_prob_e{done}"] = p.gather(1, y[:, None])[:, 0].float().numpy()
             self.arrays[f"correct_e{done}"] = (p.argmax(1) == y).numpy()
+            n = self.protocol.gradient_samples
+            device = next(model.parameters()).device
             norm, brier = last_layer_gradient_norms(
-                model, self.loss, self.data.train.x[: self.protocol.gradient_samples],
-                self.data.train.y[: self.protocol.gradient_samples])
+                model, self.loss, self.data.train.x[:n].to(device),
+                self.data.train.y[:n].to(device))
             self.arrays[f"grad_norm_e{done}"] = norm.float().numpy()
             self.arrays[f"brier_e{done}"] = brier.float().numpy()
         return False
@@ -207,4 +258,4 @@ def last_layer_gradient_norms(model: torch.nn.Module, loss: torch.nn.Module, x: 
         model.train(was_training)
     p = torch.softmax(z.detach().double(), 1)
     onehot = torch.nn.functional.one_hot(y, p.shape[1]).double()
-    return dz.norm(dim=1) * h.norm(dim=1), (p - onehot).square().sum(1)
+    return (dz.norm(dim=1) * h.norm(dim=1)).cpu(), (p - onehot).square().sum(1).cpu()
