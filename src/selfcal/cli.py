@@ -359,41 +359,35 @@ def _reproduce(name: str, quick: bool, as_json: bool, store: Path, out: Path,
         sys.stdout.write("\n".join(text) + "\n")
 
 
-@reproduce_app.command("bo4sc")
-def reproduce_bo4sc(quick: QuickOpt = False, as_json: JsonOpt = False,
-                    store: StoreOpt = STORE_DEFAULT,
-                    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
-                        REPORT_ROOT / "bo4sc"),
-                    workers: WorkersOpt = 0) -> None:
-    """BO4SC (Sanguin et al. 2024): Table 1 and Figures 1-3, Standard / IsoReg / BO4SC on
-    Blobs, Spiral and BAC, 5 seeds, beside the published numbers."""
-    with _errors():
-        _reproduce("bo4sc", quick, as_json, store, out, workers)
+STUDY_HELP = {
+    "bo4sc": "BO4SC (Sanguin et al. 2024): Table 1 and Figures 1-3, Standard / IsoReg / BO4SC on "
+             "Blobs, Spiral and BAC, 5 seeds, beside the published numbers.",
+    "bsce-gra": "BSCE-GRA (Lin et al.): the loss comparison of Tables 1-5 and 2 on MNIST-1D and "
+                "digits, 3 seeds, pre/post temperature scaling, the published CIFAR numbers "
+                "beside (CIFAR rows run when the data is under $SELFCAL_DATA).",
+    "gra-toy": "BSCE-GRA's toy study: correlation of the FL / DFL / generalized-Brier weights "
+               "with the true calibration error on 2-D Gaussians, beside the published "
+               "0.550 / 0.638 / 0.664.",
+}
 
 
-@reproduce_app.command("bsce-gra")
-def reproduce_bsce_gra(quick: QuickOpt = False, as_json: JsonOpt = False,
-                       store: StoreOpt = STORE_DEFAULT,
-                       out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
-                           REPORT_ROOT / "bsce-gra"),
-                       workers: WorkersOpt = 0) -> None:
-    """BSCE-GRA (Lin et al.): the loss comparison of Tables 1-5 and 2 on MNIST-1D and digits,
-    3 seeds, pre/post temperature scaling, with the published CIFAR numbers beside."""
-    with _errors():
-        _reproduce("bsce-gra", quick, as_json, store, out, workers)
+def _study_command(name: str) -> None:
+    """Register ``selfcal reproduce NAME`` (the same options for every study)."""
+
+    def command(quick: QuickOpt = False, as_json: JsonOpt = False,
+                store: StoreOpt = STORE_DEFAULT,
+                out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
+                    REPORT_ROOT / name),
+                workers: WorkersOpt = 0) -> None:
+        with _errors():
+            _reproduce(name, quick, as_json, store, out, workers)
+
+    command.__doc__ = STUDY_HELP[name]
+    reproduce_app.command(name)(command)
 
 
-@reproduce_app.command("gra-toy")
-def reproduce_gra_toy(quick: QuickOpt = False, as_json: JsonOpt = False,
-                      store: StoreOpt = STORE_DEFAULT,
-                      out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
-                          REPORT_ROOT / "gra-toy"),
-                      workers: WorkersOpt = 0) -> None:
-    """BSCE-GRA's toy study: correlation of FL / DFL / generalized-Brier weights with the
-    true calibration error on 2-D Gaussians, 5 seeds, beside the published 0.550 / 0.638 /
-    0.664."""
-    with _errors():
-        _reproduce("gra-toy", quick, as_json, store, out, workers)
+for _name in STUDIES:
+    _study_command(_name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,8 +25,6 @@ confidence ``p_hat`` (``ece_smooth`` etc.).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -37,6 +35,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from selfcal._inputs import Predictions
+from selfcal.experiments.protocols import resolve_protocol, settings_fingerprint
 from selfcal.experiments.spec import RunResult, RunSpec
 
 STUDY = "bo4sc"
@@ -108,7 +107,7 @@ class Protocol:
         settings = {k: v for k, v in asdict(self).items()
                     if k not in ("name", "seeds", "datasets", "notes")}
         settings["study_version"] = STUDY_VERSION
-        return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+        return settings_fingerprint(settings)
 
 
 FULL = Protocol(
@@ -149,11 +148,7 @@ def batch_by(spec: RunSpec) -> tuple[str, str]:
 
 
 def protocol_of(spec: RunSpec) -> Protocol:
-    protocol = PROTOCOLS[spec.hparams["protocol"]]
-    if spec.hparams["fingerprint"] != protocol.fingerprint():
-        raise ValueError(f"run {spec.key} was made with another version of protocol "
-                         f"{protocol.name!r}; start a new results store")
-    return protocol
+    return resolve_protocol(spec, PROTOCOLS)
 
 
 def execute(group: list[RunSpec]) -> list[RunResult]:

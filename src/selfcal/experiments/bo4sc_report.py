@@ -13,7 +13,13 @@ import numpy as np
 
 from selfcal.experiments import bo4sc as study
 from selfcal.experiments.store import ResultsStore, RunRecord
-from selfcal.experiments.tables import Aggregate, aggregate, mean_interval
+from selfcal.experiments.tables import (
+    Aggregate,
+    aggregate,
+    aggregate_by_key,
+    mean_interval,
+    study_records,
+)
 
 ROWS = (("standard", "", "Standard"), ("standard-fixed", "", "Standard, all epochs*"),
         ("isoreg", "", "IsoReg"),
@@ -31,13 +37,12 @@ ACCURACY_TOLERANCE = 0.015
 
 
 def records(store: ResultsStore, protocol: study.Protocol) -> list[RunRecord]:
-    """The protocol's completed runs (the current fingerprint only)."""
-    wanted = {spec.key for spec in study.specs(protocol)}
-    return [r for r in store.runs(study=study.STUDY) if r.spec.key in wanted]
+    """The protocol's completed runs (its current fingerprint only)."""
+    return study_records(store, study.STUDY, study.specs(protocol))
 
 
 def aggregates(runs: list[RunRecord]) -> dict[tuple[str, str, str], Aggregate]:
-    return {(a.dataset, a.method, a.metric): a for a in aggregate(runs)}
+    return aggregate_by_key(runs)
 
 
 def _cell(agg: dict, dataset: str, method: str, metric: str, published: float | None) -> str:

@@ -14,8 +14,6 @@ test ECE is recorded only for the paper's Fig. 5a.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import numpy as np
 import torch
 
 from selfcal._inputs import Predictions
+from selfcal.experiments.protocols import resolve_protocol, settings_fingerprint
 from selfcal.experiments.spec import RunResult, RunSpec
 
 STUDY = "bsce-gra"
@@ -77,7 +76,7 @@ class Protocol:
                     if k not in ("name", "seeds", "datasets", "losses", "notes")}
         settings["study_version"] = STUDY_VERSION
         settings["loss_options"] = LOSS_OPTIONS
-        return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+        return settings_fingerprint(settings)
 
 
 FULL = Protocol("full")
@@ -112,11 +111,7 @@ def specs(protocol: Protocol) -> list[RunSpec]:
 
 
 def protocol_of(spec: RunSpec) -> Protocol:
-    protocol = PROTOCOLS[spec.hparams["protocol"]]
-    if spec.hparams["fingerprint"] != protocol.fingerprint():
-        raise ValueError(f"run {spec.key} was made with another version of protocol "
-                         f"{protocol.name!r}; start a new results store")
-    return protocol
+    return resolve_protocol(spec, PROTOCOLS)
 
 
 def execute(group: list[RunSpec]) -> list[RunResult]:

@@ -15,7 +15,7 @@ import numpy as np
 from selfcal.experiments import bsce_gra as study
 from selfcal.experiments import bsce_gra_published as published
 from selfcal.experiments.store import ResultsStore, RunRecord
-from selfcal.experiments.tables import Aggregate, aggregate
+from selfcal.experiments.tables import Aggregate, aggregate, aggregate_by_key, study_records
 
 COLUMNS = (("ECE", "ece"), ("AdaECE", "adaece"), ("classwise ECE", "classwise_ece"))
 LABELS = {"ce": "CE", "brier": "Brier", "mmce": "MMCE", "flsd53": "FLSD-53", "dfl": "DFL",
@@ -32,12 +32,12 @@ def datasets_run(runs: list[RunRecord], protocol: study.Protocol) -> tuple[str, 
 
 
 def records(store: ResultsStore, protocol: study.Protocol) -> list[RunRecord]:
-    wanted = {spec.key for spec in study.specs(protocol)}
-    return [r for r in store.runs(study=study.STUDY) if r.spec.key in wanted]
+    """The protocol's completed runs (its current fingerprint only)."""
+    return study_records(store, study.STUDY, study.specs(protocol))
 
 
 def aggregates(runs: list[RunRecord]) -> dict[tuple[str, str, str], Aggregate]:
-    return {(a.dataset, a.method, a.metric): a for a in aggregate(runs)}
+    return aggregate_by_key(runs)
 
 
 def _pct(agg: dict, key: tuple[str, str, str]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.store import ResultsStore
-from selfcal.experiments.tables import aggregate
+from selfcal.experiments.tables import aggregate, study_records
 
 STUDY = "gra-toy"
 METRICS = (("fl", "FL: 1 − p_y"), ("dfl", "DFL: 1 − p_y + p_j"), ("gbs", "gBS: ‖y − p‖²"))
@@ -48,8 +48,7 @@ def execute(group: list[RunSpec]) -> list[RunResult]:
 
 
 def _aggregates(store: ResultsStore, protocol: Protocol):
-    wanted = {s.key for s in specs(protocol)}
-    runs = [r for r in store.runs(study=STUDY) if r.key in wanted]
+    runs = study_records(store, STUDY, specs(protocol))
     return runs, {a.metric: a for a in aggregate(runs)}
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from selfcal.experiments.store import RunRecord
+from selfcal.experiments.spec import RunSpec
+from selfcal.experiments.store import ResultsStore, RunRecord
 
 
 @dataclass(frozen=True)
@@ -85,3 +86,16 @@ def aggregate(
         std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
         out.append(Aggregate(dataset, method, name, mean, low, high, std, len(values)))
     return out
+
+
+def study_records(store: ResultsStore, study: str, specs: Iterable[RunSpec]) -> list[RunRecord]:
+    """The completed runs of ``study`` whose keys are among ``specs`` (one protocol version)."""
+    wanted = {spec.key for spec in specs}
+    return [r for r in store.runs(study=study) if r.spec.key in wanted]
+
+
+def aggregate_by_key(
+    records: Iterable[RunRecord], confidence: float = 0.95
+) -> dict[tuple[str, str, str], Aggregate]:
+    """:func:`aggregate` keyed by ``(dataset, method, metric)``."""
+    return {(a.dataset, a.method, a.metric): a for a in aggregate(records, None, confidence)}
