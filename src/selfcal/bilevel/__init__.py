@@ -47,6 +47,17 @@ from selfcal.bilevel.bo4sc import (
 )
 from selfcal.bilevel.engine import BilevelProblem, Estimator, Hypergradient
 from selfcal.bilevel.estimators import Implicit, OneStepLookahead, Unrolled
+from selfcal.bilevel.gamma_net import GammaNet
+from selfcal.bilevel.meta_calibration import (
+    MetaBatch,
+    MetaCalibrationTrainer,
+    MetaHistory,
+    UnitL2,
+    fit_meta,
+    meta_hypergradient,
+    meta_objective,
+    meta_problem,
+)
 from selfcal.bilevel.optim import SGD, Adam, AdamState, Optimizer, SGDState
 from selfcal.bilevel.solvers import ConjugateGradient, Neumann
 
@@ -61,6 +72,11 @@ __all__ = [
     "BO4SCState",
     "BilevelProblem",
     "ConjugateGradient",
+    "GammaNet",
+    "MetaBatch",
+    "MetaCalibrationTrainer",
+    "MetaHistory",
+    "UnitL2",
     "Estimator",
     "Hypergradient",
     "Implicit",
@@ -74,6 +90,10 @@ __all__ = [
     "bo4sc_outer_loss",
     "bo4sc_problem",
     "bo4sc_step",
+    "fit_meta",
+    "meta_hypergradient",
+    "meta_objective",
+    "meta_problem",
     "boltzmann_confidence",
     "project_weights",
 ]
