@@ -79,3 +79,25 @@ def test_cifar_rows_join_when_the_data_is_present(tmp_path, monkeypatch):
     assert study.schedule(study.FULL, "cifar10") == (350, (150, 250))
     assert study.figure_epochs(study.FULL, "cifar10") == (50, 150, 250, 350)
     assert study.schedule(study.FULL, "mnist1d") == (35, (15, 25))
+
+
+def test_cifar_run_plumbing_on_a_fake_cifar(tmp_path, monkeypatch):
+    """A CIFAR row end to end on a fake CIFAR-10 folder (the official pickle format), with the
+    schedule and the network shrunk so it runs in seconds: crop + flip augmentation, the scaled
+    figure epochs, pre/post-TS metrics."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "data"))
+    from image_fakes import write_cifar10
+
+    write_cifar10(tmp_path, n_per_batch=10, n_test=20)
+    monkeypatch.setenv("SELFCAL_DATA", str(tmp_path))
+    monkeypatch.setattr(study, "CIFAR_SCHEDULE", (2, (1,)))
+    monkeypatch.setitem(study.MODELS, "cifar10", "resnet18")
+    protocol = study.Protocol("probe", datasets=(), losses=("bsce-gra",), epochs=2,
+                              milestones=(1,), figure_epochs=(1, 2), gradient_samples=16)
+    result = study.train_and_evaluate(protocol, "cifar10", "bsce-gra", 0)
+    assert 0 <= result.metrics["ece_pre"] <= 1 and result.metrics["temperature"] > 0
+    assert set(result.artefacts) >= {"test_ece_per_epoch", "grad_norm_e1", "true_prob_e2"}
+    assert len(result.artefacts["test_ece_per_epoch"]) == 2
