@@ -326,7 +326,7 @@ STUDIES = {"bo4sc": ("bo4sc", "bo4sc_report"), "bsce-gra": ("bsce_gra", "bsce_gr
 
 
 def _reproduce(name: str, quick: bool, as_json: bool, store: Path, out: Path,
-               workers: int) -> None:
+               workers: int, protocol_name: str | None = None) -> None:
     """Run study ``name``'s sweep (resuming from ``store``), write its report to ``out``, and
     print the summary (or the JSON payload)."""
     import importlib
@@ -337,7 +337,11 @@ def _reproduce(name: str, quick: bool, as_json: bool, store: Path, out: Path,
     study_module, report_module = STUDIES[name]
     study = importlib.import_module(f"selfcal.experiments.{study_module}")
     report = importlib.import_module(f"selfcal.experiments.{report_module}")
-    protocol = study.QUICK if quick else study.FULL
+    if protocol_name is not None and protocol_name not in study.PROTOCOLS:
+        raise ValueError(f"--protocol must be one of {', '.join(study.PROTOCOLS)}")
+    if quick and protocol_name not in (None, "quick"):
+        raise ValueError("--quick and --protocol name different protocols")
+    protocol = study.PROTOCOLS[protocol_name or ("quick" if quick else "full")]
     start = time.perf_counter()
     with ResultsStore(store) as results:
         summary = run_sweep(study.specs(protocol), study.execute, store=results,
@@ -346,6 +350,7 @@ def _reproduce(name: str, quick: bool, as_json: bool, store: Path, out: Path,
                             progress=sys.stderr.isatty() and not as_json)
         seconds = time.perf_counter() - start
         command = " ".join([f"selfcal reproduce {name}", "--quick" * quick,
+                            f"--protocol {protocol_name}" * (protocol_name not in (None, "quick")),
                             f"--store {store}" * (store != STORE_DEFAULT),
                             f"--out {out}" * (out != REPORT_ROOT / name)])
         path = report.write_report(results, protocol, out, command=" ".join(command.split()),
@@ -374,13 +379,17 @@ STUDY_HELP = {
 def _study_command(name: str) -> None:
     """Register ``selfcal reproduce NAME`` (the same options for every study)."""
 
-    def command(quick: QuickOpt = False, as_json: JsonOpt = False,
+    def command(quick: QuickOpt = False,
+                protocol: Annotated[str | None, typer.Option(
+                    "--protocol", help="A named protocol of the study (full, quick, and any "
+                    "variant the study defines; see its report).")] = None,
+                as_json: JsonOpt = False,
                 store: StoreOpt = STORE_DEFAULT,
                 out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
                     REPORT_ROOT / name),
                 workers: WorkersOpt = 0) -> None:
         with _errors():
-            _reproduce(name, quick, as_json, store, out, workers)
+            _reproduce(name, quick, as_json, store, out, workers, protocol)
 
     command.__doc__ = STUDY_HELP[name]
     reproduce_app.command(name)(command)

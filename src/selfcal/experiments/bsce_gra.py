@@ -85,7 +85,12 @@ QUICK = Protocol(
     epochs=4, milestones=(3,), figure_epochs=(2, 4), gradient_samples=200,
     notes=("--quick: digits only, one seed, 4 epochs, 3 losses; for tests, not conclusions.",),
 )
-PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
+LONG = Protocol(
+    "long", epochs=105, milestones=(45, 75), figure_epochs=(15, 45, 75, 105),
+    notes=("--protocol long: the schedule three times longer (105 epochs, drops at 45 and 75; "
+           "30% of the papers'), to see how the ranking depends on training length.",),
+)
+PROTOCOLS = {p.name: p for p in (FULL, QUICK, LONG)}
 
 
 def available_cifar() -> tuple[str, ...]:
