@@ -135,3 +135,11 @@ def test_protocol_validation_and_fingerprint():
     stale = spec.replace(hparams={**spec.hparams, "fingerprint": "0" * 12})
     with pytest.raises(ValueError, match="another version"):
         study.protocol_of(stale)
+
+
+def test_protocol_option_errors(tmp_path, capsys):
+    base = ["reproduce", "bo4sc", "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path)]
+    assert main(base + ["--protocol", "nonsense"]) == 2
+    assert "--protocol must be one of full, quick" in capsys.readouterr().err
+    assert main(base + ["--quick", "--protocol", "full"]) == 2
+    assert "name different protocols" in capsys.readouterr().err
