@@ -103,10 +103,7 @@ def verdicts(agg: dict, datasets: Sequence[str], losses: Sequence[str]) -> list[
                       else "The paper's ranking (BSCE-GRA best) does not hold here."))
         t = agg.get((d, "bsce-gra", "temperature"))
         if t is not None and not math.isnan(t.low):
-            near = 1 - T_NEAR_ONE <= t.low and t.high <= 1 + T_NEAR_ONE
-            out.append(f"  Optimal T of BSCE-GRA: {t.format(digits=2)} → "
-                       + ("≈ 1, as the paper reports." if near else
-                          f"not ≈ 1 (95% CI outside 1 ± {T_NEAR_ONE})."))
+            out.append(f"  Optimal T of BSCE-GRA: {t.format(digits=2)} → {_near_one(t)}.")
         for loss, gra in study.GRA_PAIRS:
             a, b = agg.get((d, loss, "ece_pre")), agg.get((d, gra, "ece_pre"))
             if a is not None and b is not None:
@@ -114,6 +111,15 @@ def verdicts(agg: dict, datasets: Sequence[str], losses: Sequence[str]) -> list[
                            f"{100 * b.mean:.2f}% vs {100 * a.mean:.2f}% "
                            f"({'lower' if b.mean < a.mean else 'not lower'} with GRA).")
     return out
+
+
+def _near_one(t: Aggregate) -> str:
+    """Whether the temperature's 95% CI shows T ~ 1 (within 1 +- T_NEAR_ONE)."""
+    if 1 - T_NEAR_ONE <= t.low and t.high <= 1 + T_NEAR_ONE:
+        return f"≈ 1 (95% CI within 1 ± {T_NEAR_ONE}), as the paper reports"
+    if t.high < 1 or t.low > 1:
+        return "not ≈ 1 (the 95% CI excludes 1)"
+    return (f"inconclusive (the 95% CI contains 1 but is wider than 1 ± {T_NEAR_ONE})")
 
 
 # ------------------------------------------------------------------------------ figures
