@@ -18,6 +18,7 @@ from selfcal.experiments.tables import (
     aggregate,
     aggregate_by_key,
     mean_interval,
+    command_line,
     study_records,
 )
 
@@ -273,7 +274,7 @@ def _markdown(store, runs, agg, protocol, command, seconds, figures) -> str:
     parts = [
         "# BO4SC reproduction (Sanguin et al., AICS 2024, Table 1 and Figures 1-3)",
         "",
-        f"Command: `{command}`" + (f" ({seconds:.0f} s)" if seconds is not None else ""),
+        command_line(command, seconds, runs),
         f"Protocol `{protocol.name}` (fingerprint `{protocol.fingerprint()}`), seeds "
         f"{list(protocol.seeds)}, datasets {list(datasets)}.",
         f"Environment: selfcal {env.get('selfcal')}, torch {env.get('torch')}, python "

@@ -15,7 +15,13 @@ import numpy as np
 from selfcal.experiments import bsce_gra as study
 from selfcal.experiments import bsce_gra_published as published
 from selfcal.experiments.store import ResultsStore, RunRecord
-from selfcal.experiments.tables import Aggregate, aggregate, aggregate_by_key, study_records
+from selfcal.experiments.tables import (
+    Aggregate,
+    aggregate,
+    aggregate_by_key,
+    command_line,
+    study_records,
+)
 
 COLUMNS = (("ECE", "ece"), ("AdaECE", "adaece"), ("classwise ECE", "classwise_ece"))
 LABELS = {"ce": "CE", "brier": "Brier", "mmce": "MMCE", "flsd53": "FLSD-53", "dfl": "DFL",
@@ -228,7 +234,7 @@ def write_report(store: ResultsStore, protocol: study.Protocol, out: Path, *, co
     env = runs[0].env if runs else {}
     parts = [
         "# BSCE-GRA reproduction (Lin et al., uncertainty-weighted gradients): Tables 1-5, 2",
-        "", f"Command: `{command}`" + (f" ({seconds:.0f} s)" if seconds is not None else ""),
+        "", command_line(command, seconds, runs),
         f"Protocol `{protocol.name}` (fingerprint `{protocol.fingerprint()}`), seeds "
         f"{list(protocol.seeds)}, datasets {list(protocol.datasets)}.",
         f"Environment: selfcal {env.get('selfcal')}, torch {env.get('torch')}, "

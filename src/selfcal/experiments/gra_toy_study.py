@@ -14,7 +14,7 @@ from typing import Any
 
 from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.store import ResultsStore
-from selfcal.experiments.tables import aggregate, study_records
+from selfcal.experiments.tables import aggregate, command_line, study_records
 
 STUDY = "gra-toy"
 METRICS = (("fl", "FL: 1 − p_y"), ("dfl", "DFL: 1 − p_y + p_j"), ("gbs", "gBS: ‖y − p‖²"))
@@ -79,7 +79,7 @@ def write_report(store: ResultsStore, protocol: Protocol, out: Path, *, command:
 
     out.mkdir(parents=True, exist_ok=True)
     text = ["# [GRA] toy study: uncertainty metrics vs the true calibration error", "",
-            f"Command: `{command}`" + (f" ({seconds:.0f} s)" if seconds is not None else ""),
+            command_line(command, seconds, study_records(store, STUDY, specs(protocol))),
             f"Seeds {list(protocol.seeds)}.", *[f"> {n}" for n in protocol.notes], "",
             (gra_toy.__doc__ or "").strip(), "", *summary_lines(store, protocol)]
     path = out / "README.md"

@@ -99,3 +99,11 @@ def aggregate_by_key(
 ) -> dict[tuple[str, str, str], Aggregate]:
     """:func:`aggregate` keyed by ``(dataset, method, metric)``."""
     return {(a.dataset, a.method, a.metric): a for a in aggregate(records, None, confidence)}
+
+
+def command_line(command: str, seconds: float | None, records: Sequence[RunRecord]) -> str:
+    """The report's provenance line: the command, this invocation's wall time, and the runs'
+    own compute time (a rerun that only redraws the report takes seconds, not the sweep's)."""
+    compute = sum(r.seconds or 0.0 for r in records)
+    wall = "" if seconds is None else f"this invocation {seconds:.0f} s; "
+    return f"Command: `{command}` ({wall}{len(records)} runs, {compute:.0f} s of worker time)."
