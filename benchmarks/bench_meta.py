@@ -63,12 +63,11 @@ def main() -> None:
                                                                        generator=gen)
     plain_model = build_model("cnn2d", seed=0, n_classes=10)
     plain_opt = make_optimizer(plain_model, CONFIG)
-    rows = {
-        "plain CE step (reference)": lambda: plain_step(plain_model, plain_opt, x, y),
-        "gamma-net + SECE": lambda f=meta_step("gamma-net", "sece"): f(x, y, xm, ym),
-        "gamma-net + DECE": lambda f=meta_step("gamma-net", "dece"): f(x, y, xm, ym),
-        "CE-DECE (unit-wise L2)": lambda f=meta_step("unit-l2", "dece"): f(x, y, xm, ym),
-    }
+    steps = {"gamma-net + SECE": meta_step("gamma-net", "sece"),
+             "gamma-net + DECE": meta_step("gamma-net", "dece"),
+             "CE-DECE (unit-wise L2)": meta_step("unit-l2", "dece")}
+    rows = {"plain CE step (reference)": lambda: plain_step(plain_model, plain_opt, x, y)}
+    rows |= {name: (lambda f=f: f(x, y, xm, ym)) for name, f in steps.items()}
     times: dict[str, list[float]] = {name: [] for name in rows}
     for fn in rows.values():
         fn()  # warm-up

@@ -40,7 +40,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000_000)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "metrics.md")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).parent / "results" / "metrics.md")
     args = parser.parse_args()
 
     gen = torch.Generator().manual_seed(0)

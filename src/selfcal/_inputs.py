@@ -91,7 +91,9 @@ def validate_scores(scores: ArrayLike, kind: ScoreKind) -> torch.Tensor:
     return t
 
 
-def validate_labels(labels: ArrayLike, n: int, n_classes: int, device: torch.device) -> torch.Tensor:
+def validate_labels(
+    labels: ArrayLike, n: int, n_classes: int, device: torch.device
+) -> torch.Tensor:
     """Labels as int64 on ``device``; checks length, integrality and range."""
     y = to_tensor(labels, "labels")
     if y.ndim != 1:

@@ -196,7 +196,8 @@ def evaluate(
             raise ValueError(f"--confidence must be in (0, 1), got {confidence}")
         if interval not in ("percentile", "basic"):
             raise ValueError(f"--interval must be 'percentile' or 'basic', got {interval!r}")
-        from selfcal.evaluation import METRICS, default_resamples, evaluate as run
+        from selfcal.evaluation import METRICS, default_resamples
+        from selfcal.evaluation import evaluate as run
         from selfcal.io import load_predictions
 
         pred = load_predictions(file, kind=kind, label_column=label_column)

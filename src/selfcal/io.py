@@ -123,7 +123,7 @@ def _read_npy(path: Path, kind: str | None) -> tuple[str, np.ndarray, np.ndarray
 
 def _require_pyarrow(what: str) -> Any:
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow
     except ImportError:
         raise ValueError(
             f"reading {what} needs pyarrow: pip install pyarrow (or selfcal[full])"

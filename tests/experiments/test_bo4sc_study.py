@@ -4,9 +4,7 @@ guarantees (batched Standard == the plain loop; selection never reads the test s
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -101,7 +99,8 @@ def test_selection_never_reads_the_test_set(monkeypatch):
     from selfcal.data import load_dataset
 
     protocol = study.Protocol("probe", seeds=(0,), datasets=("blobs-1.3",), max_epochs=40,
-                              checkpoint_every=20, standard_lrs=(3e-3, 3e-2), inner_lrs=(3e-3, 1e-2),
+                              checkpoint_every=20, standard_lrs=(3e-3, 3e-2),
+                              inner_lrs=(3e-3, 1e-2),
                               weight_lrs=(30.0, 3000.0), betas=(10.0,), grid_size=8)
 
     def shuffled(protocol_, dataset, seeds):

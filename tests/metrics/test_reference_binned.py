@@ -40,7 +40,8 @@ def flc_ece(conf, correct, n_bins=M, lowers=None, uppers=None, norm="l1", closed
             inside = (conf >= lo) & (conf < hi)
         if inside.sum() == 0:
             continue
-        gap = abs(math.fsum(correct[inside]) / inside.sum() - math.fsum(conf[inside]) / inside.sum())
+        size = inside.sum()
+        gap = abs(math.fsum(correct[inside]) / size - math.fsum(conf[inside]) / size)
         total += inside.sum() / n * (gap if norm == "l1" else gap**2)
         worst = max(worst, gap)
     return {"l1": total, "l2": math.sqrt(total), "max": worst}[norm]

@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from selfcal.models import (
+    CifarResNet,
     CNN1d,
     CNN2d,
-    CifarResNet,
     DenseNet,
     WideResNet,
     available_models,

@@ -4,6 +4,7 @@ and weight maps carry the right data and colours, bad input raises, figures save
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -75,7 +76,7 @@ def ece_numpy(correct: np.ndarray, conf: np.ndarray, n_bins: int = 15) -> float:
     """Equal-width ECE with (lower, upper] bins, written out independently."""
     edges = np.linspace(0, 1, n_bins + 1)
     total = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+    for lo, hi in itertools.pairwise(edges):
         in_bin = (conf > lo) & (conf <= hi)
         if in_bin.any():
             total += in_bin.mean() * abs(correct[in_bin].mean() - conf[in_bin].mean())

@@ -9,7 +9,13 @@ import pytest
 import torch
 from posthoc_helpers import make_logits
 
-from selfcal.posthoc import CALIBRATORS, Calibrator, NotFittedError, TemperatureScaling, VectorScaling
+from selfcal.posthoc import (
+    CALIBRATORS,
+    Calibrator,
+    NotFittedError,
+    TemperatureScaling,
+    VectorScaling,
+)
 
 
 def data_for(name: str):
@@ -36,7 +42,8 @@ def test_loading_another_class_fails(tmp_path):
     z, y, _ = data_for("ts")
     path = tmp_path / "ts.json"
     TemperatureScaling().fit(logits=z, labels=y).save(path)
-    with pytest.raises(ValueError, match="holds a 'TemperatureScaling' calibrator, not a VectorScaling"):
+    expected = "holds a 'TemperatureScaling' calibrator, not a VectorScaling"
+    with pytest.raises(ValueError, match=expected):
         VectorScaling.load(path)
     (tmp_path / "x.json").write_text('{"a": 1}')
     with pytest.raises(ValueError, match="not a selfcal calibrator"):

@@ -91,7 +91,8 @@ def test_histogram_binning_matches_direct_computation():
     np.testing.assert_allclose(cal.bin_values_, theta, atol=1e-15)
     idx = np.clip(np.searchsorted(edges[1:-1], pt, side="left"), 0, 9)
     raw = theta[np.arange(3)[None, :], idx]
-    np.testing.assert_allclose(cal.predict_proba(probs=pt), raw / raw.sum(1, keepdims=True), atol=1e-12)
+    expected = raw / raw.sum(1, keepdims=True)
+    np.testing.assert_allclose(cal.predict_proba(probs=pt), expected, atol=1e-12)
     # the bins are selfcal's binning core
     import torch
     core = bin_index(torch.from_numpy(np.ascontiguousarray(pt[:, 0])), uniform_edges(10))
@@ -114,7 +115,8 @@ def test_isotonic_map_monotone_and_outputs_valid(seed, c, n):
     grid = np.linspace(1 / c, 1, 301)
     f = cal._map(__import__("torch").from_numpy(grid)).numpy()
     assert np.all(np.diff(f) >= 0) and np.all((f >= 0) & (f <= 1))
-    for est in (cal, OneVsRestIsotonic().fit(probs=p, labels=y), HistogramBinning().fit(probs=p, labels=y)):
+    others = (OneVsRestIsotonic().fit(probs=p, labels=y), HistogramBinning().fit(probs=p, labels=y))
+    for est in (cal, *others):
         q = est.predict_proba(probs=p)
         assert np.all((q >= 0) & (q <= 1))
         np.testing.assert_allclose(q.sum(1), 1, atol=1e-12)

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 import torch
-from posthoc_helpers import make_logits, softmax
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from posthoc_helpers import make_logits, softmax
 
 from selfcal.posthoc import TemperatureScaling
 from selfcal.posthoc.temperature import grid_temperatures
@@ -43,7 +44,8 @@ def brute_force_temperature(z: np.ndarray, y: np.ndarray) -> float:
 @pytest.mark.parametrize(("seed", "n", "c"), CASES)
 def test_nll_matches_brute_force(seed, n, c):
     rng = np.random.default_rng(1000 + seed)
-    z, y = make_logits(seed, n, c, scale=float(rng.uniform(0.3, 5)), margin=float(rng.uniform(0, 3)))
+    scale, margin = float(rng.uniform(0.3, 5)), float(rng.uniform(0, 3))
+    z, y = make_logits(seed, n, c, scale=scale, margin=margin)
     t = TemperatureScaling().fit(logits=z, labels=y).temperature_
     assert t == pytest.approx(brute_force_temperature(z, y), rel=1e-6)
 
@@ -54,7 +56,8 @@ def test_nll_matches_sklearn_temperature(seed, n, c):
     from sklearn.calibration import _TemperatureScaling
 
     rng = np.random.default_rng(2000 + seed)
-    z, y = make_logits(seed, n, c, scale=float(rng.uniform(0.3, 5)), margin=float(rng.uniform(0, 3)))
+    scale, margin = float(rng.uniform(0.3, 5)), float(rng.uniform(0, 3))
+    z, y = make_logits(seed, n, c, scale=scale, margin=margin)
     t = TemperatureScaling().fit(logits=z, labels=y).temperature_
     ref = _TemperatureScaling().fit(z, y)
     assert t == pytest.approx(1.0 / float(ref.beta_), rel=1e-4)
@@ -117,7 +120,7 @@ def reference_ece(logits: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) 
     acc = pred.eq(labels)
     bounds = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
     ece = torch.zeros(1, dtype=torch.float64)
-    for lower, upper in zip(bounds[:-1], bounds[1:]):
+    for lower, upper in itertools.pairwise(bounds):
         in_bin = conf.gt(lower.item()) * conf.le(upper.item())
         prop = in_bin.double().mean()
         if prop.item() > 0:

@@ -49,11 +49,16 @@ result with :func:`selfcal.data.core.build_splits` where it fits) and import it 
 
 from __future__ import annotations
 
-from selfcal.data import bac, blobs, spirals, tabular  # noqa: F401  (registers the datasets)
-from selfcal.data import digits_images  # noqa: F401  (registers digits-images)
-from selfcal.data import mnist1d  # noqa: F401  (registers mnist1d)
-from selfcal.data import cifar  # noqa: F401  (registers cifar10, cifar100)
-from selfcal.data import tiny_imagenet  # noqa: F401  (registers tiny-imagenet)
+from selfcal.data import (  # noqa: F401  (registers the datasets)
+    bac,
+    blobs,
+    cifar,
+    digits_images,
+    mnist1d,
+    spirals,
+    tabular,
+    tiny_imagenet,
+)
 from selfcal.data.core import DataSplits, Split
 from selfcal.data.registry import dataset_names, load_dataset, register_dataset
 

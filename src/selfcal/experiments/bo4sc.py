@@ -278,7 +278,7 @@ def _run_standard(protocol: Protocol, dataset: str, seeds: list[int]) -> dict:
         results[("isoreg", seed)] = _result(
             protocol, standard.with_confidence(iso_conf), selected,
             _region(protocol, dataset, seed, split,
-                    lambda z: iso.predict_confidence(logits=z), model, params),
+                    lambda z, iso=iso: iso.predict_confidence(logits=z), model, params),
             proper_scores=iso_probs,
         )
     return results

@@ -17,8 +17,8 @@ from selfcal.experiments.tables import (
     Aggregate,
     aggregate,
     aggregate_by_key,
-    mean_interval,
     command_line,
+    mean_interval,
     study_records,
 )
 

@@ -252,7 +252,7 @@ def last_layer_gradient_norms(model: torch.nn.Module, loss: torch.nn.Module, x: 
         with torch.no_grad():
             h = model.features(x)
         z = model.head(h).detach().requires_grad_(True)
-        value = loss(z, y)  # the study's losses use sum reduction: d value / d z_i = d loss_i / d z_i
+        value = loss(z, y)  # sum reduction, so d value / d z_i = d loss_i / d z_i
         (dz,) = torch.autograd.grad(value.sum() if value.ndim else value, z)
     finally:
         model.train(was_training)

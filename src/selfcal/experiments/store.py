@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,8 +47,8 @@ from selfcal.experiments.spec import (
     RunResult,
     RunSpec,
     Status,
-    thaw,
     canonical_json,
+    thaw,
 )
 
 DEFAULT_PATH = "selfcal-results.sqlite"
@@ -222,7 +222,7 @@ class ResultsStore:
         row = (spec.key, spec.study, spec.dataset, spec.method, spec.seed, spec.to_json(),
                result.status, result.reason, _metrics_json(result.metrics),
                float(result.seconds or 0.0), env_json,
-               datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+               datetime.now(UTC).isoformat(timespec="milliseconds"))
         blobs = [(spec.key, name, str(a.dtype), json.dumps(list(a.shape)), _to_bytes(a))
                  for name, a in result.artefacts.items()]
         return self._retry(lambda: self._write(row, blobs))

@@ -7,6 +7,7 @@ float (numpy input) or a float64 tensor on the input's device (torch input).
 """
 
 from selfcal.metrics.binning import BinStats, bin_statistics, calibration_error, uniform_edges
+from selfcal.metrics.bootstrap import Interval, bootstrap_ci
 from selfcal.metrics.calibration import (
     adaece,
     calibration_bins,
@@ -26,7 +27,6 @@ from selfcal.metrics.selective import (
 )
 from selfcal.metrics.smooth import dece, kde_ece, sece, smooth_ece, soft_accuracy
 from selfcal.metrics.streaming import CalibrationAccumulator
-from selfcal.metrics.bootstrap import Interval, bootstrap_ci
 
 __all__ = [
     "BinStats",

@@ -86,7 +86,9 @@ def resampled_values(
     return torch.cat(out)
 
 
-def percentile_interval(values: torch.Tensor, confidence: float) -> tuple[torch.Tensor, torch.Tensor]:
+def percentile_interval(
+    values: torch.Tensor, confidence: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Percentile interval along dim 0, ignoring NaN resamples (e.g. an empty bin)."""
     alpha = (1 - confidence) / 2
     q = torch.tensor([alpha, 1 - alpha], dtype=torch.float64, device=values.device)

@@ -132,7 +132,7 @@ def adaece(pred: Predictions, weights: Weights = None, *, n_bins: int = 15, norm
 
 def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None) -> BinStats:
     """Per-class bin statistics of ``p_{.j}`` against ``1[y = j]``: shape ``(..., C, M)``."""
-    n, c = pred.n_samples, pred.n_classes
+    c = pred.n_classes
     edges = uniform_edges(n_bins, pred.device)
     probs = pred.probs
     targets = torch.nn.functional.one_hot(pred.require_labels(), c).double()

@@ -142,7 +142,7 @@ def coverage_at_accuracy(
     is at least ``target`` (0 if even the single most confident sample misses it)."""
     _check_fraction(target, "target")
     _, size, errs = _groups(pred, weights)
-    n_max = int(math.ceil(float(size.sum(-1).max())))
+    n_max = math.ceil(float(size.sum(-1).max()))
     k = torch.arange(1, n_max + 1, dtype=torch.float64, device=size.device)
     if weights is not None:
         k = k.expand(size.shape[0], -1)

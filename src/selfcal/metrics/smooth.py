@@ -151,11 +151,11 @@ def _sece_sums_grid(z, mass_acc, mass, bandwidth):
     interpolation back to the sample points."""
     lo, hi = float(z.detach().min()), float(z.detach().max())
     delta = bandwidth / SECE_GRID_STEPS_PER_BANDWIDTH
-    n_grid = int(math.floor((hi - lo) / delta)) + 2
+    n_grid = math.floor((hi - lo) / delta) + 2
     if n_grid > SECE_MAX_GRID:
         n_grid = SECE_MAX_GRID
         delta = (hi - lo) / (n_grid - 2)
-    radius = int(math.ceil(SECE_KERNEL_RADIUS * bandwidth / delta))
+    radius = math.ceil(SECE_KERNEL_RADIUS * bandwidth / delta)
     taps = torch.arange(-radius, radius + 1, dtype=torch.float64, device=z.device) * delta
     kernel = _gaussian(taps, bandwidth).unsqueeze(0)
     both = torch.cat([mass_acc, mass])

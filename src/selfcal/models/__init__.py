@@ -20,11 +20,11 @@ from selfcal.models.resnet import CifarResNet  # registers "resnet18", "resnet50
 from selfcal.models.wide_resnet import WideResNet  # registers "wide_resnet", "wide_resnet26_10"
 
 __all__ = [
+    "MLP",
     "CNN1d",
     "CNN2d",
     "CifarResNet",
     "DenseNet",
-    "MLP",
     "WideResNet",
     "available_models",
     "batched_logits",

@@ -115,7 +115,7 @@ def _dense_block(planes: int, growth: int, count: int) -> tuple[nn.Sequential, i
 
 
 def _transition(planes: int, reduction: float) -> tuple[Transition, int]:
-    out_planes = int(math.floor(planes * reduction))
+    out_planes = math.floor(planes * reduction)
     if out_planes < 1:
         raise ValueError(f"reduction {reduction!r} leaves no channels after a transition")
     return Transition(planes, out_planes), out_planes

@@ -52,5 +52,6 @@ class HistogramBinning(Calibrator):
         p = pred.probs
         edges = uniform_edges(self.n_bins, p.device)
         theta = as_tensor(self.bin_values_, p)
-        out = torch.stack([theta[j][bin_index(p[:, j].contiguous(), edges)] for j in range(p.shape[1])], 1)
+        columns = [theta[j][bin_index(p[:, j].contiguous(), edges)] for j in range(p.shape[1])]
+        out = torch.stack(columns, 1)
         return renormalise(out)
