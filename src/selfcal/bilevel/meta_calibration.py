@@ -64,15 +64,15 @@ from selfcal.bilevel.optim import SGD, Params
 from selfcal.losses import focal_loss
 from selfcal.metrics import dece, sece
 from selfcal.training import History, TrainConfig, TrainingDiverged, make_optimizer
-from selfcal.training.history import StopReason, _Recorder
+from selfcal.training.history import HistoryRecorder, StopReason
 from selfcal.training.loop import (
-    _check_parameters,
-    _epoch_batches,
-    _NonFinite,
-    _prepare,
-    _scalar,
-    _seeded_global_rng,
-    _validate,
+    NonFinite,
+    check_parameters,
+    epoch_batches,
+    loss_value,
+    prepare_pair,
+    seeded_global_rng,
+    validation_scores,
 )
 
 Method = Literal["gamma-net", "unit-l2"]
@@ -397,12 +397,12 @@ class MetaCalibrationTrainer:
         config, device = self.config, torch.device(self.config.device)
         model.to(device)
         _head(model)
-        x, y = _prepare(model, train, "train", device)
-        xm, ym = _prepare(model, meta_val, "meta_val", device)
-        validation = None if val is None else _prepare(model, val, "val", device)
+        x, y = prepare_pair(model, train, "train", device)
+        xm, ym = prepare_pair(model, meta_val, "meta_val", device)
+        validation = None if val is None else prepare_pair(model, val, "val", device)
         if validation is None and (config.early_stopping is not None or config.restore_best):
             raise ValueError("early_stopping and restore_best need validation data (val=...)")
-        with _seeded_global_rng(config.seed, device):
+        with seeded_global_rng(config.seed, device):
             meta = make_meta_module(model, self.method, tau=self.tau).to(device, x.dtype)
             history = self._train(model, meta, (x, y), (xm, ym), validation)
         self.meta_module_, self.history_ = meta, history
@@ -419,19 +419,19 @@ class MetaCalibrationTrainer:
         shuffle = torch.Generator().manual_seed(config.seed)
         meta_batches = _cycle(len(meta_val[1]), config.batch_size,
                               torch.Generator().manual_seed(config.seed + 1), train[0].device)
-        record, extra = _Recorder(), _MetaRecord([], [], [], [], [])
+        record, extra = HistoryRecorder(), _MetaRecord([], [], [], [], [])
         best_state, stop, start = None, "completed", time.perf_counter()
         for epoch in range(config.epochs):
             epoch_start, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
             try:
-                batches = _epoch_batches(len(train[1]), config.batch_size, shuffle,
+                batches = epoch_batches(len(train[1]), config.batch_size, shuffle,
                                          train[0].device)
                 stats = self._epoch(model, meta, train, meta_val, batches, meta_batches,
                                     optimizer, meta_optimizer, lr)
                 scheduler.step()
-                _check_parameters(model)
-                scores = None if validation is None else _validate(model, *validation)
-            except _NonFinite as err:
+                check_parameters(model)
+                scores = None if validation is None else validation_scores(model, *validation)
+            except NonFinite as err:
                 base = record.snapshot(time.perf_counter() - start)
                 raise TrainingDiverged(epoch, str(err), extra.history(base)) from None
             record.train_loss.append(stats["loss"])
@@ -483,7 +483,7 @@ class MetaCalibrationTrainer:
         detached = features.detach()
         gamma = meta(detached).detach() if isinstance(meta, GammaNet) else None
         if gamma is not None and not bool(torch.isfinite(gamma).all()):
-            raise _NonFinite("the γ-Net output is not finite")
+            raise NonFinite("the γ-Net output is not finite")
         batch = MetaBatch(x, y, detached, x_meta, y_meta, self._meta_features(model, x_meta))
         result = meta_hypergradient(model, meta, batch, lr=lr, objective=self.objective,
                                     lookahead=self.lookahead, backbone_leak=self.quirks)
@@ -494,7 +494,7 @@ class MetaCalibrationTrainer:
             _accumulate(model, result.grad["backbone"])
             _update_batchnorm_statistics(model, x_meta)
         loss = training_loss(meta, logits, y, detached, dict(_head(model).named_parameters()))
-        value = _scalar(loss)                                # (c) gamma recomputed, detached
+        value = loss_value(loss)                                # (c) gamma recomputed, detached
         loss.backward()
         if self.config.grad_clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), self.config.grad_clip)

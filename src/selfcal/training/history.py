@@ -64,7 +64,7 @@ class TrainingDiverged(ValueError):
 
 
 @dataclass
-class _Recorder:
+class HistoryRecorder:
     """Mutable accumulator behind the frozen :class:`History` snapshots."""
 
     train_loss: list[float] = field(default_factory=list)

@@ -1,4 +1,7 @@
-"""The plain training loop: :func:`fit` and :func:`predict_logits`.
+"""The plain training loop: :func:`fit` and :func:`predict_logits`, and the pieces another loop
+over the same protocol reuses (:func:`prepare_pair`, :func:`epoch_batches`,
+:func:`validation_scores`, :func:`check_parameters`, :func:`loss_value`,
+:func:`seeded_global_rng`; e.g. :mod:`selfcal.bilevel.meta_calibration`).
 
 One epoch = (``loss_fn.set_epoch(epoch)`` if the loss has it) -> minibatch steps
 (zero grad, forward, loss, backward, optional global-norm clipping, optimizer step) -> one
@@ -31,7 +34,7 @@ from torch import nn
 from selfcal._inputs import Predictions
 from selfcal.metrics import accuracy, ece, nll
 from selfcal.training.config import TrainConfig
-from selfcal.training.history import History, StopReason, TrainingDiverged, _Recorder
+from selfcal.training.history import History, HistoryRecorder, StopReason, TrainingDiverged
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 EpochCallback = Callable[[int, nn.Module, History], bool | None]
@@ -39,8 +42,9 @@ BatchTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Batch = torch.Tensor | slice
 
 
-class _NonFinite(Exception):
-    """Internal: something became NaN/inf; ``fit`` turns it into :class:`TrainingDiverged`."""
+class NonFinite(Exception):
+    """Something became NaN/inf inside an epoch; a training loop (``fit``, the meta-learning
+    trainer) turns it into :class:`TrainingDiverged` with the epoch and the history so far."""
 
 
 def fit(
@@ -68,8 +72,8 @@ def fit(
     """
     device = torch.device(config.device)
     model.to(device)
-    x, y = _prepare(model, train, "train", device)
-    validation = None if val is None else _prepare(model, val, "val", device)
+    x, y = prepare_pair(model, train, "train", device)
+    validation = None if val is None else prepare_pair(model, val, "val", device)
     if validation is None and (config.early_stopping is not None or config.restore_best):
         raise ValueError("early_stopping and restore_best need validation data (val=...)")
     loss_fn = F.cross_entropy if loss_fn is None else loss_fn
@@ -79,22 +83,22 @@ def fit(
         optimizer, list(config.milestones), gamma=config.lr_decay
     )
     shuffle = torch.Generator().manual_seed(config.seed)
-    record = _Recorder()
+    record = HistoryRecorder()
     best_state: dict[str, torch.Tensor] | None = None
     stop: StopReason = "completed"
     start = time.perf_counter()
-    with _seeded_global_rng(config.seed, device):
+    with seeded_global_rng(config.seed, device):
         for epoch in range(config.epochs):
             epoch_start, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
             try:
-                batches = _epoch_batches(len(y), config.batch_size, shuffle, device)
+                batches = epoch_batches(len(y), config.batch_size, shuffle, device)
                 loss = _train_epoch(
                     model, x, y, batches, loss_fn, optimizer, config, epoch, augment
                 )
                 scheduler.step()
-                _check_parameters(model)
-                scores = None if validation is None else _validate(model, *validation)
-            except _NonFinite as err:
+                check_parameters(model)
+                scores = None if validation is None else validation_scores(model, *validation)
+            except NonFinite as err:
                 history = record.snapshot(time.perf_counter() - start)
                 raise TrainingDiverged(epoch, str(err), history) from None
             record.train_loss.append(loss)
@@ -168,7 +172,7 @@ def _train_epoch(
         optimizer.zero_grad(set_to_none=True)
         inputs = x[batch] if augment is None else augment(x[batch])
         loss = loss_fn(model(inputs), y[batch])
-        value = _scalar(loss)
+        value = loss_value(loss)
         loss.backward()
         if config.grad_clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -201,16 +205,16 @@ def _seeded_transform(
     return augment
 
 
-def _scalar(loss: Any) -> float:
+def loss_value(loss: Any) -> float:
     if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
         raise ValueError("loss_fn must return a scalar tensor")
     value = float(loss.detach())
     if not torch.isfinite(loss.detach()):
-        raise _NonFinite(f"the training loss is {value}")
+        raise NonFinite(f"the training loss is {value}")
     return value
 
 
-def _epoch_batches(
+def epoch_batches(
     n: int, batch_size: int | None, generator: torch.Generator, device: torch.device
 ) -> list[Batch]:
     """Full batch in data order, or a fresh permutation split into ``batch_size`` chunks."""
@@ -219,24 +223,26 @@ def _epoch_batches(
     return list(torch.randperm(n, generator=generator).to(device).split(batch_size))
 
 
-def _check_parameters(model: nn.Module) -> None:
+def check_parameters(model: nn.Module) -> None:
     params = list(model.parameters())
     if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
         name = next(n for n, p in model.named_parameters() if not torch.isfinite(p).all())
-        raise _NonFinite(f"parameter {name!r} is not finite")
+        raise NonFinite(f"parameter {name!r} is not finite")
 
 
-def _validate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float]:
+def validation_scores(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> tuple[float, float, float]:
     """Validation NLL, accuracy and 15-bin ECE (float64, via :mod:`selfcal.metrics`)."""
     logits = predict_logits(model, x)
     if not bool(torch.isfinite(logits).all()):
-        raise _NonFinite("validation logits are not finite")
+        raise NonFinite("validation logits are not finite")
     pred = Predictions.from_logits(logits, y)
     return float(nll(pred)), float(accuracy(pred)), float(ece(pred))
 
 
 def _stop_reason(
-    record: _Recorder,
+    record: HistoryRecorder,
     epoch: int,
     config: TrainConfig,
     on_epoch: EpochCallback | None,
@@ -257,7 +263,7 @@ def _copy_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 @contextlib.contextmanager
-def _seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
+def seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
     """Seed the global RNG(s) for in-model randomness; restore the caller's state after."""
     devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
@@ -265,7 +271,7 @@ def _seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
         yield
 
 
-def _prepare(
+def prepare_pair(
     model: nn.Module, data: Any, name: str, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate ``(x, y)``; return them on ``device`` (``x`` in the model's float dtype)."""
