@@ -322,7 +322,8 @@ WorkersOpt = Annotated[int, typer.Option("--workers", min=0, help="Parallel proc
 
 
 STUDIES = {"bo4sc": ("bo4sc", "bo4sc_report"), "bsce-gra": ("bsce_gra", "bsce_gra_report"),
-           "gra-toy": ("gra_toy_study", "gra_toy_study")}
+           "gra-toy": ("gra_toy_study", "gra_toy_study"),
+           "meta-reg": ("meta_reg", "meta_reg_report")}
 """``selfcal reproduce NAME`` -> (study module, report module) in :mod:`selfcal.experiments`."""
 
 
@@ -371,6 +372,9 @@ STUDY_HELP = {
     "bsce-gra": "BSCE-GRA (Lin et al.): the loss comparison of Tables 1-5 and 2 on MNIST-1D and "
                 "digits, 3 seeds, pre/post temperature scaling, the published CIFAR numbers "
                 "beside (CIFAR rows run when the data is under $SELFCAL_DATA).",
+    "meta-reg": "Meta-regularization (Wang & Golebiowski): gamma-Net + SECE / DECE against CE, "
+                "focal, FLSD-53, label smoothing, MMCE and meta-calibration (CE-DECE, CE-SECE) "
+                "on MNIST-1D and digits, 5 seeds; Tables 1-2 and Figures 3-5.",
     "gra-toy": "BSCE-GRA's toy study: correlation of the FL / DFL / generalized-Brier weights "
                "with the true calibration error on 2-D Gaussians, beside the published "
                "0.550 / 0.638 / 0.664.",
