@@ -489,6 +489,8 @@ class MetaCalibrationTrainer:
                                     lookahead=self.lookahead, backbone_leak=self.quirks)
         meta_grad = result.grad["meta"] if self.quirks else result.grad
         _adam_step(meta, meta_grad, meta_optimizer)          # (b)
+        if isinstance(meta, GammaNet) and not bool(torch.isfinite(meta(detached)).all()):
+            raise NonFinite("the γ-Net output is not finite after the meta step")
         optimizer.zero_grad(set_to_none=True)
         if self.quirks:                                      # quirk 1 (+ 2: BN update)
             _accumulate(model, result.grad["backbone"])

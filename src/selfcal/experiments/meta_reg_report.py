@@ -39,12 +39,14 @@ def _rows(protocol: study.Protocol) -> list[tuple[str, str]]:
     return rows
 
 
-def _cell(agg: dict, key: tuple[str, str, str], scale: float) -> str:
+def _cell(agg: dict, key: tuple[str, str, str], scale: float, seeds: int = 0) -> str:
+    """``mean ± std`` (scaled); ``(n=k)`` when fewer than ``seeds`` runs succeeded."""
     a = agg.get(key)
     if a is None:
         return "—"
     std = 0.0 if np.isnan(a.std) else a.std
-    return f"{a.mean * scale:.2f} ± {std * scale:.2f}"
+    missing = f" (n={a.n})" if a.n < seeds else ""
+    return f"{a.mean * scale:.2f} ± {std * scale:.2f}{missing}"
 
 
 def table1(agg: dict, dataset: str, protocol: study.Protocol) -> str:
@@ -52,8 +54,8 @@ def table1(agg: dict, dataset: str, protocol: study.Protocol) -> str:
              "|---|" + "---|" * len(COLUMNS)]
     for method, suffix in _rows(protocol):
         label = LABELS["ce-ts"] if suffix else LABELS[method]
-        cells = [_cell(agg, (dataset, method, m + suffix), 1.0 if m == "nll" else 100.0)
-                 for _, m in COLUMNS]
+        cells = [_cell(agg, (dataset, method, m + suffix), 1.0 if m == "nll" else 100.0,
+                       len(protocol.seeds)) for _, m in COLUMNS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -198,6 +200,13 @@ def write_report(store: ResultsStore, protocol: study.Protocol, out: Path, *, co
              "Cells: mean ± std over seeds as in the paper (the 95% CIs are in `--json`); % "
              "except NLL. The paper's CIFAR numbers are not comparable data and are not "
              "repeated here (methods spec §6.5).", ""]
+    failures = [r for r in store.failures(study.STUDY)
+                if r.spec.key in {s.key for s in study.specs(protocol)}]
+    if failures:
+        parts += [f"**{len(failures)} runs failed** and are not in the means (each row's "
+                  "count of seeds is in `--json`):", "",
+                  *[f"- {r.spec.dataset} / {LABELS[r.spec.method]} / seed {r.spec.seed}: "
+                    f"{r.reason}" for r in failures], ""]
     for d in protocol.datasets:
         parts += [f"## {d} ({study.MODELS[d]})", "", table1(agg, d, protocol), ""]
     parts += ["## SECE vs DECE as the meta-objective (Table 2 analogue)", "",
