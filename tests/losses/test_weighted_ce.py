@@ -314,3 +314,4 @@ def test_non_finite_logits_give_a_non_finite_loss_not_an_error():
     """Divergence is the training loop's business (it raises TrainingDiverged)."""
     logits = torch.tensor([[0.0, float("nan")], [1.0, 2.0]])
     assert torch.isnan(BSCELoss(gra=True)(logits, torch.tensor([0, 1])))
+

@@ -10,10 +10,13 @@ Notation: ``p_y`` is the probability of the true class, ``p_j`` the largest prob
 smaller than ``p_y`` (spec §3).
 
 Powers ``b ** gamma`` of a base ``b >= 0``: ``gamma = 0`` gives exactly 1 (so every weight
-with a zero exponent is plain CE, even at ``b = 0``); for ``0 < gamma < 1`` the base is clamped
-to the smallest normal float first, because the derivative of ``b ** gamma`` is infinite at
-``b = 0`` (a saturated softmax) and would turn the gradient into NaN. The clamp changes no
-value above ``1e-38`` (float32) and no gradient of an unsaturated sample.
+with a zero exponent is plain CE, even at ``b = 0``); for ``0 < gamma < 1`` (and for tensor
+exponents, which may be anything) the base is clamped to the machine epsilon of its dtype
+first, because the derivative ``gamma b ** (gamma - 1)`` is infinite at ``b = 0`` (a saturated
+softmax). Clamping at the smallest normal float instead keeps it finite but near ``1e37`` in
+float32, and the second-order products of a meta-gradient through the loss (γ-Net) overflow to
+NaN. The clamp changes only samples with ``1 - p_y < eps`` (``1.2e-7`` in float32), whose
+weight and loss are negligible either way.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def power(base: torch.Tensor, exponent: float | torch.Tensor) -> torch.Tensor:
             return torch.ones_like(base)
         if exponent >= 1.0:
             return base.pow(exponent)
-    return base.clamp_min(torch.finfo(base.dtype).tiny).pow(exponent)
+    return base.clamp_min(torch.finfo(base.dtype).eps).pow(exponent)
 
 
 def _check_gamma(gamma: object) -> float | torch.Tensor:
