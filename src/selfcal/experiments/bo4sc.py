@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from selfcal._inputs import Predictions
-from selfcal.experiments.protocols import resolve_protocol, settings_fingerprint
+from selfcal.experiments.protocols import one_thread, resolve_protocol, settings_fingerprint
 from selfcal.experiments.spec import RunResult, RunSpec
 
 STUDY = "bo4sc"
@@ -156,13 +156,9 @@ def execute(group: list[RunSpec]) -> list[RunResult]:
     protocol = protocol_of(group[0])
     dataset, fam = batch_by(group[0])
     seeds = sorted({spec.seed for spec in group})
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one process per core; small matrices gain nothing from threads
-    try:
-        runner = _run_bo4sc if fam == "bo4sc" else _run_standard
+    runner = _run_bo4sc if fam == "bo4sc" else _run_standard
+    with one_thread():
         results = runner(protocol, dataset, seeds)
-    finally:
-        torch.set_num_threads(threads)
     return [results[(spec.method, spec.seed)] for spec in group]
 
 

@@ -21,6 +21,7 @@ from selfcal.experiments.tables import (
     mean_interval,
     study_records,
 )
+from selfcal.plots.save import new_figure
 
 ROWS = (("standard", "", "Standard"), ("standard-fixed", "", "Standard, all epochs*"),
         ("isoreg", "", "IsoReg"),
@@ -224,10 +225,9 @@ def figure3(store, runs, protocol, dataset="blobs-1.7"):
 def rejection_figure(store, runs, protocol):
     """Risk-coverage curves of the figure seed, one panel per dataset."""
     from selfcal.plots import RiskCoverageDisplay
-    from selfcal.plots.save import _new_figure
 
     seed = protocol.seeds[0]
-    fig = _new_figure((4.2 * len(protocol.datasets), 3.8))
+    fig = new_figure((4.2 * len(protocol.datasets), 3.8))
     axes = np.atleast_1d(fig.subplots(1, len(protocol.datasets)))
     for ax, d in zip(axes, protocol.datasets):
         for method in FIGURE_METHODS:

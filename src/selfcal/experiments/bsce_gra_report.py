@@ -22,6 +22,7 @@ from selfcal.experiments.tables import (
     command_line,
     study_records,
 )
+from selfcal.plots.save import new_figure
 
 COLUMNS = (("ECE", "ece"), ("AdaECE", "adaece"), ("classwise ECE", "classwise_ece"))
 LABELS = {"ce": "CE", "brier": "Brier", "mmce": "MMCE", "flsd53": "FLSD-53", "dfl": "DFL",
@@ -129,25 +130,13 @@ def _near_one(t: Aggregate) -> str:
 
 
 # ------------------------------------------------------------------------------ figures
-def _pyplot():
-    from selfcal.plots._base import pyplot
-
-    return pyplot()
-
-
-def _figure(size: tuple[float, float]):
-    from selfcal.plots.save import _new_figure
-
-    return _new_figure(size)
-
-
 def figure1():
     """[GRA] Fig. 1: the focal-loss gradient factor g(p, gamma) against p."""
     import torch
 
     from selfcal.losses import focal_gradient_factor
 
-    fig = _figure((5.0, 3.6))
+    fig = new_figure((5.0, 3.6))
     ax = fig.subplots()
     p = torch.linspace(1e-3, 1 - 1e-3, 400, dtype=torch.float64)
     for gamma in (0.0, 1.0, 2.0, 3.0, 5.0):
@@ -167,7 +156,7 @@ def figure4(store, runs, protocol, dataset):
     """[GRA] Fig. 4: per-sample last-layer gradient norm against Brier score."""
     losses = [x for x in ("flsd53", "dfl", "bsce-gra") if x in protocol.losses] or ["ce"]
     epochs = study.figure_epochs(protocol, dataset)
-    fig = _figure((3.2 * len(epochs), 2.8 * len(losses)))
+    fig = new_figure((3.2 * len(epochs), 2.8 * len(losses)))
     axes = np.atleast_2d(fig.subplots(len(losses), len(epochs), squeeze=False))
     for i, loss in enumerate(losses):
         r = _run(runs, dataset, loss, protocol.seeds[0])
@@ -184,7 +173,7 @@ def figure4(store, runs, protocol, dataset):
 
 def figure5a(store, runs, protocol, dataset):
     """[GRA] Fig. 5a: test ECE over epochs (seed means) for CE, FLSD-53 and BSCE-GRA."""
-    fig = _figure((5.0, 3.6))
+    fig = new_figure((5.0, 3.6))
     ax = fig.subplots()
     for loss in ("ce", "flsd53", "bsce-gra"):
         curves = [store.artefact(r.key, "test_ece_per_epoch") for r in runs
@@ -201,7 +190,7 @@ def figure7(store, runs, protocol, dataset):
     """[GRA] Figs. 7-8: true-class probability of correct vs wrong test predictions."""
     losses = [x for x in ("ce", "flsd53", "dfl", "bsce") if x in protocol.losses] or ["ce"]
     epochs = study.figure_epochs(protocol, dataset)
-    fig = _figure((3.2 * len(epochs), 2.6 * len(losses)))
+    fig = new_figure((3.2 * len(epochs), 2.6 * len(losses)))
     axes = np.atleast_2d(fig.subplots(len(losses), len(epochs), squeeze=False))
     bins = np.linspace(0, 1, 21)
     for i, loss in enumerate(losses):

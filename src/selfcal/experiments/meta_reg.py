@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from selfcal._inputs import Predictions
-from selfcal.experiments.protocols import resolve_protocol, settings_fingerprint
+from selfcal.experiments.protocols import one_thread, resolve_protocol, settings_fingerprint
 from selfcal.experiments.spec import RunResult, RunSpec
 
 STUDY = "meta-reg"
@@ -96,12 +96,8 @@ def protocol_of(spec: RunSpec) -> Protocol:
 
 def execute(group: list[RunSpec]) -> list[RunResult]:
     """Executor for :func:`~selfcal.experiments.run_sweep` (one run per call)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return [run(protocol_of(s), s.dataset, s.method, s.seed) for s in group]
-    finally:
-        torch.set_num_threads(threads)
 
 
 # ------------------------------------------------------------------------------ one run

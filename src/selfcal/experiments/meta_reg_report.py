@@ -17,6 +17,7 @@ from selfcal.experiments.tables import (
     command_line,
     study_records,
 )
+from selfcal.plots.save import new_figure
 
 LABELS = {"ce": "CE", "ce-ts": "CE (TS)", "focal-1": "Focal γ=1", "flsd53": "FLSD-53",
           "ls-0.05": "LS-0.05", "ls-0.1": "LS-0.1", "mmce": "MMCE", "ce-dece": "CE-DECE",
@@ -107,16 +108,10 @@ def verdicts(agg: dict, datasets: Sequence[str], protocol: study.Protocol) -> li
 
 
 # ------------------------------------------------------------------------------ figures
-def _figure(size: tuple[float, float]):
-    from selfcal.plots.save import _new_figure
-
-    return _new_figure(size)
-
-
 def figure3(store, runs, protocol, dataset):
     """Fig. 3a-b (validation ECE per epoch, all methods; the paper plots test ECE) and 3c-d
     (γ-Net's mean and std on the validation set per epoch)."""
-    fig = _figure((11.0, 3.8))
+    fig = new_figure((11.0, 3.8))
     ax_ece, ax_gamma = fig.subplots(1, 2)
     for method in protocol.methods:
         curves = [store.artefact(r.key, "val_ece_per_epoch") for r in runs
@@ -152,7 +147,7 @@ def figure4(store, runs, protocol, dataset):
         return None
     pred = Predictions.from_logits(store.artefact(r.key, "test_logits"),
                                    store.artefact(r.key, "test_labels"))
-    fig = _figure((12.0, 3.8))
+    fig = new_figure((12.0, 3.8))
     for ax, bins in zip(fig.subplots(1, 3), (20, 50, 100)):
         ReliabilityDiagramDisplay.from_predictions(pred, n_bins=bins, ax=ax,
                                                    title=f"{LABELS[method]}, {bins} bins")
@@ -161,7 +156,7 @@ def figure4(store, runs, protocol, dataset):
 
 def figure5(agg, protocol, dataset):
     """Fig. 5: ECE and MCE against the number of bins (seed means)."""
-    fig = _figure((11.0, 3.8))
+    fig = new_figure((11.0, 3.8))
     for ax, metric in zip(fig.subplots(1, 2), ("ece", "mce")):
         for method in protocol.methods:
             keys = [(dataset, method, f"{metric}_{b}_bins") for b in study.BIN_COUNTS]

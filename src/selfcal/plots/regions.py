@@ -30,7 +30,7 @@ from selfcal.metrics.calibration import confidence_bins
 from selfcal.plots._base import get_axes, pyplot, to_numpy
 from selfcal.plots.histogram import ConfidenceHistogramDisplay
 from selfcal.plots.reliability import ReliabilityDiagramDisplay
-from selfcal.plots.save import _new_figure
+from selfcal.plots.save import new_figure
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -322,7 +322,7 @@ def bo4sc_figure1(
     for name, disp in maps.items():
         if not isinstance(disp, ConfidenceRegionDisplay):
             raise ValueError(f"maps[{name!r}] must be a ConfidenceRegionDisplay")
-    fig = _new_figure((panel_size * len(maps) + 1.0, panel_size))
+    fig = new_figure((panel_size * len(maps) + 1.0, panel_size))
     axes = fig.subplots(1, len(maps), squeeze=False)[0]
     for ax, (name, disp) in zip(axes, maps.items(), strict=True):
         disp.plot(ax=ax, levels=levels, title=name, colorbar=False)
@@ -386,7 +386,7 @@ def bo4sc_figure2(
     if not predictions:
         raise ValueError("predictions must name at least one method")
     pairs = {name: correctness_and_confidence(v, name) for name, v in predictions.items()}
-    fig = _new_figure((panel_size * len(pairs), 2.4 * panel_size))
+    fig = new_figure((panel_size * len(pairs), 2.4 * panel_size))
     axes = fig.subplots(2, len(pairs), squeeze=False, height_ratios=(3, 4))
     for col, (name, (correct, conf)) in enumerate(pairs.items()):
         histogram_display(correct, conf, hist_bins).plot(ax=axes[0, col], title=name)

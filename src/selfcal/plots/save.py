@@ -34,7 +34,7 @@ def _figure_jobs(pred: Predictions, n_bins: int) -> dict[str, tuple[tuple[float,
     }
 
 
-def _new_figure(figsize: tuple[float, float]) -> Any:
+def new_figure(figsize: tuple[float, float]) -> Any:
     """A figure outside pyplot's registry (no GUI backend, freed with its last reference)."""
     try:
         from matplotlib.figure import Figure
@@ -59,7 +59,7 @@ def save_figures(
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for stem, (figsize, draw) in _figure_jobs(pred, n_bins).items():
-        fig = _new_figure(figsize)
+        fig = new_figure(figsize)
         draw(fig.add_subplot())
         path = out / f"{prefix}{stem}.png"
         fig.savefig(path, dpi=DPI)

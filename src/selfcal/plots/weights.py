@@ -22,7 +22,7 @@ import numpy as np
 
 from selfcal.plots._base import get_axes, pyplot, to_numpy
 from selfcal.plots.regions import check_points
-from selfcal.plots.save import _new_figure
+from selfcal.plots.save import new_figure
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -263,7 +263,7 @@ def bo4sc_figure3(
             "trajectory and weight_map must share the misclassification mask (same samples, "
             f"got n = {len(trajectory.misclassified)} and {len(weight_map.misclassified)})"
         )
-    fig = _new_figure((2.4 * panel_size + 1.0, panel_size))
+    fig = new_figure((2.4 * panel_size + 1.0, panel_size))
     left, right = fig.subplots(1, 2, width_ratios=(1.3, 1.0))
     trajectory.plot(ax=left)
     weight_map.plot(ax=right)
