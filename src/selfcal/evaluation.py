@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Callable
 
 from selfcal._inputs import Predictions
-from selfcal.metrics.bootstrap import Interval, bootstrap_ci
+from selfcal.metrics.bootstrap import Interval, Resamples, bootstrap_ci
 
 METRICS: dict[str, tuple[str, str]] = {
     "accuracy": ("selfcal.metrics", "accuracy"),
@@ -82,19 +82,21 @@ def evaluate(
 
     ``pred`` must carry labels. ``n_bins`` goes to every metric that takes a bin count;
     ``n_resamples=None`` uses :func:`default_resamples`. Every metric sees the same resamples
-    (same ``seed``). ``progress(key)`` is called after each metric.
+    (one :class:`~selfcal.metrics.bootstrap.Resamples`, drawn once from ``seed``).
+    ``progress(key)`` is called after each metric.
     """
     if not isinstance(pred, Predictions):
         raise TypeError("evaluate() takes a selfcal Predictions object")
     pred.require_labels()
     if n_resamples is None:
         n_resamples = default_resamples(pred.n_samples)
+    resamples = Resamples(pred.n_samples, n_resamples, seed, pred.device)
     out: dict[str, Interval] = {}
     for key in METRICS:
         metric = load_metric(key)
         out[key] = bootstrap_ci(
             metric, pred, n_resamples=n_resamples, confidence=confidence, seed=seed,
-            method=interval, **_options(metric, n_bins),
+            method=interval, resamples=resamples, **_options(metric, n_bins),
         )
         if progress is not None:
             progress(key)

@@ -180,6 +180,29 @@ def test_bootstrap_accuracy_interval_matches_binomial_theory():
     assert ci.high - ci.low == pytest.approx(2 * 1.96 * se, rel=0.1)
 
 
+def test_shared_resamples_equal_fresh_draws_and_are_kept_or_redrawn(monkeypatch):
+    """One Resamples object shared by several metrics gives each the intervals of its own
+    seeded draw, whether its chunks are kept or redrawn; a size mismatch is refused."""
+    from selfcal.metrics import bootstrap as B
+
+    rng = np.random.default_rng(9)
+    z = rng.normal(size=(300, 4)) * 2
+    y = rng.integers(0, 4, 300)
+    pred = Predictions.from_logits(z, y)
+    fresh = [bootstrap_ci(f, pred, n_resamples=50, seed=7) for f in (M.ece, M.classwise_ece)]
+    monkeypatch.setattr(B, "MAX_CHUNK_ELEMENTS", 300 * 8)  # several chunks
+    for kept_limit in (10**9, 0):
+        monkeypatch.setattr(B, "MAX_KEPT_ELEMENTS", kept_limit)
+        shared = B.Resamples(300, 50, seed=7)
+        got = [bootstrap_ci(f, pred, n_resamples=50, resamples=shared)
+               for f in (M.ece, M.classwise_ece)]
+        assert (shared._kept is not None) == (kept_limit > 0)
+        assert got[0] == fresh[0]
+        assert got[1] == fresh[1]
+    with pytest.raises(ValueError, match="resamples are of 300 rows x 50"):
+        bootstrap_ci(M.ece, pred, n_resamples=40, resamples=B.Resamples(300, 50))
+
+
 def test_bootstrap_rejects_bad_options():
     with pytest.raises(ValueError, match="confidence"):
         bootstrap_ci(M.ece, logits=np.zeros((3, 2)), labels=[0, 1, 0], confidence=1.5)

@@ -28,18 +28,12 @@ class MetricCore(Protocol):
 class Metric(Protocol):
     core: MetricCore
     differentiable: bool
-    cost_per_sample: str
 
     def __call__(self, predictions: Predictions | None = None, /, **kwargs: Any) -> Any: ...
 
 
-def metric(
-    *, differentiable: bool = False, cost_per_sample: str = "1"
-) -> Callable[[MetricCore], Metric]:
-    """Decorator: turn a metric core into its public function (see module docstring).
-
-    ``cost_per_sample`` (``"1"`` or ``"C"``) says how many elements one resampled row costs
-    the core, so bootstrap chunks can be sized to bound memory."""
+def metric(*, differentiable: bool = False) -> Callable[[MetricCore], Metric]:
+    """Decorator: turn a metric core into its public function (see module docstring)."""
 
     def wrap(core: MetricCore) -> Metric:
         @functools.wraps(core)
@@ -57,7 +51,6 @@ def metric(
 
         public.core = core  # type: ignore[attr-defined]
         public.differentiable = differentiable  # type: ignore[attr-defined]
-        public.cost_per_sample = cost_per_sample  # type: ignore[attr-defined]
         return public  # type: ignore[return-value]
 
     return wrap

@@ -32,14 +32,42 @@ def check_n_bins(n_bins: int) -> None:
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
 
 
+CHUNK = 1 << 16
+"""Values per chunk when binning on the CPU (the chunk's temporaries stay in cache)."""
+
+
+def is_uniform(edges: torch.Tensor) -> bool:
+    """Whether ``edges`` are exactly :func:`uniform_edges` of their length (1-D only)."""
+    return edges.ndim == 1 and torch.equal(edges, uniform_edges(edges.shape[0] - 1, edges.device))
+
+
 def bin_index(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     """Bin of each value under the ``(e_m, e_{m+1}]`` convention (values below ``e_1`` go to
     bin 0, values above ``e_{M-1}`` to bin ``M-1``). ``edges`` may be ``(M+1,)`` or batched
-    ``(B, M+1)`` with ``values`` ``(B, N)``."""
+    ``(B, M+1)`` with ``values`` ``(B, N)``.
+
+    Equal-width edges take an arithmetic path (:func:`_uniform_index`), exactly equal to the
+    binary search used for any other edges."""
+    if is_uniform(edges):
+        return _uniform_index(values, edges)
     inner = edges[..., 1:-1].to(values.dtype).contiguous()
     if inner.ndim == 1:
         return torch.bucketize(values, inner, right=False)
     return torch.searchsorted(inner, values.contiguous(), right=False)
+
+
+def _uniform_index(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+    """``m = ceil(M c) - 1`` clamped to ``[0, M-1]``, then corrected against the float64 edges
+    themselves: rounding in ``M c`` can put a value within a few ulps of an edge one bin off,
+    never more, so one step up (``c > e_{m+1}``) or down (``c <= e_m``, ``m > 0``) makes the
+    result identical to the comparison convention."""
+    n_bins = edges.shape[0] - 1
+    t = values.to(torch.float64) * n_bins
+    index = t.ceil_().sub_(1).clamp_(0, n_bins - 1).long()
+    edges = edges.to(values.dtype)
+    index += (values > edges[index + 1]).long()
+    index -= ((values <= edges[index]) & (index > 0)).long()
+    return index.clamp_(0, n_bins - 1)
 
 
 def _bin_sum(index: torch.Tensor, x: torch.Tensor | None, n_bins: int, weights: Weights):
@@ -106,12 +134,25 @@ def bin_statistics(
     weights: Weights = None,
     index: torch.Tensor | None = None,
 ) -> BinStats:
-    """Bin ``values`` (confidences) by ``edges`` and sum ``values`` and ``targets`` per bin."""
+    """Bin ``values`` (confidences) by ``edges`` and sum ``values`` and ``targets`` per bin.
+
+    Without resampling weights, CPU inputs are binned :data:`CHUNK` values at a time and the
+    per-chunk sums added in float64 (the same sums as one pass, a fraction of the memory
+    traffic)."""
     n_bins = edges.shape[-1] - 1
+    if weights is None and index is None and values.ndim == 1 and values.device.type == "cpu":
+        parts = [_sums(v, t, edges, n_bins, None, None)
+                 for v, t in zip(values.split(CHUNK), targets.split(CHUNK), strict=True)]
+        count, conf, acc = (torch.stack(p).sum(0) for p in zip(*parts, strict=True))
+        return BinStats(edges, count, conf, acc)
+    return BinStats(edges, *_sums(values, targets, edges, n_bins, weights, index))
+
+
+def _sums(values, targets, edges, n_bins, weights, index):
+    """Per-bin count, value sum and target sum."""
     if index is None:
         index = bin_index(values, edges)
-    return BinStats(
-        edges,
+    return (
         _bin_sum(index, None, n_bins, weights),
         _bin_sum(index, values, n_bins, weights),
         _bin_sum(index, targets, n_bins, weights),

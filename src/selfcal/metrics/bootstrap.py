@@ -23,6 +23,7 @@ Seeded: the same ``seed`` gives the same interval on the same device.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,20 +71,59 @@ def resample_counts(n: int, n_resamples: int, generator: torch.Generator) -> tor
     return counts.reshape(n_resamples, n).double()
 
 
+MAX_KEPT_ELEMENTS = 1 << 25
+"""Resamples totalling at most this many multiplicities are drawn once and kept for reuse."""
+
+
+@dataclass(eq=False)
+class Resamples:
+    """The multiplicities of ``n_resamples`` seeded bootstrap resamples of ``n`` rows, as
+    ``(b, n)`` chunks of about :data:`MAX_CHUNK_ELEMENTS`. Drawn on first use; kept for every
+    later use when they total at most :data:`MAX_KEPT_ELEMENTS`, else redrawn from the seed --
+    the same resamples either way, so several metrics can share one set (as
+    :func:`selfcal.evaluation.evaluate` does)."""
+
+    n: int
+    n_resamples: int
+    seed: int = 0
+    device: torch.device | str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.n_resamples < 1:
+            raise ValueError(f"n_resamples must be >= 1, got {self.n_resamples}")
+        self._kept: list[torch.Tensor] | None = None
+
+    def chunks(self) -> Iterator[torch.Tensor]:
+        if self._kept is not None:
+            yield from self._kept
+            return
+        gen = _generator(self.seed, torch.device(self.device))
+        size = max(1, min(self.n_resamples, MAX_CHUNK_ELEMENTS // max(1, self.n)))
+        keep = self.n * self.n_resamples <= MAX_KEPT_ELEMENTS
+        drawn = []
+        for start in range(0, self.n_resamples, size):
+            chunk = resample_counts(self.n, min(size, self.n_resamples - start), gen)
+            if keep:
+                drawn.append(chunk)
+            yield chunk
+        if keep:
+            self._kept = drawn
+
+
 def resampled_values(
-    fn, n: int, n_resamples: int, seed: int, device: torch.device, cost: int = 1
+    fn, n: int, n_resamples: int, seed: int, device: torch.device,
+    resamples: Resamples | None = None,
 ) -> torch.Tensor:
-    """Evaluate ``fn(weights) -> (b, ...)`` on ``n_resamples`` resamples, chunked; returns the
-    concatenated ``(B, ...)`` values."""
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    gen = _generator(seed, device)
-    chunk = max(1, min(n_resamples, MAX_CHUNK_ELEMENTS // max(1, n * cost)))
-    out = []
-    for start in range(0, n_resamples, chunk):
-        b = min(chunk, n_resamples - start)
-        out.append(fn(resample_counts(n, b, gen)))
-    return torch.cat(out)
+    """Evaluate ``fn(weights) -> (b, ...)`` on ``n_resamples`` resamples (``resamples``, or
+    fresh ones drawn from ``seed``), chunked; returns the concatenated ``(B, ...)`` values."""
+    if resamples is None:
+        resamples = Resamples(n, n_resamples, seed, device)
+    elif (resamples.n, resamples.n_resamples) != (n, n_resamples):
+        raise ValueError(
+            f"resamples are of {resamples.n} rows x {resamples.n_resamples}, "
+            f"not {n} rows x {n_resamples}"
+        )
+    return torch.cat([fn(w) for w in resamples.chunks()])
 
 
 def percentile_interval(
@@ -123,11 +163,13 @@ def bootstrap_ci(
     confidence: float = 0.95,
     seed: int = 0,
     method: str = "percentile",
+    resamples: Resamples | None = None,
     **options: Any,
 ) -> Interval:
     """Point estimate and bootstrap interval of ``metric`` (any selfcal metric, e.g.
     ``bootstrap_ci(ece, labels=y, logits=z, n_bins=15)``); ``method`` is ``"percentile"`` or
-    ``"basic"`` (module docstring)."""
+    ``"basic"`` (module docstring). ``resamples`` (a :class:`Resamples` of the same size)
+    replaces the draw from ``seed``, so several metrics can share one set."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if method not in INTERVAL_METHODS:
@@ -136,10 +178,9 @@ def bootstrap_ci(
     core = metric.core
     with torch.no_grad():
         value = core(pred, **options)
-        cost = pred.n_classes if metric.cost_per_sample == "C" else 1
         vals = resampled_values(
             lambda w: core(pred, weights=w, **options),
-            pred.n_samples, n_resamples, seed, pred.device, cost,
+            pred.n_samples, n_resamples, seed, pred.device, resamples,
         )
         lo, hi = interval_bounds(vals, value, confidence, method)
     return Interval(float(value), float(lo), float(hi), confidence, n_resamples, method)

@@ -14,6 +14,7 @@ from selfcal.metrics._api import metric
 from selfcal.metrics.binning import (
     BinStats,
     Weights,
+    bin_index,
     bin_statistics,
     calibration_error,
     check_n_bins,
@@ -131,19 +132,30 @@ def adaece(pred: Predictions, weights: Weights = None, *, n_bins: int = 15, norm
 
 
 def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None) -> BinStats:
-    """Per-class bin statistics of ``p_{.j}`` against ``1[y = j]``: shape ``(..., C, M)``."""
+    """Per-class bin statistics of ``p_{.j}`` against ``1[y = j]``: shape ``(..., C, M)``.
+
+    Unweighted, all classes are binned in one flat pass (class ``j``'s bins offset by ``j M``).
+    With ``(B, N)`` resampling weights, one class at a time, so memory stays ``O(B N)`` rather
+    than ``O(B N C)``."""
     c = pred.n_classes
     edges = uniform_edges(n_bins, pred.device)
     probs = pred.probs
-    targets = torch.nn.functional.one_hot(pred.require_labels(), c).double()
-    index = torch.bucketize(probs, edges[1:-1], right=False)
+    labels = pred.require_labels()
+    index = bin_index(probs, edges)
+    if weights is not None:
+        per_class = [
+            bin_statistics(probs[:, j], (labels == j).double(), edges, weights, index=index[:, j])
+            for j in range(c)
+        ]
+        return BinStats(edges, *(torch.stack([getattr(s, f) for s in per_class], dim=-2)
+                                 for f in ("count", "confidence_sum", "accuracy_sum")))
+    targets = torch.nn.functional.one_hot(labels, c).double()
     index += torch.arange(c, device=pred.device) * n_bins
-    w = None if weights is None else weights.repeat_interleave(c, dim=1)
     flat = bin_statistics(
-        probs.reshape(-1), targets.reshape(-1), uniform_edges(c * n_bins, pred.device), w,
+        probs.reshape(-1), targets.reshape(-1), uniform_edges(c * n_bins, pred.device),
         index=index.reshape(-1),
     )
-    shape = flat.count.shape[:-1] + (c, n_bins)
+    shape = (c, n_bins)
     return BinStats(
         edges,
         flat.count.reshape(shape),
@@ -152,7 +164,7 @@ def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None)
     )
 
 
-@metric(cost_per_sample="C")
+@metric()
 def classwise_ece(
     pred: Predictions, weights: Weights = None, *, n_bins: int = 15, norm: str = "l1"
 ):
