@@ -7,7 +7,9 @@ One ``lam`` per batch, as in the reference mixup code.
 
 Randomness comes from one ``torch.Generator``: a uniform draw mapped through the inverse Beta
 CDF (:func:`scipy.special.betaincinv`) gives ``lam``, then ``torch.randperm`` gives ``pi`` --
-so a seeded generator makes the whole batch transform reproducible.
+so a seeded generator makes the whole batch transform reproducible. Both draw on the
+generator's device (a CUDA generator works too); :func:`selfcal.training.fit` uses them with
+its augmentation generator (``fit(..., mixup_alpha=1.0)``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def sample_mixup_lambda(alpha: float, generator: torch.Generator | None = None) 
         return 1.0
     from scipy.special import betaincinv
 
-    uniform = float(torch.rand((), generator=generator, dtype=torch.float64))
+    uniform = float(torch.rand((), generator=generator, dtype=torch.float64,
+                               device=_device(generator)))
     return float(betaincinv(alpha, alpha, uniform))
 
 
@@ -49,9 +52,15 @@ def mixup_batch(
     if not x.is_floating_point():
         raise ValueError(f"x must be floating point to be mixed, got dtype {x.dtype}")
     lam = sample_mixup_lambda(alpha, generator)
-    perm = torch.randperm(x.shape[0], generator=generator).to(x.device)
+    perm = torch.randperm(x.shape[0], generator=generator, device=_device(generator))
+    perm = perm.to(x.device)
     x_mixed = lam * x + (1 - lam) * x[perm]
     return x_mixed, y, y[perm.to(y.device)], lam
+
+
+def _device(generator: torch.Generator | None) -> torch.device | None:
+    """Where ``generator`` draws (``None``: the global RNG on the default device)."""
+    return None if generator is None else generator.device
 
 
 def mixup_loss(

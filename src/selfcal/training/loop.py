@@ -11,17 +11,20 @@ Any NaN/inf loss, parameter or validation logit raises :class:`TrainingDiverged`
 Determinism: the minibatch order of epoch ``e`` is the ``e``-th ``torch.randperm`` of a
 ``torch.Generator`` seeded with ``config.seed``; randomness inside the model (dropout) draws
 from the global RNG, which ``fit`` seeds with ``config.seed`` inside
-:func:`torch.random.fork_rng`, so the caller's RNG state is left as it was. An optional
-``batch_transform`` (data augmentation) draws from a third ``torch.Generator``, on
+:func:`torch.random.fork_rng`, so the caller's RNG state is left as it was. The training batch
+pipeline -- an optional ``batch_transform`` (data augmentation), then mixup if
+``mixup_alpha > 0`` -- draws from a third, *augmentation* ``torch.Generator``, on
 ``config.device`` (where the batches are), whose seed is derived from ``config.seed`` by
 :class:`numpy.random.SeedSequence` (``[seed, 1]``): its stream is independent of the shuffling
-stream, and the shuffling is the same with or without a transform. On the CPU two runs with
-equal inputs and config give bit-identical parameters.
+stream, and the shuffling is the same with or without augmentation. Per minibatch the transform
+draws first, then mixup draws ``lam`` and then its permutation. On the CPU two runs with equal
+inputs and config give bit-identical parameters.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from selfcal._inputs import Predictions
+from selfcal.losses.mixup import mixup_batch, mixup_loss
 from selfcal.metrics import accuracy, ece, nll
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History, HistoryRecorder, StopReason, TrainingDiverged
@@ -39,6 +43,7 @@ from selfcal.training.history import History, HistoryRecorder, StopReason, Train
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 EpochCallback = Callable[[int, nn.Module, History], bool | None]
 BatchTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+BatchLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 Batch = torch.Tensor | slice
 
 
@@ -56,6 +61,7 @@ def fit(
     loss_fn: LossFn | None = None,
     on_epoch: EpochCallback | None = None,
     batch_transform: BatchTransform | None = None,
+    mixup_alpha: float = 0.0,
 ) -> History:
     """Train ``model`` in place on ``train = (x, y)``; return the run's :class:`History`.
 
@@ -67,6 +73,12 @@ def fit(
     :func:`selfcal.data.augment.random_crop_flip`) is applied to every training minibatch, never
     to validation data, drawing its randomness from ``generator`` (on ``config.device``, seeded
     from ``config.seed``; see the module doc); it must keep the batch's rows.
+    ``mixup_alpha > 0`` trains with mixup (Zhang et al. 2018; [MetaReg] uses 1): per minibatch
+    (after ``batch_transform``) one ``lam ~ Beta(alpha, alpha)`` and a permutation ``pi`` of the
+    batch, drawn from the same generator (:func:`selfcal.losses.mixup_batch`), and the step
+    minimises ``lam * loss_fn(z, y) + (1 - lam) * loss_fn(z, y[pi])`` with
+    ``z = model(lam x + (1 - lam) x[pi])``; the history's ``train_loss`` is this mixed loss.
+    ``mixup_alpha = 0`` (default) is plain training, with no draws. Validation is never mixed.
     The model is moved to ``config.device`` and left in training mode; with
     ``config.restore_best`` it ends with the parameters of the best validation-NLL epoch.
     """
@@ -77,7 +89,8 @@ def fit(
     if validation is None and (config.early_stopping is not None or config.restore_best):
         raise ValueError("early_stopping and restore_best need validation data (val=...)")
     loss_fn = F.cross_entropy if loss_fn is None else loss_fn
-    augment = _seeded_transform(batch_transform, config.seed, device)
+    batch_loss = _batch_loss(loss_fn, batch_transform, _mixup_alpha(mixup_alpha, x), config.seed,
+                             device)
     optimizer = make_optimizer(model, config)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(
         optimizer, list(config.milestones), gamma=config.lr_decay
@@ -92,9 +105,8 @@ def fit(
             epoch_start, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
             try:
                 batches = epoch_batches(len(y), config.batch_size, shuffle, device)
-                loss = _train_epoch(
-                    model, x, y, batches, loss_fn, optimizer, config, epoch, augment
-                )
+                _set_epoch(loss_fn, epoch)
+                loss = _train_epoch(model, x, y, batches, batch_loss, optimizer, config)
                 scheduler.step()
                 check_parameters(model)
                 scores = None if validation is None else validation_scores(model, *validation)
@@ -154,24 +166,17 @@ def _train_epoch(
     x: torch.Tensor,
     y: torch.Tensor,
     batches: list[Batch],
-    loss_fn: LossFn,
+    batch_loss: BatchLoss,
     optimizer: torch.optim.Optimizer,
     config: TrainConfig,
-    epoch: int,
-    augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> float:
-    """One pass over ``batches``; returns the batch-size-weighted mean of the batch losses.
-
-    ``augment`` (if given) transforms each minibatch's inputs before the forward pass."""
-    set_epoch = getattr(loss_fn, "set_epoch", None)
-    if callable(set_epoch):
-        set_epoch(epoch)
+    """One pass over ``batches``; returns the batch-size-weighted mean of the batch losses
+    ``batch_loss(model, x[batch], y[batch])``."""
     model.train()
     total = 0.0
     for batch in batches:
         optimizer.zero_grad(set_to_none=True)
-        inputs = x[batch] if augment is None else augment(x[batch])
-        loss = loss_fn(model(inputs), y[batch])
+        loss = batch_loss(model, x[batch], y[batch])
         value = loss_value(loss)
         loss.backward()
         if config.grad_clip is not None:
@@ -181,16 +186,57 @@ def _train_epoch(
     return total / len(y)
 
 
-def _seeded_transform(
-    transform: BatchTransform | None, seed: int, device: torch.device
-) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """Bind ``transform`` to its own generator (see module doc) and check what it returns."""
-    if transform is None:
-        return None
-    if not callable(transform):
-        raise ValueError(f"batch_transform must be callable, got {type(transform).__name__}")
+def _set_epoch(loss_fn: LossFn, epoch: int) -> None:
+    """Tell a loss with a ``set_epoch(epoch)`` method (a schedule) the epoch."""
+    set_epoch = getattr(loss_fn, "set_epoch", None)
+    if callable(set_epoch):
+        set_epoch(epoch)
+
+
+def _batch_loss(
+    loss_fn: LossFn,
+    transform: BatchTransform | None,
+    mixup_alpha: float,
+    seed: int,
+    device: torch.device,
+) -> BatchLoss:
+    """``(model, x_batch, y_batch) -> loss`` of one training minibatch: ``transform``, then
+    (``mixup_alpha > 0``) ``x <- lam x + (1 - lam) x[pi]`` and
+    ``loss = lam * loss_fn(z, y) + (1 - lam) * loss_fn(z, y[pi])``; else ``loss_fn(z, y)``.
+    Both draw from one augmentation generator (see the module doc)."""
     derived = int(np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)[0])
     generator = torch.Generator(device=device).manual_seed(derived)
+    augment = _checked_transform(transform, generator)
+
+    def plain(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return loss_fn(model(augment(x)), y)
+
+    def mixed(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x_mixed, y_a, y_b, lam = mixup_batch(augment(x), y, mixup_alpha, generator)
+        return mixup_loss(loss_fn, model(x_mixed), y_a, y_b, lam)
+
+    return plain if mixup_alpha == 0 else mixed
+
+
+def _mixup_alpha(alpha: Any, x: torch.Tensor) -> float:
+    """A finite ``alpha >= 0``; mixing (``alpha > 0``) needs floating-point inputs."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise ValueError(f"mixup_alpha must be a real number, got {alpha!r}")
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"mixup_alpha must be finite and >= 0, got {alpha!r}")
+    if alpha > 0 and not x.is_floating_point():
+        raise ValueError(f"mixup needs floating-point inputs, got dtype {x.dtype}")
+    return float(alpha)
+
+
+def _checked_transform(
+    transform: BatchTransform | None, generator: torch.Generator
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Bind ``transform`` (identity if ``None``) to ``generator`` and check what it returns."""
+    if transform is None:
+        return lambda batch: batch
+    if not callable(transform):
+        raise ValueError(f"batch_transform must be callable, got {type(transform).__name__}")
 
     def augment(batch: torch.Tensor) -> torch.Tensor:
         out = transform(batch, generator)
