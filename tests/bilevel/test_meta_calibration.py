@@ -2,6 +2,7 @@
 central finite differences of an independent plain-autograd lookahead, detached γ in the
 real step, the reference-code quirk switch, and a short training run."""
 
+import copy
 import math
 
 import pytest
@@ -9,14 +10,18 @@ import torch
 import torch.nn.functional as F
 
 from selfcal.bilevel import (
+    AutogradLookahead,
     GammaNet,
     MetaBatch,
     MetaCalibrationTrainer,
+    OneStepLookahead,
     UnitL2,
     fit_meta,
+    meta_calibration,
     meta_hypergradient,
     meta_objective,
 )
+from selfcal.bilevel._tree import tree_leaves
 from selfcal.bilevel.meta_calibration import training_loss
 from selfcal.losses import focal_loss
 from selfcal.models import MLP
@@ -149,6 +154,45 @@ def test_backbone_leak_equals_finite_differences_of_meta_loss_in_backbone():
     torch.testing.assert_close(result.grad["meta"], plain.grad)
 
 
+@pytest.mark.parametrize("method,objective", [("gamma-net", "sece"), ("gamma-net", "dece"),
+                                              ("unit-l2", "dece"), ("unit-l2", "ce+dece")])
+@pytest.mark.parametrize("leak", [False, True], ids=["plain", "leak"])
+def test_autograd_fast_path_equals_the_engine(method, objective, leak):
+    """The head lookahead's fast path (plain autograd) against the engine's torch.func
+    OneStepLookahead, float64, with and without the reference-code backbone leak."""
+    model, meta, train, meta_val = tiny_setup(method)
+    batch = batch_for(model, train, meta_val, with_meta_features=not leak)
+    kwargs = {"lr": LR, "objective": meta_objective(objective), "backbone_leak": leak}
+    fast = meta_hypergradient(model, meta, batch, estimator=AutogradLookahead(), **kwargs)
+    engine = meta_hypergradient(model, meta, batch, estimator=OneStepLookahead(), **kwargs)
+    assert float(max(g.abs().max() for g in tree_leaves(fast.grad))) > 1e-6
+    if leak:
+        assert set(fast.grad) == {"meta", "backbone"}
+    for got, want in zip(tree_leaves(tuple(fast)), tree_leaves(tuple(engine)), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_head_lookahead_defaults_to_the_fast_path_and_whole_network_to_the_engine(
+        monkeypatch):
+    calls = []
+
+    class Spy(AutogradLookahead):
+        def __call__(self, *args):
+            calls.append(args)
+            return super().__call__(*args)
+
+    monkeypatch.setattr(meta_calibration, "AutogradLookahead", Spy)
+    model, meta, train, meta_val = tiny_setup("gamma-net")
+    fn = meta_objective("sece")
+    meta_hypergradient(model, meta, batch_for(model, train, meta_val), lr=LR, objective=fn)
+    meta_hypergradient(model, meta, batch_for(model, train, meta_val, False), lr=LR,
+                       objective=fn, backbone_leak=True)
+    assert len(calls) == 2
+    meta_hypergradient(model, meta, batch_for(model, train, meta_val, False), lr=LR,
+                       objective=fn, lookahead="all")
+    assert len(calls) == 2
+
+
 def one_step(quirks: bool):
     model, meta, train, meta_val = tiny_setup("gamma-net")
     trainer = MetaCalibrationTrainer(meta_objective="sece", replicate_reference_quirks=quirks,
@@ -186,6 +230,27 @@ def test_real_step_uses_detached_gamma_from_the_updated_gamma_net():
     assert not torch.isclose(changed, loss)
 
 
+def test_step_returns_the_focal_loss_with_the_updated_gamma_net():
+    """The real step's loss uses γ from the γ-Net *after* its Adam step (evaluated once, for
+    the finiteness check, and reused), on the train features before the real step."""
+    model, meta, train, meta_val = tiny_setup("gamma-net")
+    before = copy.deepcopy(model)
+    trainer = MetaCalibrationTrainer(meta_objective="sece", config=TrainConfig(lr=LR))
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    meta_optimizer = torch.optim.Adam(meta.parameters(), lr=0.1)
+    gamma_before = meta(before.features(train[0])).detach()
+    value, _, gamma = trainer.step(model, meta, *train, *meta_val, optimizer, meta_optimizer, LR)
+    torch.testing.assert_close(gamma, gamma_before)
+    with torch.no_grad():
+        features = before.features(train[0])
+        updated = meta(features)
+        expected = focal_loss(before.head(features), train[1], updated, reduction="sum")
+        stale = focal_loss(before.head(features), train[1], gamma_before, reduction="sum")
+    assert (updated - gamma_before).abs().max() > 1e-3  # the meta step moved γ
+    assert value == pytest.approx(float(expected), rel=1e-12)
+    assert value != pytest.approx(float(stale), rel=1e-6)
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="meta_objective"):
         meta_objective("ece")
@@ -194,6 +259,20 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="lookahead"):
         MetaCalibrationTrainer(lookahead="all", replicate_reference_quirks=True,
                                config=TrainConfig())
+
+
+def test_ce_objective_is_mean_cross_entropy_in_float64():
+    """The "FLγ" ablation's meta-objective: mean CE alone, float64, differentiable."""
+    g = torch.Generator().manual_seed(0)
+    logits, labels = 3 * torch.randn(16, 5, generator=g), torch.randint(0, 5, (16,), generator=g)
+    logits.requires_grad_(True)
+    value = meta_objective("ce")(logits, labels)
+    assert value.dtype == torch.float64
+    torch.testing.assert_close(value, F.cross_entropy(logits.double(), labels))
+    torch.testing.assert_close(value.float(), F.cross_entropy(logits, labels))
+    (grad,) = torch.autograd.grad(value, logits)
+    expected = (logits.double().softmax(1) - F.one_hot(labels, 5)) / 16  # d mean CE / d z
+    torch.testing.assert_close(grad, expected.float())
 
 
 @pytest.mark.parametrize("method,objective", [("gamma-net", "sece"), ("unit-l2", "dece")])

@@ -14,7 +14,9 @@ Hypergradient estimators (swappable strategies, all ``torch.func.vmap``-able):
       dF/dphi = d_phi f + sum_{k<T} (d_phi Phi_k)^T lambda_{k+1},
       lambda_T = grad_{theta, s} f(theta_T, phi),  lambda_k = (d_{theta, s} Phi_k)^T lambda_{k+1}
 
-  ``OneStepLookahead`` keeps only the last term (``backprop_steps=1``).
+  ``OneStepLookahead`` keeps only the last term (``backprop_steps=1``);
+  ``AutogradLookahead`` evaluates that term with plain ``torch.autograd`` (faster for a
+  small head, not ``vmap``-able).
 * **Implicit** (implicit function theorem at a stationary ``theta_T``)::
 
       dF/dphi = d_phi f - d^2_{phi theta} g . [d^2_{theta theta} g]^{-1} grad_theta f
@@ -46,7 +48,12 @@ from selfcal.bilevel.bo4sc import (
     project_weights,
 )
 from selfcal.bilevel.engine import BilevelProblem, Estimator, Hypergradient
-from selfcal.bilevel.estimators import Implicit, OneStepLookahead, Unrolled
+from selfcal.bilevel.estimators import (
+    AutogradLookahead,
+    Implicit,
+    OneStepLookahead,
+    Unrolled,
+)
 from selfcal.bilevel.gamma_net import GammaNet
 from selfcal.bilevel.meta_calibration import (
     MetaBatch,
@@ -66,6 +73,7 @@ __all__ = [
     "SGD",
     "Adam",
     "AdamState",
+    "AutogradLookahead",
     "BO4SCConfig",
     "BO4SCData",
     "BO4SCInfo",

@@ -12,6 +12,10 @@ are fixed, and there is no ``.item()`` or data-dependent branch, so every estima
   included: the exact derivative of the computation. Memory grows linearly in the
   differentiated steps.
 * :class:`OneStepLookahead` -- ``Unrolled(steps, backprop_steps=1)``.
+* :class:`AutogradLookahead` -- the same hypergradient as :class:`OneStepLookahead`, with the
+  differentiated step evaluated by plain ``torch.autograd`` (``create_graph=True``) instead of
+  ``torch.func``: faster where per-op dispatch dominates (a small head), not ``vmap``-able.
+  :class:`OneStepLookahead` stays the reference; tests check that the two agree.
 * :class:`Implicit` -- the implicit function theorem at the last iterate with a
   Hessian-vector-product linear solve. Memory is flat in ``steps``.
 """
@@ -24,7 +28,7 @@ from typing import Any, cast
 import torch
 from torch.func import grad, vjp
 
-from selfcal.bilevel._tree import detach, tree_dot, tree_map
+from selfcal.bilevel._tree import detach, tree_dot, tree_leaves, tree_map
 from selfcal.bilevel.engine import BilevelProblem, Hypergradient
 from selfcal.bilevel.optim import Params
 from selfcal.bilevel.solvers import ConjugateGradient, MatVec, Neumann
@@ -115,6 +119,52 @@ class OneStepLookahead:
     def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
                  opt_state: Any) -> Hypergradient:
         return Unrolled(self.steps, backprop_steps=1)(problem, phi, theta, opt_state)
+
+
+@dataclass(frozen=True)
+class AutogradLookahead:
+    """:class:`OneStepLookahead` with the differentiated step on the regular autograd tape.
+
+    The first ``steps - 1`` steps run as in :class:`OneStepLookahead` (no graph); then, with
+    ``theta`` and ``phi`` fresh leaves::
+
+        g = autograd.grad(g(theta, phi), theta, create_graph=True)
+        (theta', s') = step(theta, g, s)
+        dF/dphi = autograd.grad(f(theta', phi), phi)
+
+    which is ``df/dphi + (d theta'/d phi)^T grad_theta f(theta', phi)``, the quantity
+    :class:`OneStepLookahead` computes with ``torch.func.grad`` inside ``torch.func.vjp``.
+    The closures run once each, with no functorch transform around them, so there is no
+    per-op functorch dispatch, a large share of the cost for a small head (γ-Net + SECE on
+    cnn2d's 128 x 10 head: 2.65 vs 3.72 ms, benchmarks/results/meta.md). It records on the
+    regular tape, so it does not run under ``torch.func.vmap``; a ``phi`` leaf the outer loss
+    does not reach gets a zero gradient, as with ``torch.func``. Results are detached.
+    """
+
+    steps: int = 1
+
+    def __post_init__(self) -> None:
+        _check_count("steps", self.steps, 1)
+
+    def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
+                 opt_state: Any) -> Hypergradient:
+        phi, theta, opt_state = detach((phi, theta, opt_state))
+        theta, opt_state = problem.run_inner(theta, phi, opt_state, self.steps - 1)
+        phi, theta = tree_map(lambda t: t.requires_grad_(), detach((phi, theta)))
+        with torch.enable_grad():
+            inner = _autograd(problem.inner_loss(theta, phi), theta, create_graph=True)
+            theta, opt_state = problem.inner_optimizer.step(theta, inner, opt_state)
+            loss = problem.outer_loss(theta, phi)
+            hypergrad = _autograd(loss, phi, create_graph=False)
+        return Hypergradient(hypergrad, *detach((theta, opt_state, loss)))
+
+
+def _autograd(loss: torch.Tensor, wrt: Any, *, create_graph: bool) -> Any:
+    """``d loss / d wrt`` by ``torch.autograd.grad``, shaped like the tree ``wrt`` (zeros for
+    leaves ``loss`` does not depend on)."""
+    grads = iter(torch.autograd.grad(loss, tree_leaves(wrt), create_graph=create_graph,
+                                     allow_unused=True, materialize_grads=True))
+    return tree_map(lambda _: next(grads), wrt)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,10 @@ only by the meta-objective, and the backbone must not be trained through γ-Net'
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 DEFAULT_TAU = 0.01
@@ -53,9 +55,18 @@ class GammaNet(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """``gamma`` of shape ``(b,)`` for detached features ``(b, feature_dim)``."""
+        return self.gamma(features, dict(self.named_parameters()))
+
+    def gamma(self, features: torch.Tensor, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``|softmax(x A) A^T W + b| / tau`` with the parameters ``params`` (names as in
+        ``named_parameters()``: ``prototypes``, ``readout.weight``, ``readout.bias``) instead of
+        the module's own: the functional form the meta step differentiates, without the
+        per-call cost of ``torch.func.functional_call``."""
         if features.ndim != 2 or features.shape[1] != self.feature_dim:
             raise ValueError(f"features must have shape (b, {self.feature_dim}), "
                              f"got {tuple(features.shape)}")
-        weights = torch.softmax(features @ self.prototypes, dim=1)   # q: (b, k)
-        attended = weights @ self.prototypes.T                       # x~: (b, d)
-        return self.readout(attended).squeeze(1).abs() / self.tau
+        prototypes = params["prototypes"]
+        weights = torch.softmax(features @ prototypes, dim=1)        # q: (b, k)
+        attended = weights @ prototypes.T                            # x~: (b, d)
+        readout = F.linear(attended, params["readout.weight"], params["readout.bias"])
+        return readout.squeeze(1).abs() / self.tau

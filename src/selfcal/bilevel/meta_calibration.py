@@ -12,7 +12,9 @@ Both are one configuration of :class:`~selfcal.bilevel.engine.BilevelProblem` pe
   ``gamma_i = gammaNet(sg(x_i))`` (:func:`~selfcal.losses.focal_loss`), or
   ``CE + sum lambda * theta_head^2``;
 * inner optimizer: plain gradient descent ``SGD(lr=current lr)`` (no momentum, no weight
-  decay: the reference lookahead), estimator ``OneStepLookahead(1)``;
+  decay: the reference lookahead), estimator ``OneStepLookahead(1)`` -- evaluated for the
+  head lookahead by :class:`~selfcal.bilevel.estimators.AutogradLookahead`, the same
+  hypergradient on plain autograd (tested equal to the ``torch.func`` engine);
 * outer loss on a meta-validation batch through the looked-ahead parameters: SECE (Gaussian
   kernel, h = 0.01, t_a = 100), DECE (M = 15, t_a = 100, t_b = 0.01) or mean CE +
   ``ce_weight`` * DECE -- :func:`selfcal.metrics.sece` / :func:`selfcal.metrics.dece`
@@ -57,8 +59,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from selfcal.bilevel.engine import BilevelProblem, Hypergradient
-from selfcal.bilevel.estimators import OneStepLookahead
+from selfcal.bilevel.engine import BilevelProblem, Estimator, Hypergradient
+from selfcal.bilevel.estimators import AutogradLookahead, OneStepLookahead
 from selfcal.bilevel.gamma_net import DEFAULT_TAU, GammaNet
 from selfcal.bilevel.optim import SGD, Params
 from selfcal.losses import focal_loss
@@ -76,10 +78,10 @@ from selfcal.training.loop import (
 )
 
 Method = Literal["gamma-net", "unit-l2"]
-MetaObjective = Literal["sece", "dece", "ce+dece"]
+MetaObjective = Literal["sece", "dece", "ce+dece", "ce"]
 Lookahead = Literal["head", "all"]
 METHODS: tuple[str, ...] = ("gamma-net", "unit-l2")
-META_OBJECTIVES: tuple[str, ...] = ("sece", "dece", "ce+dece")
+META_OBJECTIVES: tuple[str, ...] = ("sece", "dece", "ce+dece", "ce")
 LOOKAHEADS: tuple[str, ...] = ("head", "all")
 
 SECE_BANDWIDTH = 0.01
@@ -100,7 +102,9 @@ def meta_objective(name: str, *, ce_weight: float = DEFAULT_CE_WEIGHT) -> Object
 
     ``"sece"``: SECE, h = 0.01, t_a = 100 (exact all-pairs kernel up to 2048 samples);
     ``"dece"``: DECE, M = 15, t_a = 100, t_b = 0.01; ``"ce+dece"``: mean CE + ``ce_weight``
-    DECE (mean CE, as the Meta-Calibration code's meta criterion).
+    DECE (mean CE, as the Meta-Calibration code's meta criterion); ``"ce"``: mean CE
+    ``-1/n sum_i log softmax(z_i)_{y_i}`` alone, no calibration term (our reading of the
+    [MetaReg] Table 2 "FL_gamma" ablation, spec §6.6 item 8).
     """
     if name not in META_OBJECTIVES:
         raise ValueError(f"meta_objective must be one of {META_OBJECTIVES}, got {name!r}")
@@ -109,6 +113,8 @@ def meta_objective(name: str, *, ce_weight: float = DEFAULT_CE_WEIGHT) -> Object
                                            bandwidth=SECE_BANDWIDTH, t_a=SOFT_ACCURACY_SCALE)
     if name == "dece":
         return _dece
+    if name == "ce":
+        return lambda logits, labels: F.cross_entropy(logits.double(), labels)
     if not ce_weight >= 0:
         raise ValueError(f"ce_weight must be >= 0, got {ce_weight!r}")
     return lambda logits, labels: (F.cross_entropy(logits, labels).double()
@@ -162,18 +168,20 @@ def _head(model: nn.Module) -> nn.Linear:
 
 
 def training_loss(meta: nn.Module, logits: torch.Tensor, labels: torch.Tensor,
-                  features: torch.Tensor, head: Params, phi: Params | None = None
-                  ) -> torch.Tensor:
+                  features: torch.Tensor, head: Params, phi: Params | None = None, *,
+                  gamma: torch.Tensor | None = None) -> torch.Tensor:
     """The regularised training loss (sum reduction) with the meta module's parameters ``phi``
     (its own parameters, detached, when ``None``: the real step).
 
     γ-Net: ``sum_i -(1 - p_iy)^gamma_i log p_iy`` with ``gamma = gammaNet(features)`` (the
-    caller passes detached features). Unit-L2: ``sum_i CE_i + sum lambda * head^2``.
+    caller passes detached features), or the given ``gamma`` (the real step passes the
+    detached output it has just checked, rather than evaluating γ-Net twice). Unit-L2:
+    ``sum_i CE_i + sum lambda * head^2``.
     """
     if phi is None:
         phi = {k: p.detach() for k, p in meta.named_parameters()}
     if isinstance(meta, GammaNet):
-        gamma = functional_call(meta, phi, (features,))
+        gamma = meta.gamma(features, phi) if gamma is None else gamma
         return focal_loss(logits, labels, gamma, reduction="sum")
     if isinstance(meta, UnitL2):
         return F.cross_entropy(logits, labels, reduction="sum") + meta.penalty(head, phi)
@@ -226,6 +234,12 @@ def _mode(model: nn.Module, training: bool) -> Iterator[None]:
         model.train(was_training)
 
 
+def _linear(x: torch.Tensor, head: Params) -> torch.Tensor:
+    """``x W^T + b``: the ``nn.Linear`` head evaluated with the parameters ``head``
+    (``weight``, and ``bias`` if the head has one)."""
+    return F.linear(x, head["weight"], head.get("bias"))
+
+
 def head_params(model: nn.Module) -> Params:
     """The head's parameters, detached (``theta`` of the head-only lookahead)."""
     return {k: p.detach() for k, p in _head(model).named_parameters()}
@@ -258,14 +272,14 @@ def meta_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, *, lr: flo
         return _leaky_head_problem(model, meta, batch, inner, objective)
     if batch.features_meta is None:
         raise ValueError("the head lookahead needs batch.features_meta")
-    head, feats, feats_meta = _head(model), batch.features_train, batch.features_meta
+    _head(model)  # validates the head: the closures evaluate it as an nn.Linear
+    feats, feats_meta = batch.features_train, batch.features_meta
 
     def inner_loss(theta: Params, phi: Params) -> torch.Tensor:
-        logits = functional_call(head, theta, (feats,))
-        return training_loss(meta, logits, batch.y_train, feats, theta, phi)
+        return training_loss(meta, _linear(feats, theta), batch.y_train, feats, theta, phi)
 
     def outer_loss(theta: Params, phi: Params) -> torch.Tensor:
-        return objective(functional_call(head, theta, (feats_meta,)), batch.y_meta)
+        return objective(_linear(feats_meta, theta), batch.y_meta)
 
     return BilevelProblem(inner_loss, outer_loss, inner)
 
@@ -293,7 +307,7 @@ def _leaky_head_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, inn
                         objective: ObjectiveFn) -> BilevelProblem:
     """Head lookahead with the backbone in ``phi`` (quirk 1) and train-mode meta-val
     features (quirk 2)."""
-    head, view = _head(model), _Features(model)
+    view = _Features(model)
     buffers = {f"model.{k}": v for k, v in model.named_buffers()}
 
     def features(backbone: Params, x: torch.Tensor) -> torch.Tensor:
@@ -302,12 +316,12 @@ def _leaky_head_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, inn
             return functional_call(view, {**params, **buffers}, (x,), strict=False)
 
     def inner_loss(theta: Params, phi: dict[str, Params]) -> torch.Tensor:
-        logits = functional_call(head, theta, (features(phi["backbone"], batch.x_train),))
+        logits = _linear(features(phi["backbone"], batch.x_train), theta)
         return training_loss(meta, logits, batch.y_train, batch.features_train, theta,
                              phi["meta"])
 
     def outer_loss(theta: Params, phi: dict[str, Params]) -> torch.Tensor:
-        logits = functional_call(head, theta, (features(phi["backbone"], batch.x_meta),))
+        logits = _linear(features(phi["backbone"], batch.x_meta), theta)
         return objective(logits, batch.y_meta)
 
     return BilevelProblem(inner_loss, outer_loss, inner)
@@ -315,9 +329,15 @@ def _leaky_head_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, inn
 
 def meta_hypergradient(model: nn.Module, meta: nn.Module, batch: MetaBatch, *, lr: float,
                        objective: ObjectiveFn, lookahead: str = "head",
-                       backbone_leak: bool = False) -> Hypergradient:
-    """``OneStepLookahead(1)`` on :func:`meta_problem` from the model's current parameters.
+                       backbone_leak: bool = False,
+                       estimator: Estimator | None = None) -> Hypergradient:
+    """The one-step-lookahead hypergradient of :func:`meta_problem` from the model's current
+    parameters: ``dF/dphi = (d theta'/d phi)^T grad_theta f(theta')`` with
+    ``theta' = theta - lr grad_theta g(theta, phi)``.
 
+    ``estimator``: ``None`` picks :class:`AutogradLookahead` for the head lookahead (plain
+    autograd, the fast path) and the engine's :class:`OneStepLookahead` (the reference, which
+    tests compare the fast path against) for ``lookahead="all"``; pass either to force it.
     ``result.grad``: dict over the meta module's parameter names (with ``backbone_leak``:
     ``{"meta": ..., "backbone": ...}``); ``result.outer_loss``: the meta loss at ``theta'``.
     """
@@ -328,8 +348,9 @@ def meta_hypergradient(model: nn.Module, meta: nn.Module, batch: MetaBatch, *, l
         phi = {"meta": phi, "backbone": backbone_params(model)}
     theta = head_params(model) if lookahead == "head" else {
         k: p.detach() for k, p in model.named_parameters()}
-    inner = problem.inner_optimizer
-    return OneStepLookahead(1)(problem, phi, theta, inner.init(theta))
+    if estimator is None:
+        estimator = AutogradLookahead() if lookahead == "head" else OneStepLookahead()
+    return estimator(problem, phi, theta, problem.inner_optimizer.init(theta))
 
 
 # ---------------------------------------------------------------------- the trainer
@@ -481,22 +502,20 @@ class MetaCalibrationTrainer:
         features = model.features(x)                       # (a) the train forward, kept
         logits = model.head(features)
         detached = features.detach()
-        gamma = meta(detached).detach() if isinstance(meta, GammaNet) else None
-        if gamma is not None and not bool(torch.isfinite(gamma).all()):
-            raise NonFinite("the γ-Net output is not finite")
+        gamma = _checked_gamma(meta, detached, "")
         batch = MetaBatch(x, y, detached, x_meta, y_meta, self._meta_features(model, x_meta))
         result = meta_hypergradient(model, meta, batch, lr=lr, objective=self.objective,
                                     lookahead=self.lookahead, backbone_leak=self.quirks)
         meta_grad = result.grad["meta"] if self.quirks else result.grad
         _adam_step(meta, meta_grad, meta_optimizer)          # (b)
-        if isinstance(meta, GammaNet) and not bool(torch.isfinite(meta(detached)).all()):
-            raise NonFinite("the γ-Net output is not finite after the meta step")
+        updated = _checked_gamma(meta, detached, " after the meta step")
         optimizer.zero_grad(set_to_none=True)
         if self.quirks:                                      # quirk 1 (+ 2: BN update)
             _accumulate(model, result.grad["backbone"])
             _update_batchnorm_statistics(model, x_meta)
-        loss = training_loss(meta, logits, y, detached, dict(_head(model).named_parameters()))
-        value = loss_value(loss)                                # (c) gamma recomputed, detached
+        loss = training_loss(meta, logits, y, detached, dict(_head(model).named_parameters()),
+                             gamma=updated)
+        value = loss_value(loss)                        # (c) gamma recomputed, detached
         loss.backward()
         if self.config.grad_clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), self.config.grad_clip)
@@ -553,6 +572,18 @@ def _adam_step(meta: nn.Module, grads: Params, optimizer: torch.optim.Optimizer)
     for name, p in meta.named_parameters():
         p.grad = grads[name].to(p.dtype)
     optimizer.step()
+
+
+def _checked_gamma(meta: nn.Module, features: torch.Tensor, when: str) -> torch.Tensor | None:
+    """γ-Net's detached output on ``features`` (``None`` for another meta module); raises
+    :class:`NonFinite` if any value is NaN or infinite."""
+    if not isinstance(meta, GammaNet):
+        return None
+    with torch.no_grad():
+        gamma = meta(features)
+    if not bool(torch.isfinite(gamma).all()):
+        raise NonFinite(f"the γ-Net output is not finite{when}")
+    return gamma
 
 
 def _accumulate(model: nn.Module, grads: Params) -> None:
