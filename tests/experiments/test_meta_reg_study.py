@@ -23,8 +23,17 @@ def test_quick_reproduction(tmp_path, capsys):
             assert 0 <= metrics[key] <= 1
     assert "ece_ts" in runs["ce"] and "ece_ts" not in runs["flg-sece"]
     assert runs["ce"]["error_ts"] == runs["ce"]["error"]  # TS never changes the argmax
+    # same seed, data and schedule: equal scores would mean mixing / the CE objective was lost
+    assert runs["mixup-1"]["nll"] != runs["ce"]["nll"]
+    assert runs["flg"]["nll"] != runs["flg-sece"]["nll"]
     text = (tmp_path / "rep" / "README.md").read_text()
-    assert "selfcal reproduce meta-reg --quick" in text and "FLγ-SECE" in text
+    assert "selfcal reproduce meta-reg --quick" in text and "Not run" not in text
+    table1 = text.split("## digits-images", 1)[1].split("## ", 1)[0]
+    gain = text.split("## SECE gain", 1)[1].split("## ", 1)[0]
+    for label in ("| Mixup α=1 | ", "| FLγ | ", "| FLγ-SECE | "):
+        assert label in table1
+    assert "| FLγ | " in gain and "| FLγ-SECE | " in gain and "Mixup" not in gain
+    assert "our reading" in text  # the FLγ meta-objective is documented as ours
     for name in ("fig3_ece_and_gamma_per_epoch", "fig4_reliability_bins", "fig5_ece_mce_vs_bins"):
         assert (tmp_path / "rep" / f"{name}_digits-images.png").stat().st_size > 5_000
 

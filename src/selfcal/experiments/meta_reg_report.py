@@ -20,8 +20,9 @@ from selfcal.experiments.tables import (
 from selfcal.plots.save import new_figure
 
 LABELS = {"ce": "CE", "ce-ts": "CE (TS)", "focal-1": "Focal γ=1", "flsd53": "FLSD-53",
-          "ls-0.05": "LS-0.05", "ls-0.1": "LS-0.1", "mmce": "MMCE", "ce-dece": "CE-DECE",
-          "ce-sece": "CE-SECE", "flg-dece": "FLγ-DECE", "flg-sece": "FLγ-SECE"}
+          "ls-0.05": "LS-0.05", "ls-0.1": "LS-0.1", "mixup-1": "Mixup α=1", "mmce": "MMCE",
+          "ce-dece": "CE-DECE", "ce-sece": "CE-SECE", "flg": "FLγ", "flg-dece": "FLγ-DECE",
+          "flg-sece": "FLγ-SECE"}
 COLUMNS = (("Error", "error"), ("NLL", "nll"), ("ECE", "ece"), ("MCE", "mce"),
            ("ACE", "adaece"), ("classwise ECE", "classwise_ece"))
 ERROR_TOLERANCE = 0.01
@@ -50,15 +51,31 @@ def _cell(agg: dict, key: tuple[str, str, str], scale: float, seeds: int = 0) ->
     return f"{a.mean * scale:.2f} ± {std * scale:.2f}{missing}"
 
 
-def table1(agg: dict, dataset: str, protocol: study.Protocol) -> str:
+def table1(agg: dict, dataset: str, protocol: study.Protocol,
+           rows: Sequence[tuple[str, str]] | None = None) -> str:
+    """Every column of Table 1 for ``rows`` ((method, metric suffix); default: all methods)."""
     lines = ["| method | " + " | ".join(n for n, _ in COLUMNS) + " |",
              "|---|" + "---|" * len(COLUMNS)]
-    for method, suffix in _rows(protocol):
+    for method, suffix in _rows(protocol) if rows is None else rows:
         label = LABELS["ce-ts"] if suffix else LABELS[method]
         cells = [_cell(agg, (dataset, method, m + suffix), 1.0 if m == "nll" else 100.0,
                        len(protocol.seeds)) for _, m in COLUMNS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+GAIN_ROWS = (("flg", ""), ("flg-sece", ""))
+"""[MetaReg] Table 2, "SECE gain": γ-Net without SECE (FLγ) against FLγ-SECE."""
+
+
+def sece_gain(agg: dict, datasets: Sequence[str], protocol: study.Protocol) -> list[str]:
+    """The Table 2 analogue: FLγ and FLγ-SECE with every Table 1 column, per dataset."""
+    if not all(m in protocol.methods for m, _ in GAIN_ROWS):
+        return ["(FLγ or FLγ-SECE is not in this protocol.)", ""]
+    out = []
+    for d in datasets:
+        out += [f"**{d}** ({study.MODELS[d]}):", "", table1(agg, d, protocol, GAIN_ROWS), ""]
+    return out
 
 
 def bin_spread(agg: dict, dataset: str, method: str, metric: str = "ece") -> float | None:
@@ -68,7 +85,7 @@ def bin_spread(agg: dict, dataset: str, method: str, metric: str = "ece") -> flo
     return None if not values else max(values) - min(values)
 
 
-def table2(agg: dict, datasets: Sequence[str]) -> str:
+def table_dece_sece(agg: dict, datasets: Sequence[str]) -> str:
     """SECE vs DECE as the meta-objective (ECE %, and its spread over bin counts)."""
     lines = ["| dataset | meta-learner | ECE with DECE | ECE with SECE | ECE spread over bins, "
              "DECE → SECE |", "|---|---|---|---|---|"]
@@ -97,6 +114,7 @@ def verdicts(agg: dict, datasets: Sequence[str], protocol: study.Protocol) -> li
                    f"FLγ-SECE {100 * means['flg-sece']:.2f}% with error {100 * error:+.2f} "
                    f"points vs CE → the paper's claim (FLγ-SECE lowest ECE at comparable "
                    f"error) {'holds' if holds else 'does not hold'} here.")
+        out += gain_verdict(agg, d)
         spreads = {m: bin_spread(agg, d, m) for m in ("flg-dece", "flg-sece")}
         if None not in spreads.values():
             robust = spreads["flg-sece"] < spreads["flg-dece"]
@@ -105,6 +123,20 @@ def verdicts(agg: dict, datasets: Sequence[str], protocol: study.Protocol) -> li
                        f"{100 * spreads['flg-dece']:.2f} points → SECE "
                        f"{'is' if robust else 'is not'} more robust to the bin count here.")
     return out
+
+
+def gain_verdict(agg: dict, dataset: str) -> list[str]:
+    """FLγ-SECE against FLγ: the paper says SECE improves both error and calibration."""
+    keys = [(dataset, m, k) for m in ("flg", "flg-sece") for k in ("ece", "error")]
+    if not all(k in agg for k in keys):
+        return []
+    ece, err = ({m: agg[(dataset, m, k)].mean for m in ("flg", "flg-sece")}
+                for k in ("ece", "error"))
+    holds = ece["flg-sece"] < ece["flg"] and err["flg-sece"] <= err["flg"]
+    return [f"  SECE gain: FLγ-SECE ECE {100 * ece['flg-sece']:.2f}% / error "
+            f"{100 * err['flg-sece']:.2f}% vs FLγ {100 * ece['flg']:.2f}% / "
+            f"{100 * err['flg']:.2f}% → the paper's Table 2 claim (SECE lowers both) "
+            f"{'holds' if holds else 'does not hold'} here."]
 
 
 # ------------------------------------------------------------------------------ figures
@@ -204,8 +236,11 @@ def write_report(store: ResultsStore, protocol: study.Protocol, out: Path, *, co
                     f"{r.reason}" for r in failures], ""]
     for d in protocol.datasets:
         parts += [f"## {d} ({study.MODELS[d]})", "", table1(agg, d, protocol), ""]
-    parts += ["## SECE vs DECE as the meta-objective (Table 2 analogue)", "",
-              table2(agg, protocol.datasets), "", "## Verdicts (computed from the runs above)",
+    parts += ["## SECE gain: FLγ vs FLγ-SECE (Table 2 analogue)", "",
+              *sece_gain(agg, protocol.datasets, protocol),
+              "## SECE vs DECE as the meta-objective", "",
+              table_dece_sece(agg, protocol.datasets), "",
+              "## Verdicts (computed from the runs above)",
               "", *verdicts(agg, protocol.datasets, protocol), "", "## Figures", ""]
     parts += [f"![{n}]({n})" for n in names]
     path = out / "README.md"
