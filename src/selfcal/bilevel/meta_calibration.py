@@ -16,9 +16,10 @@ Both are one configuration of :class:`~selfcal.bilevel.engine.BilevelProblem` pe
   head lookahead by :class:`~selfcal.bilevel.estimators.AutogradLookahead`, the same
   hypergradient on plain autograd (tested equal to the ``torch.func`` engine);
 * outer loss on a meta-validation batch through the looked-ahead parameters: SECE (Gaussian
-  kernel, h = 0.01, t_a = 100), DECE (M = 15, t_a = 100, t_b = 0.01) or mean CE +
-  ``ce_weight`` * DECE -- :func:`selfcal.metrics.sece` / :func:`selfcal.metrics.dece`
-  themselves, so the trained and the reported quantity are one function.
+  kernel, h = 0.01, t_a = 100), DECE (M = 15, t_a = 100, t_b = 0.01), mean CE +
+  ``ce_weight`` * DECE, or mean CE alone (no calibration term) -- :func:`selfcal.metrics.sece`
+  / :func:`selfcal.metrics.dece` themselves, so the trained and the reported quantity are one
+  function.
 
 The gradient reaches γ-Net only through the lookahead: ``SECE(meta-val) -> theta' ->
 grad_theta FL_gamma -> gamma(phi)`` (spec §6.4).
@@ -386,7 +387,9 @@ class MetaCalibrationTrainer:
     """Trains a model with a meta-learned calibration regulariser (module doc).
 
     ``method``: ``"gamma-net"`` (FL_gamma; with ``meta_objective="sece"`` the proposed
-    FL_gamma-SECE, with ``"dece"`` FL_gamma-DECE) or ``"unit-l2"`` (CE-DECE / CE-SECE).
+    FL_gamma-SECE, with ``"dece"`` FL_gamma-DECE, with ``"ce"`` our reading of the paper's
+    "FL_gamma" ablation) or ``"unit-l2"`` (CE-DECE / CE-SECE). ``meta_objective``: one of
+    :data:`META_OBJECTIVES` (:func:`meta_objective`).
     ``lookahead``: ``"head"`` (reference) or ``"all"``. ``config``: the real optimizer's
     protocol (use ``optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=5e-4,
     batch_size=128, grad_clip=2.0`` for the papers); its ``seed`` also seeds γ-Net's
