@@ -12,7 +12,8 @@ from hypothesis.extra.numpy import arrays
 from posthoc_helpers import make_logits, softmax
 
 from selfcal.posthoc import TemperatureScaling
-from selfcal.posthoc.temperature import grid_temperatures
+from selfcal.posthoc import temperature as ts_module
+from selfcal.posthoc.temperature import LOG_BETA_BOUNDS, grid_temperatures
 
 CASES = [(seed, n, c) for seed, (n, c) in enumerate(
     [(50, 2), (80, 3), (120, 10), (300, 4), (500, 7)] * 5)]
@@ -111,6 +112,112 @@ def test_large_input_uses_warm_start_and_matches_brute_force():
     b = 1 / t  # first-order optimality on the full data
     p = softmax(b * z)
     assert abs(np.mean((p * z).sum(1) - z[np.arange(len(y)), y])) < 1e-10
+
+
+# ------------------------------------------------------------------------ fast solver
+def bounded_temperature(z: np.ndarray, y: np.ndarray) -> float:
+    """scipy's bounded scalar minimiser of the float64 NLL over log(beta) in [-10, 10]."""
+    from scipy.optimize import minimize_scalar
+
+    res = minimize_scalar(lambda u: mean_nll(z, y, math.exp(u)), bounds=LOG_BETA_BOUNDS,
+                          method="bounded", options={"xatol": 1e-12})
+    return math.exp(-res.x)
+
+
+def solver_problem(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Problems with interior optima far apart: 2 or 100 classes, very peaked logits
+    (beta* ~ 0.02), very flat ones (beta* ~ 100), optima within 1 of the log(beta) bounds,
+    a large common offset, and -1e300 entries (below the float32 range)."""
+    n, c, scale = {"binary": (3000, 2, 3.0), "c100": (2000, 100, 3.0), "peaked": (2000, 10, 50.0),
+                   "flat": (2000, 10, 0.01), "near_lo": (2000, 10, 1e4),
+                   "near_hi": (2000, 10, 1e-4), "offset": (2000, 10, 3.0),
+                   "huge_negative": (2000, 10, 3.0)}[kind]
+    z, y = make_logits(seed, n, c, scale=scale)
+    if kind == "offset":
+        z += 1000.0
+    if kind == "huge_negative":  # a few non-label entries at -1e300: weight 0 for every beta
+        rows = np.arange(0, n, 7)
+        z[rows, (y[rows] + 1) % c] = -1e300
+    return z, y
+
+
+SOLVER_KINDS = ["binary", "c100", "peaked", "flat", "near_lo", "near_hi", "offset",
+                "huge_negative"]
+
+
+@pytest.mark.parametrize(("kind", "dtype"), [
+    (kind, dtype) for kind in SOLVER_KINDS for dtype in (np.float64, np.float32)
+    if not (kind == "huge_negative" and dtype is np.float32)  # -1e300 is not a float32
+])
+def test_fast_solver_matches_bounded_minimiser(kind, dtype):
+    z, y = solver_problem(kind, SOLVER_KINDS.index(kind))
+    z = z.astype(dtype)
+    t = TemperatureScaling().fit(logits=z, labels=y).temperature_
+    zz = z.astype(np.float64)
+    ref = bounded_temperature(zz, y)
+    assert -9.5 < math.log(ref) < 9.5  # an interior optimum, not a bound
+    assert t == pytest.approx(ref, rel=1e-6)
+    if kind in ("near_lo", "near_hi"):
+        assert abs(abs(math.log(t)) - 10) < 1  # within 1 of a log-T bound
+    # the tighter float64 golden-section reference agrees too
+    assert t == pytest.approx(brute_force_temperature(zz, y), rel=1e-6)
+
+
+@pytest.mark.parametrize(("anti", "bound"), [(True, math.exp(10)), (False, math.exp(-10))])
+def test_fast_solver_stops_at_the_bounds(anti, bound):
+    # labels against the logits: NLL decreases as T -> inf; separable: as T -> 0
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=(3000, 10)).astype(np.float32)
+    y = rng.integers(0, 10, 3000)
+    z[np.arange(3000), y] += -0.5 if anti else 20.0
+    t = TemperatureScaling().fit(logits=z, labels=y).temperature_
+    assert t == pytest.approx(bound, rel=1e-12)
+    zz, beta = z.astype(np.float64), 1 / bound  # the NLL still falls towards that bound:
+    p = softmax(beta * zz)  # L'(beta) = mean(E_p z - z_y) > 0 at beta_min, <= 0 at beta_max
+    grad = np.mean((p * zz).sum(1) - zz[np.arange(len(y)), y])
+    assert grad > 0 if anti else grad <= 0
+    assert mean_nll(zz, y, beta) <= mean_nll(zz, y, beta * (1.1 if anti else 0.5))
+
+
+def count_passes(monkeypatch) -> list[tuple[int, torch.dtype]]:
+    calls = []
+    inner = ts_module.nll_derivatives
+
+    def counting(data, beta, dtype=torch.float64):
+        calls.append((data.z.shape[0], dtype))
+        return inner(data, beta, dtype)
+
+    monkeypatch.setattr(ts_module, "nll_derivatives", counting)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_fit_takes_one_float64_pass(monkeypatch, dtype):
+    z, y = make_logits(11, 40_000, 100)
+    calls = count_passes(monkeypatch)
+    t = TemperatureScaling().fit(logits=z.astype(dtype), labels=y).temperature_
+    full64 = [c for c in calls if c == (40_000, torch.float64)]
+    full32 = [c for c in calls if c == (40_000, torch.float32)]
+    assert len(full64) == 1 and len(full32) <= 2  # subsample + float32 + one exact pass
+    assert all(n == 40_000 or n <= 2 * ts_module.WARM_START_ROWS for n, _ in calls)
+    b = 1 / t  # first-order optimality on the full float64 data
+    zz = z.astype(dtype).astype(np.float64)
+    p = softmax(b * zz)
+    assert abs(np.mean((p * zz).sum(1) - zz[np.arange(len(y)), y])) < 1e-10
+
+
+def test_derivatives_match_finite_differences():
+    z, y = make_logits(12, 500, 6)
+    data = ts_module._Logits.build(torch.from_numpy(z), torch.from_numpy(y))
+    beta, eps = 0.7, 1e-5
+    g, h, t, q = ts_module.nll_derivatives(data, beta)
+    assert g == pytest.approx(
+        (mean_nll(z, y, beta + eps) - mean_nll(z, y, beta - eps)) / (2 * eps), rel=1e-6)
+    up, down = (ts_module.nll_derivatives(data, beta + s) for s in (eps, -eps))
+    for k, value in enumerate((h, t, q)):
+        assert value == pytest.approx((up[k] - down[k]) / (2 * eps), rel=1e-6)
+    single = ts_module.nll_derivatives(data, beta, torch.float32)
+    np.testing.assert_allclose(single, (g, h, t, q), rtol=1e-4)
 
 
 # ------------------------------------------------------------------------ grid mode
