@@ -33,7 +33,7 @@ import torch
 PROB_ATOL = 1e-4
 """Tolerance on ``|sum(row) - 1|`` for probability inputs."""
 
-CHUNK_ROWS = 1 << 16
+CHUNK_ROWS = 1 << 18
 """Rows per chunk in the fused validation pass (keeps each chunk in cache)."""
 
 ScoreKind = Literal["logits", "probs"]

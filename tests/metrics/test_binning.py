@@ -10,7 +10,7 @@ from selfcal.metrics.binning import CHUNK, bin_index, bin_statistics, uniform_ed
 
 def searched(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     """Reference: binary search with the ``(e_m, e_{m+1}]`` convention."""
-    return torch.bucketize(values, edges[1:-1].to(values.dtype), right=False)
+    return torch.bucketize(values.double(), edges[1:-1], right=False)
 
 
 def near_edges(edges: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

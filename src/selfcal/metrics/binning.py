@@ -32,7 +32,7 @@ def check_n_bins(n_bins: int) -> None:
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
 
 
-CHUNK = 1 << 16
+CHUNK = 1 << 18
 """Values per chunk when binning on the CPU (the chunk's temporaries stay in cache)."""
 
 
@@ -43,31 +43,32 @@ def is_uniform(edges: torch.Tensor) -> bool:
 
 def bin_index(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     """Bin of each value under the ``(e_m, e_{m+1}]`` convention (values below ``e_1`` go to
-    bin 0, values above ``e_{M-1}`` to bin ``M-1``). ``edges`` may be ``(M+1,)`` or batched
-    ``(B, M+1)`` with ``values`` ``(B, N)``.
+    bin 0, values above ``e_{M-1}`` to bin ``M-1``), comparing in float64. ``edges`` may be
+    ``(M+1,)`` or batched ``(B, M+1)`` with ``values`` ``(B, N)``.
 
     Equal-width edges take an arithmetic path (:func:`_uniform_index`), exactly equal to the
     binary search used for any other edges."""
+    values = values.to(torch.float64)
     if is_uniform(edges):
-        return _uniform_index(values, edges)
-    inner = edges[..., 1:-1].to(values.dtype).contiguous()
+        return _uniform_index(values, edges.shape[0] - 1)
+    inner = edges[..., 1:-1].contiguous()
     if inner.ndim == 1:
         return torch.bucketize(values, inner, right=False)
     return torch.searchsorted(inner, values.contiguous(), right=False)
 
 
-def _uniform_index(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
-    """``m = ceil(M c) - 1`` clamped to ``[0, M-1]``, then corrected against the float64 edges
-    themselves: rounding in ``M c`` can put a value within a few ulps of an edge one bin off,
-    never more, so one step up (``c > e_{m+1}``) or down (``c <= e_m``, ``m > 0``) makes the
-    result identical to the comparison convention."""
-    n_bins = edges.shape[0] - 1
-    t = values.to(torch.float64) * n_bins
-    index = t.ceil_().sub_(1).clamp_(0, n_bins - 1).long()
-    edges = edges.to(values.dtype)
-    index += (values > edges[index + 1]).long()
-    index -= ((values <= edges[index]) & (index > 0)).long()
-    return index.clamp_(0, n_bins - 1)
+def _uniform_index(values: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """Bin of float64 ``values`` under the edges ``e_m = m / M`` (float64 division).
+
+    ``f = ceil(M c)`` is the bin number plus one up to rounding: ``M c`` can land a value
+    within a few ulps of an edge one bin off, never more. So ``f`` moves up one when
+    ``c > e_f`` and down one when ``c <= e_{f-1}`` (``f > 1``), comparing with the edges
+    themselves -- recomputed as ``f / M``, the same float64 division that made them -- and
+    the result equals the comparison convention exactly."""
+    f = torch.mul(values, n_bins).ceil_()
+    f += values > f / n_bins
+    f -= ((values <= (f - 1) / n_bins) & (f > 1)).to(f.dtype)
+    return f.sub_(1).clamp_(0, n_bins - 1).long()
 
 
 def _bin_sum(index: torch.Tensor, x: torch.Tensor | None, n_bins: int, weights: Weights):
