@@ -5,6 +5,7 @@ real step, the reference-code quirk switch, and a short training run."""
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -318,3 +319,50 @@ def test_gamma_net_dece_on_mnist1d_does_not_diverge():
     history = fit_meta(model, train, (data.val.x, data.val.y), meta, method="gamma-net",
                        meta_objective="dece", config=config)
     assert history.epochs_run == 5 and all(math.isfinite(g) for g in history.val_gamma_mean)
+
+
+def test_hooks_on_epoch_and_batch_transform():
+    """``on_epoch(epoch, model, meta)`` runs once per epoch with the trained γ-Net and changes
+    nothing; ``batch_transform`` sees only the training minibatches (never meta-val or
+    validation), draws from fit's augmentation generator, and does change the training."""
+    from selfcal.data import load_dataset
+    from selfcal.models import build_model
+
+    data = load_dataset("digits-images", 0)
+    half = len(data.val.y) // 2
+    config = TrainConfig(epochs=2, optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=5e-4,
+                         batch_size=128, grad_clip=2.0, seed=3)
+
+    def train(**hooks):
+        model = build_model("cnn2d", seed=0, n_classes=data.n_classes)
+        history = fit_meta(model, (data.train.x, data.train.y),
+                           (data.val.x[half:], data.val.y[half:]),
+                           (data.val.x[:half], data.val.y[:half]), config=config, **hooks)
+        return model, history
+
+    calls = []
+
+    def record(epoch, model, meta):
+        with torch.no_grad():
+            gamma = float(meta(model.features(data.val.x[half:])).mean())
+        calls.append((epoch, model.training, isinstance(meta, GammaNet), gamma))
+
+    plain, history = train()
+    hooked, _ = train(on_epoch=record)
+    assert [c[:3] for c in calls] == [(0, True, True), (1, True, True)]
+    assert [c[3] for c in calls] == pytest.approx(list(history.val_gamma_mean), rel=1e-5)
+    for a, b in zip(plain.parameters(), hooked.parameters(), strict=True):
+        assert torch.equal(a, b)
+    sizes, draws = [], []
+
+    def flip(batch, generator):
+        sizes.append(len(batch))
+        draws.append(float(torch.rand((), generator=generator, device=batch.device)))
+        return batch.flip(-1)
+
+    flipped, _ = train(batch_transform=flip)
+    n = len(data.train.y)
+    assert sorted(sizes) == sorted([128] * (n // 128) * 2 + [n % 128] * 2)
+    derived = int(np.random.SeedSequence([3, 1]).generate_state(1, dtype=np.uint64)[0])
+    assert draws[0] == float(torch.rand((), generator=torch.Generator().manual_seed(derived)))
+    assert not torch.equal(plain.head.weight, flipped.head.weight)

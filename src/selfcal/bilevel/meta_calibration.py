@@ -45,6 +45,14 @@ Reference-code quirks of Meta-Calibration (spec §5.2 "Code quirk"), replicated 
    buffers).
 
 With ``False`` (default) the meta-val features come from an eval-mode, no-grad forward.
+
+Hooks for the caller (both off by default, and neither changes the training when off):
+``on_epoch(epoch, model, meta_module)`` runs after each epoch's validation, for analysis only
+(e.g. γ-Net on held-out data, [MetaReg] Fig. 3c-d; it must not modify either module, and its
+return value is ignored); ``batch_transform(x_batch, generator) -> x_batch`` augments every
+training minibatch (never the meta-val or validation batches) exactly as in
+:func:`selfcal.training.fit`: the generator is on ``config.device`` and seeded from
+``[config.seed, 1]`` by :class:`numpy.random.SeedSequence`.
 """
 
 from __future__ import annotations
@@ -70,6 +78,8 @@ from selfcal.training import History, TrainConfig, TrainingDiverged, make_optimi
 from selfcal.training.history import HistoryRecorder, StopReason
 from selfcal.training.loop import (
     NonFinite,
+    augmentation_generator,
+    bind_transform,
     check_parameters,
     epoch_batches,
     loss_value,
@@ -95,6 +105,9 @@ DEFAULT_META_LR = 1e-3
 """Adam's lr on ``phi``, inherited from Meta-Calibration (not stated in [MetaReg])."""
 
 ObjectiveFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+MetaEpochCallback = Callable[[int, nn.Module, nn.Module], object]
+"""``on_epoch(epoch, model, meta_module)``: analysis after each epoch (return ignored)."""
+BatchTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
 
 # ------------------------------------------------------------------------ objectives
@@ -393,14 +406,17 @@ class MetaCalibrationTrainer:
     ``lookahead``: ``"head"`` (reference) or ``"all"``. ``config``: the real optimizer's
     protocol (use ``optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=5e-4,
     batch_size=128, grad_clip=2.0`` for the papers); its ``seed`` also seeds γ-Net's
-    initialisation and the meta-val batch order. After :meth:`fit`: ``meta_module_`` (the
-    trained γ-Net or :class:`UnitL2`, for analysis only) and ``history_``.
+    initialisation and the meta-val batch order. ``on_epoch`` / ``batch_transform``: the
+    hooks of the module doc. After :meth:`fit`: ``meta_module_`` (the trained γ-Net or
+    :class:`UnitL2`, for analysis only) and ``history_``.
     """
 
     def __init__(self, *, method: str = "gamma-net", meta_objective: str = "sece",
                  config: TrainConfig, meta_lr: float = DEFAULT_META_LR,
                  lookahead: str = "head", replicate_reference_quirks: bool = False,
-                 ce_weight: float = DEFAULT_CE_WEIGHT, tau: float = DEFAULT_TAU) -> None:
+                 ce_weight: float = DEFAULT_CE_WEIGHT, tau: float = DEFAULT_TAU,
+                 on_epoch: MetaEpochCallback | None = None,
+                 batch_transform: BatchTransform | None = None) -> None:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if lookahead not in LOOKAHEADS:
@@ -412,6 +428,7 @@ class MetaCalibrationTrainer:
         self.objective = _build_objective(meta_objective, ce_weight=ce_weight)
         self.method, self.config, self.meta_lr = method, config, float(meta_lr)
         self.lookahead, self.quirks, self.tau = lookahead, replicate_reference_quirks, tau
+        self.on_epoch, self.batch_transform = on_epoch, batch_transform
 
     def fit(self, model: nn.Module, train: tuple[torch.Tensor, torch.Tensor],
             val: tuple[torch.Tensor, torch.Tensor] | None,
@@ -443,6 +460,8 @@ class MetaCalibrationTrainer:
         shuffle = torch.Generator().manual_seed(config.seed)
         meta_batches = _cycle(len(meta_val[1]), config.batch_size,
                               torch.Generator().manual_seed(config.seed + 1), train[0].device)
+        augment = bind_transform(self.batch_transform,
+                                 augmentation_generator(config.seed, train[0].device))
         record, extra = HistoryRecorder(), _MetaRecord([], [], [], [], [])
         best_state, stop, start = None, "completed", time.perf_counter()
         for epoch in range(config.epochs):
@@ -451,7 +470,7 @@ class MetaCalibrationTrainer:
                 batches = epoch_batches(len(train[1]), config.batch_size, shuffle,
                                          train[0].device)
                 stats = self._epoch(model, meta, train, meta_val, batches, meta_batches,
-                                    optimizer, meta_optimizer, lr)
+                                    optimizer, meta_optimizer, lr, augment)
                 scheduler.step()
                 check_parameters(model)
                 scores = None if validation is None else validation_scores(model, *validation)
@@ -465,6 +484,8 @@ class MetaCalibrationTrainer:
                     and config.restore_best:
                 best_state = {k: t.detach().clone() for k, t in model.state_dict().items()}
             record.epoch_time.append(time.perf_counter() - epoch_start)
+            if self.on_epoch is not None:
+                self.on_epoch(epoch, model, meta)
             best, patience = record.best_epoch, config.early_stopping
             if patience is not None and best is not None and epoch - best >= patience:
                 stop = "early_stopping"
@@ -478,14 +499,15 @@ class MetaCalibrationTrainer:
     def _epoch(self, model: nn.Module, meta: nn.Module, train: tuple[torch.Tensor, ...],
                meta_val: tuple[torch.Tensor, ...], batches: list[Any],
                meta_batches: Iterator[torch.Tensor], optimizer: torch.optim.Optimizer,
-               meta_optimizer: torch.optim.Optimizer, lr: float) -> dict[str, Any]:
-        """One pass: per batch the meta step then the real step. Returns the batch-size
-        weighted mean train loss, the mean meta loss and every γ seen."""
+               meta_optimizer: torch.optim.Optimizer, lr: float,
+               augment: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
+        """One pass: per batch (``augment``-ed) the meta step then the real step. Returns the
+        batch-size weighted mean train loss, the mean meta loss and every γ seen."""
         x, y = train
         total, meta_total, gammas = 0.0, 0.0, []
         for batch in batches:
             rows = next(meta_batches)
-            loss, meta_loss, gamma = self.step(model, meta, x[batch], y[batch],
+            loss, meta_loss, gamma = self.step(model, meta, augment(x[batch]), y[batch],
                                                meta_val[0][rows], meta_val[1][rows],
                                                optimizer, meta_optimizer, lr)
             total += loss * len(y[batch])
@@ -552,12 +574,14 @@ def fit_meta(model: nn.Module, train: tuple[torch.Tensor, torch.Tensor],
              meta_objective: str = "sece", config: TrainConfig,
              meta_lr: float = DEFAULT_META_LR, lookahead: str = "head",
              replicate_reference_quirks: bool = False,
-             ce_weight: float = DEFAULT_CE_WEIGHT, tau: float = DEFAULT_TAU) -> MetaHistory:
+             ce_weight: float = DEFAULT_CE_WEIGHT, tau: float = DEFAULT_TAU,
+             on_epoch: MetaEpochCallback | None = None,
+             batch_transform: BatchTransform | None = None) -> MetaHistory:
     """Function face of :class:`MetaCalibrationTrainer` (γ-Net is discarded afterwards)."""
     trainer = MetaCalibrationTrainer(
         method=method, meta_objective=meta_objective, config=config, meta_lr=meta_lr,
         lookahead=lookahead, replicate_reference_quirks=replicate_reference_quirks,
-        ce_weight=ce_weight, tau=tau)
+        ce_weight=ce_weight, tau=tau, on_epoch=on_epoch, batch_transform=batch_transform)
     return trainer.fit(model, train, val, meta_val)
 
 

@@ -1,7 +1,8 @@
 """The plain training loop: :func:`fit` and :func:`predict_logits`, and the pieces another loop
 over the same protocol reuses (:func:`prepare_pair`, :func:`epoch_batches`,
 :func:`validation_scores`, :func:`check_parameters`, :func:`loss_value`,
-:func:`seeded_global_rng`; e.g. :mod:`selfcal.bilevel.meta_calibration`).
+:func:`seeded_global_rng`, :func:`augmentation_generator`, :func:`bind_transform`; e.g.
+:mod:`selfcal.bilevel.meta_calibration`).
 
 One epoch = (``loss_fn.set_epoch(epoch)`` if the loss has it) -> minibatch steps
 (zero grad, forward, loss, backward, optional global-norm clipping, optimizer step) -> one
@@ -204,9 +205,8 @@ def _batch_loss(
     (``mixup_alpha > 0``) ``x <- lam x + (1 - lam) x[pi]`` and
     ``loss = lam * loss_fn(z, y) + (1 - lam) * loss_fn(z, y[pi])``; else ``loss_fn(z, y)``.
     Both draw from one augmentation generator (see the module doc)."""
-    derived = int(np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)[0])
-    generator = torch.Generator(device=device).manual_seed(derived)
-    augment = _checked_transform(transform, generator)
+    generator = augmentation_generator(seed, device)
+    augment = bind_transform(transform, generator)
 
     def plain(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return loss_fn(model(augment(x)), y)
@@ -229,7 +229,14 @@ def _mixup_alpha(alpha: Any, x: torch.Tensor) -> float:
     return float(alpha)
 
 
-def _checked_transform(
+def augmentation_generator(seed: int, device: torch.device) -> torch.Generator:
+    """The augmentation stream of a run seeded ``seed`` (see the module doc): a generator on
+    ``device`` seeded from ``SeedSequence([seed, 1])``, independent of the shuffling stream."""
+    derived = int(np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)[0])
+    return torch.Generator(device=device).manual_seed(derived)
+
+
+def bind_transform(
     transform: BatchTransform | None, generator: torch.Generator
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """Bind ``transform`` (identity if ``None``) to ``generator`` and check what it returns."""
