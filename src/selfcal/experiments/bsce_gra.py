@@ -15,23 +15,26 @@ test ECE is recorded only for the paper's Fig. 5a.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from selfcal._inputs import Predictions
-from selfcal.experiments.protocols import one_thread, resolve_protocol, settings_fingerprint
+from selfcal.experiments.protocols import (
+    CIFAR,
+    augmentation,
+    available_cifar,
+    one_thread,
+    resolve_protocol,
+    settings_fingerprint,
+)
 from selfcal.experiments.spec import RunResult, RunSpec
 
 STUDY = "bsce-gra"
 STUDY_VERSION = 1
 MODELS = {"mnist1d": "cnn1d", "digits-images": "cnn2d", "cifar10": "resnet50",
           "cifar100": "resnet50"}
-CIFAR = ("cifar10", "cifar100")
-"""Run for real (the papers' full schedule, crop + flip, ResNet-50) when ``$SELFCAL_DATA``
-holds them; hours per run on a GPU, so the CPU reproduction leaves them out otherwise."""
 CIFAR_SCHEDULE = (350, (150, 250))
 """[GRA]: 350 epochs, learning rate x0.1 at 150 and 250 (the scheduler steps after each epoch)."""
 TABLE_LOSSES = ("ce", "brier", "mmce", "flsd53", "dfl", "bsce", "bsce-gra")
@@ -93,19 +96,6 @@ LONG = Protocol(
 PROTOCOLS = {p.name: p for p in (FULL, QUICK, LONG)}
 
 
-def available_cifar() -> tuple[str, ...]:
-    """The CIFAR sets whose files are present locally (``$SELFCAL_DATA``); never downloads."""
-    import os
-
-    from selfcal.data.core import DATA_ENV_VAR
-
-    root = os.environ.get(DATA_ENV_VAR)
-    if not root:
-        return ()
-    folders = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
-    return tuple(name for name in CIFAR if (Path(root) / folders[name]).is_dir())
-
-
 def specs(protocol: Protocol) -> list[RunSpec]:
     """Every (dataset, loss, seed) of the protocol, plus the CIFAR rows when the data is
     present locally (full protocol only)."""
@@ -161,16 +151,6 @@ def figure_epochs(protocol: Protocol, dataset: str) -> tuple[int, ...]:
     """The figure epochs scaled to the dataset's schedule (CIFAR: 50, 150, 250, 350)."""
     epochs = schedule(protocol, dataset)[0]
     return tuple(round(e * epochs / protocol.epochs) for e in protocol.figure_epochs)
-
-
-def augmentation(data: Any) -> Any:
-    """RandomCrop(32, padding 4) + horizontal flip, padding with black as the reference code
-    (which pads before normalising)."""
-    from functools import partial
-
-    from selfcal.data.augment import black_fill, random_crop_flip
-
-    return partial(random_crop_flip, padding=4, fill=black_fill(data))
 
 
 def _logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ from selfcal.experiments.tables import (
     command_line,
     study_records,
 )
+from selfcal.experiments.tables import datasets_run as _datasets_run
 from selfcal.plots.save import new_figure
 
 COLUMNS = (("ECE", "ece"), ("AdaECE", "adaece"), ("classwise ECE", "classwise_ece"))
@@ -34,8 +35,7 @@ T_NEAR_ONE = 0.1
 
 def datasets_run(runs: list[RunRecord], protocol: study.Protocol) -> tuple[str, ...]:
     """The protocol's datasets, then any CIFAR set that was run (its data was present)."""
-    extra = tuple(d for d in study.CIFAR if any(r.spec.dataset == d for r in runs))
-    return protocol.datasets + extra
+    return _datasets_run(runs, protocol.datasets)
 
 
 def records(store: ResultsStore, protocol: study.Protocol) -> list[RunRecord]:

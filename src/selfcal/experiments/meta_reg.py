@@ -18,6 +18,17 @@ with loss ``lam CE(z, y) + (1 - lam) CE(z, y[pi])``, one ``lam ~ Beta(1, 1)`` an
 permutation per batch drawn from the training loop's seeded augmentation generator
 (:func:`selfcal.training.fit` with ``mixup_alpha=1``). CE (TS) is the CE run after the
 reference code's grid temperature scaling on validation.
+
+CIFAR-10 / CIFAR-100 (full protocol, only when their files are under ``$SELFCAL_DATA``): the
+paper's own recipe (spec §6.4) -- ResNet-18, 350 epochs with the learning rate x0.1 after
+epochs 150 and 250, RandomCrop(32, padding 4) + horizontal flip on every training minibatch
+(also in the meta-learned methods' train batches; never on validation or meta-validation),
+the reference 8:1:1 split of the 50k training images (40k train / 5k validation / 5k
+meta-validation, ``split="meta"``; test = the official 10k), on the GPU when one is present;
+the other settings as above (the checkpoint is still picked by validation NLL). Fig. 3 data:
+after every epoch, for analysis only (never for selection or stopping), the test ECE of
+every method and γ-Net's output mean and std on the test set, as the paper plots them; the
+validation curves are kept beside them.
 """
 
 from __future__ import annotations
@@ -29,12 +40,24 @@ import numpy as np
 import torch
 
 from selfcal._inputs import Predictions
-from selfcal.experiments.protocols import one_thread, resolve_protocol, settings_fingerprint
+from selfcal.experiments.protocols import (
+    CIFAR,
+    augmentation,
+    available_cifar,
+    one_thread,
+    resolve_protocol,
+    settings_fingerprint,
+)
 from selfcal.experiments.spec import RunResult, RunSpec
 
 STUDY = "meta-reg"
 STUDY_VERSION = 1
-MODELS = {"mnist1d": "cnn1d", "digits-images": "cnn2d"}
+MODELS = {"mnist1d": "cnn1d", "digits-images": "cnn2d", "cifar10": "resnet18",
+          "cifar100": "resnet18"}
+CIFAR_SCHEDULE = (350, (150, 250))
+"""[MetaReg] §6.4: 350 epochs, learning rate x0.1 at 150 and 250 (scheduler steps per epoch)."""
+EVAL_CHUNK = 1000
+"""Rows per forward pass when scoring (one pass for the CPU datasets' test and val sets)."""
 METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ce": ("loss", "ce", {}),
     "focal-1": ("loss", "focal", {"gamma": 1.0}),
@@ -93,9 +116,12 @@ PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
 
 
 def specs(protocol: Protocol) -> list[RunSpec]:
+    """Every (dataset, method, seed) of the protocol, plus the CIFAR rows when the data is
+    present locally (full protocol only)."""
     hparams = {"protocol": protocol.name, "fingerprint": protocol.fingerprint()}
+    datasets = protocol.datasets + (available_cifar() if protocol.name == "full" else ())
     return [RunSpec(STUDY, d, m, seed, hparams)
-            for d in protocol.datasets for m in protocol.methods for seed in protocol.seeds]
+            for d in datasets for m in protocol.methods for seed in protocol.seeds]
 
 
 def protocol_of(spec: RunSpec) -> Protocol:
@@ -122,26 +148,55 @@ def meta_split(data: Any, seed: int) -> tuple[tuple, tuple]:
     return (x[keep], data.train.y[keep]), (x[meta], data.train.y[meta])
 
 
-def run(protocol: Protocol, dataset: str, method: str, seed: int) -> RunResult:
-    """Train ``method`` by the protocol; test metrics of the best-validation checkpoint."""
+def load_splits(dataset: str, seed: int) -> tuple[Any, tuple, tuple]:
+    """``(data, train, meta_val)``: CIFAR's reference 40k / 5k / 5k split, else
+    :func:`meta_split` of the loader's training split."""
     from selfcal.data import load_dataset
-    from selfcal.models import build_model
+
+    if dataset in CIFAR:
+        data = load_dataset(dataset, seed, split="meta")
+        meta = data.split("meta_val")
+        return data, (data.train.x, data.train.y), (meta.x, meta.y)
+    data = load_dataset(dataset, seed)
+    return data, *meta_split(data, seed)
+
+
+def schedule(protocol: Protocol, dataset: str) -> tuple[int, tuple[int, ...]]:
+    """``(epochs, milestones)``: the paper's on CIFAR, the protocol's shortened one otherwise."""
+    return CIFAR_SCHEDULE if dataset in CIFAR else (protocol.epochs, protocol.milestones)
+
+
+def train_config(protocol: Protocol, dataset: str, seed: int) -> Any:
+    """The SGD protocol; CIFAR runs on the GPU when present (the CPU datasets stay on the CPU,
+    so their stored runs are reproduced bit for bit)."""
     from selfcal.training import TrainConfig
 
-    data = load_dataset(dataset, seed)
-    train, meta_val = meta_split(data, seed)
-    val = (data.val.x, data.val.y)
-    model = build_model(MODELS[dataset], seed=seed, n_classes=data.n_classes)
-    config = TrainConfig(
-        epochs=protocol.epochs, optimizer="sgd", lr=protocol.lr, momentum=protocol.momentum,
+    epochs, milestones = schedule(protocol, dataset)
+    gpu = dataset in CIFAR and torch.cuda.is_available()
+    return TrainConfig(
+        epochs=epochs, optimizer="sgd", lr=protocol.lr, momentum=protocol.momentum,
         weight_decay=protocol.weight_decay, batch_size=protocol.batch_size,
-        milestones=protocol.milestones, grad_clip=protocol.grad_clip, restore_best=True,
-        seed=seed,
+        milestones=milestones, grad_clip=protocol.grad_clip, restore_best=True,
+        seed=seed, device="cuda" if gpu else "cpu",
     )
-    history = train_method(method, model, train, val, meta_val, config, protocol.meta_lr)
+
+
+def run(protocol: Protocol, dataset: str, method: str, seed: int) -> RunResult:
+    """Train ``method`` by the protocol; test metrics of the best-validation checkpoint, the
+    per-epoch validation and (analysis only) test curves."""
+    from selfcal.models import build_model
+
+    data, train, meta_val = load_splits(dataset, seed)
+    model = build_model(MODELS[dataset], seed=seed, n_classes=data.n_classes)
+    curves = TestCurves(data.test.x, data.test.y, protocol.n_bins)
+    history = train_method(method, model, train, (data.val.x, data.val.y), meta_val,
+                           train_config(protocol, dataset, seed), protocol.meta_lr,
+                           curves=curves,
+                           batch_transform=augmentation(data) if dataset in CIFAR else None)
     metrics, logits = test_metrics(protocol, model, data, with_ts=method == "ce")
     artefacts = {"val_ece_per_epoch": np.asarray(history.val_ece, np.float64),
-                 "test_logits": logits.float().numpy(), "test_labels": data.test.y.numpy()}
+                 "test_logits": logits.float().numpy(), "test_labels": data.test.y.numpy(),
+                 **curves.artefacts()}
     for key in ("val_gamma_mean", "val_gamma_std"):
         if getattr(history, key, ()):
             artefacts[key] = np.asarray(getattr(history, key), np.float64)
@@ -149,21 +204,85 @@ def run(protocol: Protocol, dataset: str, method: str, seed: int) -> RunResult:
 
 
 def train_method(method: str, model: torch.nn.Module, train: tuple, val: tuple, meta_val: tuple,
-                 config: Any, meta_lr: float) -> Any:
-    """Train ``model`` in place as ``METHODS[method]`` says; the run's history."""
+                 config: Any, meta_lr: float, *, curves: TestCurves | None = None,
+                 batch_transform: Any = None) -> Any:
+    """Train ``model`` in place as ``METHODS[method]`` says; the run's history. ``curves``
+    records the test curves after every epoch (analysis only); ``batch_transform`` augments
+    the training minibatches."""
     kind, name, options = METHODS[method]
     if kind == "meta":
         from selfcal.bilevel import fit_meta
 
+        hook = None if curves is None else curves.after_meta_epoch
         return fit_meta(model, train, val, meta_val, method=name, config=config,
-                        meta_lr=meta_lr, **options)
+                        meta_lr=meta_lr, on_epoch=hook, batch_transform=batch_transform,
+                        **options)
     from selfcal.losses import build_loss
     from selfcal.training import fit
 
-    if kind == "mixup":
-        return fit(model, train, val, config=config, loss_fn=build_loss(name),
-                   mixup_alpha=options["alpha"])
-    return fit(model, train, val, config=config, loss_fn=build_loss(name, **options))
+    hook = None if curves is None else curves.after_epoch
+    mixup = options["alpha"] if kind == "mixup" else 0.0
+    loss = build_loss(name) if kind == "mixup" else build_loss(name, **options)
+    return fit(model, train, val, config=config, loss_fn=loss, on_epoch=hook,
+               batch_transform=batch_transform, mixup_alpha=mixup)
+
+
+class TestCurves:
+    """Per-epoch test-set curves for [MetaReg] Fig. 3, for analysis only (nothing reads them
+    during training): the test ECE (``n_bins`` equal-width bins) of the model after each
+    epoch, and for γ-Net the mean and the (population) std of ``gamma_i = gammaNet(h_i)`` over
+    the test features ``h_i``. Everything runs in eval mode without gradients and leaves the
+    model's mode, parameters and buffers as they were."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, n_bins: int) -> None:
+        self.x, self.y, self.n_bins = x, y, n_bins
+        self.ece: list[float] = []
+        self.gamma_mean: list[float] = []
+        self.gamma_std: list[float] = []
+
+    def after_epoch(self, epoch: int, model: torch.nn.Module, history: Any) -> bool:
+        """:func:`selfcal.training.fit`'s ``on_epoch``: records, never stops."""
+        self._record_ece(model)
+        return False
+
+    def after_meta_epoch(self, epoch: int, model: torch.nn.Module,
+                         meta: torch.nn.Module) -> None:
+        """:func:`selfcal.bilevel.fit_meta`'s ``on_epoch``: the ECE, and γ for a γ-Net."""
+        from selfcal.bilevel import GammaNet
+
+        self._record_ece(model)
+        if isinstance(meta, GammaNet):
+            gamma = _eval(model, lambda m, x: meta(m.features(x)), self.x).double()
+            self.gamma_mean.append(float(gamma.mean()))
+            self.gamma_std.append(float(gamma.std(unbiased=False)))
+
+    def _record_ece(self, model: torch.nn.Module) -> None:
+        import selfcal.metrics as M
+
+        z = _eval(model, lambda m, x: m(x), self.x).double()
+        self.ece.append(float(M.ece(logits=z, labels=self.y, n_bins=self.n_bins)))
+
+    def artefacts(self) -> dict[str, np.ndarray]:
+        out = {"test_ece_per_epoch": np.asarray(self.ece, np.float64)}
+        if self.gamma_mean:
+            out["test_gamma_mean"] = np.asarray(self.gamma_mean, np.float64)
+            out["test_gamma_std"] = np.asarray(self.gamma_std, np.float64)
+        return out
+
+
+def _eval(model: torch.nn.Module, forward: Any, x: torch.Tensor) -> torch.Tensor:
+    """``forward(model, chunk)`` over ``x`` in chunks of :data:`EVAL_CHUNK`, eval mode, no
+    gradients, on the model's device; the result on the CPU; the model's mode restored."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return torch.cat([forward(model, c.to(device)).cpu() for c in x.split(EVAL_CHUNK)])
+    finally:
+        model.train(was_training)
 
 
 def test_metrics(protocol: Protocol, model: torch.nn.Module, data: Any,
@@ -173,10 +292,10 @@ def test_metrics(protocol: Protocol, model: torch.nn.Module, data: Any,
     from selfcal.posthoc import TemperatureScaling
     from selfcal.training import predict_logits
 
-    z = predict_logits(model, data.test.x).double()
+    z = predict_logits(model, data.test.x, batch_size=EVAL_CHUNK).double().cpu()
     scored = {"": z}
     if with_ts:
-        zv = predict_logits(model, data.val.x).double()
+        zv = predict_logits(model, data.val.x, batch_size=EVAL_CHUNK).double().cpu()
         ts = TemperatureScaling(method="grid", criterion="ece").fit(logits=zv, labels=data.val.y)
         scored["_ts"] = z / ts.temperature_
     out: dict[str, float] = {}

@@ -10,11 +10,13 @@ from typing import Any
 import numpy as np
 
 from selfcal.experiments import meta_reg as study
+from selfcal.experiments import meta_reg_published as published
 from selfcal.experiments.store import ResultsStore, RunRecord
 from selfcal.experiments.tables import (
     aggregate,
     aggregate_by_key,
     command_line,
+    datasets_run,
     study_records,
 )
 from selfcal.plots.save import new_figure
@@ -64,6 +66,29 @@ def table1(agg: dict, dataset: str, protocol: study.Protocol,
     return "\n".join(lines)
 
 
+def published_table(dataset: str, rows: Sequence[tuple[str, str]],
+                    cells: dict[tuple[str, str], dict[str, str]]) -> str:
+    """The paper's numbers for ``rows`` of a CIFAR ``dataset`` (mean ± std, Table 1 units)."""
+    lines = ["| method (published) | " + " | ".join(n for n, _ in COLUMNS) + " |",
+             "|---|" + "---|" * len(COLUMNS)]
+    for method, suffix in rows:
+        row = cells.get((dataset, "ce-ts" if suffix else method))
+        if row is not None:
+            label = LABELS["ce-ts"] if suffix else LABELS[method]
+            lines.append(f"| {label} | " + " | ".join(
+                row[m].replace("±", " ± ") for _, m in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def dataset_section(agg: dict, dataset: str, protocol: study.Protocol) -> list[str]:
+    """Our Table 1 analogue for ``dataset``; on CIFAR the paper's Table 1 beside it."""
+    out = [f"## {dataset} ({study.MODELS[dataset]})", "", table1(agg, dataset, protocol), ""]
+    if dataset in study.CIFAR:
+        out += [f"Published, [MetaReg] Table 1 ({dataset}, ResNet-18, 5 seeds):", "",
+                published_table(dataset, _rows(protocol), published.TABLE1), ""]
+    return out
+
+
 GAIN_ROWS = (("flg", ""), ("flg-sece", ""))
 """[MetaReg] Table 2, "SECE gain": γ-Net without SECE (FLγ) against FLγ-SECE."""
 
@@ -75,6 +100,9 @@ def sece_gain(agg: dict, datasets: Sequence[str], protocol: study.Protocol) -> l
     out = []
     for d in datasets:
         out += [f"**{d}** ({study.MODELS[d]}):", "", table1(agg, d, protocol, GAIN_ROWS), ""]
+        if d in study.CIFAR:
+            out += ["Published, [MetaReg] Table 2:", "",
+                    published_table(d, GAIN_ROWS, published.TABLE2), ""]
     return out
 
 
@@ -140,29 +168,41 @@ def gain_verdict(agg: dict, dataset: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ figures
+def _curves(store, runs, dataset: str, method: str, key: str) -> list[np.ndarray]:
+    return [store.artefact(r.key, key) for r in runs
+            if (r.spec.dataset, r.spec.method) == (dataset, method) and key in r.artefacts]
+
+
+def curve_split(runs, dataset: str) -> str:
+    """``"test"`` (the paper's Fig. 3) when every run of ``dataset`` recorded the test curves;
+    ``"val"`` for runs stored before they were recorded."""
+    mine = [r for r in runs if r.spec.dataset == dataset]
+    return "test" if mine and all("test_ece_per_epoch" in r.artefacts for r in mine) else "val"
+
+
 def figure3(store, runs, protocol, dataset):
-    """Fig. 3a-b (validation ECE per epoch, all methods; the paper plots test ECE) and 3c-d
-    (γ-Net's mean and std on the validation set per epoch)."""
+    """Fig. 3a-b (test ECE per epoch, all methods) and 3c-d (γ-Net's mean ± std on the test
+    set per epoch), seed means; recorded for analysis only. Runs stored before the test curves
+    existed are drawn from their validation curves, and the axes say so."""
+    split = curve_split(runs, dataset)
+    name = {"test": "test", "val": "validation"}[split]
     fig = new_figure((11.0, 3.8))
     ax_ece, ax_gamma = fig.subplots(1, 2)
     for method in protocol.methods:
-        curves = [store.artefact(r.key, "val_ece_per_epoch") for r in runs
-                  if (r.spec.dataset, r.spec.method) == (dataset, method)]
+        curves = _curves(store, runs, dataset, method, f"{split}_ece_per_epoch")
         if curves:
             ax_ece.plot(np.arange(1, len(curves[0]) + 1), 100 * np.mean(curves, 0),
                         label=LABELS[method])
-        gammas = [(store.artefact(r.key, "val_gamma_mean"), store.artefact(r.key, "val_gamma_std"))
-                  for r in runs if (r.spec.dataset, r.spec.method) == (dataset, method)
-                  and "val_gamma_mean" in r.artefacts]
-        if gammas:
-            mean = np.mean([g[0] for g in gammas], 0)
-            std = np.mean([g[1] for g in gammas], 0)
+        means = _curves(store, runs, dataset, method, f"{split}_gamma_mean")
+        stds = _curves(store, runs, dataset, method, f"{split}_gamma_std")
+        if means and len(means) == len(stds):
+            mean, std = np.mean(means, 0), np.mean(stds, 0)
             epochs = np.arange(1, len(mean) + 1)
             ax_gamma.plot(epochs, mean, label=f"{LABELS[method]} mean")
             ax_gamma.fill_between(epochs, mean - std, mean + std, alpha=0.2)
-    ax_ece.set(xlabel="epoch", ylabel="validation ECE (%)", title=f"{dataset}: ECE per epoch")
+    ax_ece.set(xlabel="epoch", ylabel=f"{name} ECE (%)", title=f"{dataset}: ECE per epoch")
     ax_ece.legend(fontsize="x-small", ncol=2)
-    ax_gamma.set(xlabel="epoch", ylabel="γ (validation)", title="γ-Net output: mean ± std")
+    ax_gamma.set(xlabel="epoch", ylabel=f"γ ({name} set)", title="γ-Net output: mean ± std")
     ax_gamma.legend(fontsize="small")
     return fig
 
@@ -206,8 +246,9 @@ def write_report(store: ResultsStore, protocol: study.Protocol, out: Path, *, co
     out.mkdir(parents=True, exist_ok=True)
     runs = records(store, protocol)
     agg = aggregate_by_key(runs)
+    datasets = datasets_run(runs, protocol.datasets)
     names = []
-    for d in protocol.datasets:
+    for d in datasets:
         figures = ((f"fig3_ece_and_gamma_per_epoch_{d}.png", figure3(store, runs, protocol, d)),
                    (f"fig4_reliability_bins_{d}.png", figure4(store, runs, protocol, d)),
                    (f"fig5_ece_mce_vs_bins_{d}.png", figure5(agg, protocol, d)))
@@ -219,14 +260,13 @@ def write_report(store: ResultsStore, protocol: study.Protocol, out: Path, *, co
     parts = ["# Meta-regularization reproduction (γ-Net + SECE): Table 1 and Table 2 analogues",
              "", command_line(command, seconds, runs),
              f"Protocol `{protocol.name}` (fingerprint `{protocol.fingerprint()}`), seeds "
-             f"{list(protocol.seeds)}, datasets {list(protocol.datasets)}.",
+             f"{list(protocol.seeds)}, datasets {list(datasets)}.",
              f"Environment: selfcal {env.get('selfcal')}, torch {env.get('torch')}, "
              f"{env.get('device')}, git {env.get('git_commit')}.",
              *[f"> {n}" for n in protocol.notes], "",
              (study.__doc__ or "").split("\n\n", 1)[1].strip(), "",
              "Cells: mean ± std over seeds as in the paper (the 95% CIs are in `--json`); % "
-             "except NLL. The paper's CIFAR numbers are not comparable data and are not "
-             "repeated here (methods spec §6.5).", ""]
+             "except NLL. " + _cifar_note(datasets), ""]
     failures = [r for r in store.failures(study.STUDY)
                 if r.spec.key in {s.key for s in study.specs(protocol)}]
     if failures:
@@ -234,26 +274,47 @@ def write_report(store: ResultsStore, protocol: study.Protocol, out: Path, *, co
                   "count of seeds is in `--json`):", "",
                   *[f"- {r.spec.dataset} / {LABELS[r.spec.method]} / seed {r.spec.seed}: "
                     f"{r.reason}" for r in failures], ""]
-    for d in protocol.datasets:
-        parts += [f"## {d} ({study.MODELS[d]})", "", table1(agg, d, protocol), ""]
+    for d in datasets:
+        parts += dataset_section(agg, d, protocol)
     parts += ["## SECE gain: FLγ vs FLγ-SECE (Table 2 analogue)", "",
-              *sece_gain(agg, protocol.datasets, protocol),
+              *sece_gain(agg, datasets, protocol),
               "## SECE vs DECE as the meta-objective", "",
-              table_dece_sece(agg, protocol.datasets), "",
+              table_dece_sece(agg, datasets), "",
               "## Verdicts (computed from the runs above)",
-              "", *verdicts(agg, protocol.datasets, protocol), "", "## Figures", ""]
+              "", *verdicts(agg, datasets, protocol), "", "## Figures", "",
+              *[f"Fig. 3 on {d} is drawn from the {_split_words(curve_split(runs, d))}."
+                for d in datasets], ""]
     parts += [f"![{n}]({n})" for n in names]
     path = out / "README.md"
     path.write_text("\n".join(parts) + "\n")
     return path
 
 
+def _cifar_note(datasets: Sequence[str]) -> str:
+    if any(d in study.CIFAR for d in datasets):
+        return ("The paper's published numbers (ResNet-18, 5 seeds) are printed beside ours "
+                "for the CIFAR datasets only; the other datasets have no published numbers.")
+    return ("CIFAR-10/100 rows were not run: their files are not under `$SELFCAL_DATA` (they "
+            "run for real, with the paper's 350-epoch schedule, when present); the paper's "
+            "CIFAR numbers are not comparable to these datasets and are not repeated here "
+            "(methods spec §6.5).")
+
+
+def _split_words(split: str) -> str:
+    if split == "test":
+        return "test set, as the paper (recorded per epoch for analysis only)"
+    return ("validation set (these runs were stored before the test curves were recorded; "
+            "the paper plots the test set)")
+
+
 def summary_lines(store: ResultsStore, protocol: study.Protocol) -> list[str]:
-    agg = aggregate_by_key(records(store, protocol))
+    runs = records(store, protocol)
+    agg = aggregate_by_key(runs)
+    datasets = datasets_run(runs, protocol.datasets)
     lines = []
-    for d in protocol.datasets:
+    for d in datasets:
         lines += [f"{d} (%, mean ± std over seeds; NLL raw)", table1(agg, d, protocol), ""]
-    return lines + verdicts(agg, protocol.datasets, protocol)
+    return lines + verdicts(agg, datasets, protocol)
 
 
 def json_payload(store: ResultsStore, protocol: study.Protocol) -> dict[str, Any]:

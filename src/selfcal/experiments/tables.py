@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from selfcal.experiments.protocols import CIFAR
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.store import ResultsStore, RunRecord
 
@@ -92,6 +93,12 @@ def study_records(store: ResultsStore, study: str, specs: Iterable[RunSpec]) -> 
     """The completed runs of ``study`` whose keys are among ``specs`` (one protocol version)."""
     wanted = {spec.key for spec in specs}
     return [r for r in store.runs(study=study) if r.spec.key in wanted]
+
+
+def datasets_run(records: Sequence[RunRecord], datasets: Sequence[str]) -> tuple[str, ...]:
+    """``datasets``, then any CIFAR set that was run (its data was present locally)."""
+    extra = tuple(d for d in CIFAR if any(r.spec.dataset == d for r in records))
+    return tuple(datasets) + tuple(d for d in extra if d not in datasets)
 
 
 def aggregate_by_key(
