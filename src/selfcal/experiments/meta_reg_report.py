@@ -180,6 +180,14 @@ def curve_split(runs, dataset: str) -> str:
     return "test" if mine and all("test_ece_per_epoch" in r.artefacts for r in mine) else "val"
 
 
+def method_colours(n: int) -> list:
+    """``n`` distinct colours (tab20 beyond the default cycle's ten), one per method, so every
+    method keeps its colour in both panels."""
+    from matplotlib import colormaps
+
+    return [colormaps["tab10" if n <= 10 else "tab20"](i) for i in range(n)]
+
+
 def figure3(store, runs, protocol, dataset):
     """Fig. 3a-b (test ECE per epoch, all methods) and 3c-d (γ-Net's mean ± std on the test
     set per epoch), seed means; recorded for analysis only. Runs stored before the test curves
@@ -188,18 +196,19 @@ def figure3(store, runs, protocol, dataset):
     name = {"test": "test", "val": "validation"}[split]
     fig = new_figure((11.0, 3.8))
     ax_ece, ax_gamma = fig.subplots(1, 2)
-    for method in protocol.methods:
+    colours = method_colours(len(protocol.methods))
+    for method, colour in zip(protocol.methods, colours, strict=True):
         curves = _curves(store, runs, dataset, method, f"{split}_ece_per_epoch")
         if curves:
             ax_ece.plot(np.arange(1, len(curves[0]) + 1), 100 * np.mean(curves, 0),
-                        label=LABELS[method])
+                        label=LABELS[method], color=colour)
         means = _curves(store, runs, dataset, method, f"{split}_gamma_mean")
         stds = _curves(store, runs, dataset, method, f"{split}_gamma_std")
         if means and len(means) == len(stds):
             mean, std = np.mean(means, 0), np.mean(stds, 0)
             epochs = np.arange(1, len(mean) + 1)
-            ax_gamma.plot(epochs, mean, label=f"{LABELS[method]} mean")
-            ax_gamma.fill_between(epochs, mean - std, mean + std, alpha=0.2)
+            ax_gamma.plot(epochs, mean, label=f"{LABELS[method]} mean", color=colour)
+            ax_gamma.fill_between(epochs, mean - std, mean + std, alpha=0.2, color=colour)
     ax_ece.set(xlabel="epoch", ylabel=f"{name} ECE (%)", title=f"{dataset}: ECE per epoch")
     ax_ece.legend(fontsize="x-small", ncol=2)
     ax_gamma.set(xlabel="epoch", ylabel=f"γ ({name} set)", title="γ-Net output: mean ± std")
