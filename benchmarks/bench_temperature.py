@@ -153,7 +153,7 @@ def contenders(logits, labels, user_configs: bool) -> dict:
     return out
 
 
-def run(repeats: int, user_configs: bool) -> str:
+def run(repeats: int, user_configs: bool, command: str) -> str:
     logits, labels = make_data()
     fns = contenders(logits, labels, user_configs)
     for fn in fns.values():  # warm-up (allocator, lazy imports)
@@ -170,6 +170,7 @@ def run(repeats: int, user_configs: bool) -> str:
         f"interleaved repeats; torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{platform.processor() or platform.machine()}. Speed-up = median of the row / median "
         f"of `{OURS}`.",
+        f"Command: `{command}`",
         "",
         "| method | median s | min s | T | speed-up of ours | rel. diff of T vs ours |",
         "|---|---:|---:|---:|---:|---:|",
@@ -200,7 +201,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    table = run(args.repeats, args.user_configs)
+    command = (f"python benchmarks/bench_temperature.py --repeats {args.repeats} "
+               f"--threads {args.threads}" + (" --user-configs" if args.user_configs else ""))
+    table = run(args.repeats, args.user_configs, command)
     print(table)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(table)
