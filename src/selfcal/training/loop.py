@@ -25,7 +25,6 @@ inputs and config give bit-identical parameters.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from selfcal._inputs import Predictions
+from selfcal.losses._checks import check_nonnegative
 from selfcal.losses.mixup import mixup_batch, mixup_loss
 from selfcal.metrics import accuracy, ece, nll
 from selfcal.training.config import TrainConfig
@@ -220,13 +220,10 @@ def _batch_loss(
 
 def _mixup_alpha(alpha: Any, x: torch.Tensor) -> float:
     """A finite ``alpha >= 0``; mixing (``alpha > 0``) needs floating-point inputs."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise ValueError(f"mixup_alpha must be a real number, got {alpha!r}")
-    if not (math.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"mixup_alpha must be finite and >= 0, got {alpha!r}")
+    alpha = check_nonnegative(alpha, "mixup_alpha")
     if alpha > 0 and not x.is_floating_point():
         raise ValueError(f"mixup needs floating-point inputs, got dtype {x.dtype}")
-    return float(alpha)
+    return alpha
 
 
 def augmentation_generator(seed: int, device: torch.device) -> torch.Generator:
