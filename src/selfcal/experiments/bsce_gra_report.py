@@ -20,9 +20,9 @@ from selfcal.experiments.tables import (
     aggregate,
     aggregate_by_key,
     command_line,
+    datasets_run,
     study_records,
 )
-from selfcal.experiments.tables import datasets_run as _datasets_run
 from selfcal.plots.save import new_figure
 
 COLUMNS = (("ECE", "ece"), ("AdaECE", "adaece"), ("classwise ECE", "classwise_ece"))
@@ -31,11 +31,6 @@ LABELS = {"ce": "CE", "brier": "Brier", "mmce": "MMCE", "flsd53": "FLSD-53", "df
           "dfl-gra": "DFL-GRA"}
 T_NEAR_ONE = 0.1
 """'Optimal T ~ 1' means the 95% CI of T lies within 1 +- this."""
-
-
-def datasets_run(runs: list[RunRecord], protocol: study.Protocol) -> tuple[str, ...]:
-    """The protocol's datasets, then any CIFAR set that was run (its data was present)."""
-    return _datasets_run(runs, protocol.datasets)
 
 
 def records(store: ResultsStore, protocol: study.Protocol) -> list[RunRecord]:
@@ -212,7 +207,7 @@ def write_report(store: ResultsStore, protocol: study.Protocol, out: Path, *, co
     out.mkdir(parents=True, exist_ok=True)
     runs = records(store, protocol)
     agg = aggregates(runs)
-    datasets = datasets_run(runs, protocol)
+    datasets = datasets_run(runs, protocol.datasets)
     figures = {"fig1_focal_gradient_factor.png": figure1()}
     for d in datasets:
         figures[f"fig4_gradient_norm_vs_brier_{d}.png"] = figure4(store, runs, protocol, d)
@@ -254,7 +249,7 @@ def summary_lines(store: ResultsStore, protocol: study.Protocol) -> list[str]:
     """What ``selfcal reproduce bsce-gra`` prints: the loss tables and the verdicts."""
     runs = records(store, protocol)
     agg = aggregates(runs)
-    datasets = datasets_run(runs, protocol)
+    datasets = datasets_run(runs, protocol.datasets)
     lines = []
     for d in datasets:
         lines += [f"{d} (%, mean ± 95% CI over seeds)", loss_table(agg, d, protocol.losses), ""]

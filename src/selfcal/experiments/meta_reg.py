@@ -43,10 +43,10 @@ from selfcal._inputs import Predictions
 from selfcal.experiments.protocols import (
     CIFAR,
     augmentation,
-    available_cifar,
     one_thread,
     resolve_protocol,
     settings_fingerprint,
+    sweep_datasets,
 )
 from selfcal.experiments.spec import RunResult, RunSpec
 
@@ -119,9 +119,8 @@ def specs(protocol: Protocol) -> list[RunSpec]:
     """Every (dataset, method, seed) of the protocol, plus the CIFAR rows when the data is
     present locally (full protocol only)."""
     hparams = {"protocol": protocol.name, "fingerprint": protocol.fingerprint()}
-    datasets = protocol.datasets + (available_cifar() if protocol.name == "full" else ())
     return [RunSpec(STUDY, d, m, seed, hparams)
-            for d in datasets for m in protocol.methods for seed in protocol.seeds]
+            for d in sweep_datasets(protocol) for m in protocol.methods for seed in protocol.seeds]
 
 
 def protocol_of(spec: RunSpec) -> Protocol:

@@ -63,6 +63,12 @@ def available_cifar() -> tuple[str, ...]:
     return tuple(name for name in CIFAR if (Path(root) / CIFAR_FOLDERS[name]).is_dir())
 
 
+def sweep_datasets(protocol: Any) -> tuple[str, ...]:
+    """What a study's ``protocol`` runs: its own datasets, plus (the ``full`` protocol only)
+    the CIFAR sets present locally."""
+    return tuple(protocol.datasets) + (available_cifar() if protocol.name == "full" else ())
+
+
 def augmentation(data: Any) -> Any:
     """RandomCrop(32, padding 4) + horizontal flip, padding with black as the reference code
     (which pads before normalising)."""
