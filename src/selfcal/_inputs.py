@@ -30,6 +30,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from selfcal._kernels import kernels_for
+
 PROB_ATOL = 1e-4
 """Tolerance on ``|sum(row) - 1|`` for probability inputs."""
 
@@ -122,8 +124,8 @@ def validate_labels(
 
 def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor, ...]:
     """One chunked pass: top-label confidence (float64), predicted class, and what validation
-    needs -- row sums, and for probabilities each chunk's minimum (a whole-chunk reduction,
-    much cheaper than per-row minima; rows are located only when a chunk fails).
+    needs -- row sums and each chunk's minimum (a whole-chunk reduction, much cheaper than
+    per-row minima; rows are located only when a chunk fails).
 
     Chunks of :data:`CHUNK_ROWS` rows stay in cache while every reduction reads them, and the
     outputs are written in place (no concatenation). Row sums of probabilities are one
@@ -144,17 +146,30 @@ def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor
         span = slice(start, start + chunk.shape[0])
         chunk_top = top[: chunk.shape[0]]
         torch.max(chunk, dim=1, out=(chunk_top, pred[span]))
+        chunk_min.append(chunk.amin())
         if kind == "probs":
             conf[span].copy_(chunk_top)
             torch.mv(chunk, ones, out=row_sum[span])
-            chunk_min.append(chunk.amin())
-        else:  # softmax max = 1 / sum_k exp(z_k - max z); the sum is finite iff the row is
+        else:  # softmax max = 1 / sum_k exp(z_k - max z)
             shifted = (chunk.double() - chunk_top.double().unsqueeze(1)).exp_()
             torch.mv(shifted, ones, out=row_sum[span])
             torch.reciprocal(row_sum[span], out=conf[span])
-    if kind == "probs":
-        return conf, pred, row_sum, torch.stack(chunk_min)
-    return conf, pred, row_sum
+    return conf, pred, row_sum, torch.stack(chunk_min)
+
+
+def _top_label(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validated top-label confidence (float64) and predicted class: one fused kernel pass
+    on large CPU inputs (:mod:`selfcal._kernels`), else :func:`_top_label_pass`, which also
+    finds and names the first invalid row when the kernel reports one."""
+    kernels = kernels_for(scores.numel(), scores.device)
+    if kernels is not None:
+        fast = kernels.top_label(scores, kind, PROB_ATOL)
+        if fast is not None:
+            return fast
+    with torch.no_grad():
+        stats = _top_label_pass(scores, kind)
+    _check_rows(scores, kind, stats)
+    return stats[0], stats[1]
 
 
 def _differentiable_confidence(
@@ -170,12 +185,12 @@ def _differentiable_confidence(
 def _rows_ok(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor, ...]) -> bool:
     """Fast path: whole-array reductions (a few scalars) that are all true iff every row is
     valid; NaN fails every comparison, so it lands on the slow path too."""
-    conf, _, row_sum = stats[:3]
-    if kind == "logits":
-        return bool(torch.isfinite(row_sum).all()) and bool(torch.isfinite(conf).all())
+    conf, _, row_sum, chunk_min = stats
+    if kind == "logits":  # a NaN or +inf logit makes the row sum NaN; -inf shows in the minimum
+        return bool(torch.isfinite(row_sum).all() & torch.isfinite(chunk_min).all())
     lo, hi = torch.aminmax(row_sum)
     return bool(
-        (stats[3].amin() >= 0) & (conf.amax() <= 1) & (lo >= 1 - PROB_ATOL) & (hi <= 1 + PROB_ATOL)
+        (chunk_min.amin() >= 0) & (conf.amax() <= 1) & (lo >= 1 - PROB_ATOL) & (hi <= 1 + PROB_ATOL)
     )
 
 
@@ -184,14 +199,9 @@ def _check_rows(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor
     if _rows_ok(scores, kind, stats):
         return
     conf, _, row_sum = stats[:3]
-    nonfinite = ~torch.isfinite(row_sum)
-    if kind == "logits":
-        nonfinite |= ~torch.isfinite(conf)
+    nonfinite = ~torch.isfinite(scores).all(dim=1)
     if bool(nonfinite.any()):
-        rows = ~torch.isfinite(scores).all(dim=1)
-        if not bool(rows.any()):  # finite but overflowing logits
-            rows = nonfinite
-        i = _first_row(rows)
+        i = _first_row(nonfinite)
         raise ValueError(f"{kind} contain NaN or infinity; first at row {i}")
     bad = (scores.amin(dim=1) < 0) | (conf > 1)
     if bool(bad.any()):
@@ -240,16 +250,13 @@ class Predictions:
     def _build(cls, raw: ArrayLike, kind: ScoreKind, labels: ArrayLike | None) -> Predictions:
         numpy_in = not isinstance(raw, torch.Tensor)
         scores = validate_scores(raw, kind)
-        with torch.no_grad():
-            stats = _top_label_pass(scores, kind)
-        _check_rows(scores, kind, stats)
-        confidence = stats[0]
+        confidence, predicted = _top_label(scores, kind)
         if scores.requires_grad:  # the smooth metrics differentiate through the confidence
-            confidence = _differentiable_confidence(scores, kind, stats[1])
+            confidence = _differentiable_confidence(scores, kind, predicted)
         y = None
         if labels is not None:
             y = validate_labels(labels, scores.shape[0], scores.shape[1], scores.device)
-        return cls(scores, kind, y, confidence, stats[1], numpy_in)
+        return cls(scores, kind, y, confidence, predicted, numpy_in)
 
     # ----------------------------------------------------------------- derived quantities
     @property
@@ -287,7 +294,11 @@ class Predictions:
     @cached_property
     def correct(self) -> torch.Tensor:
         """``(N,)`` float64 indicator ``1[argmax p = y]``."""
-        return (self.predicted == self.require_labels()).double()
+        labels = self.require_labels()
+        kernels = kernels_for(self.n_samples, self.device)
+        if kernels is not None:
+            return kernels.matches(self.predicted, labels)
+        return (self.predicted == labels).double()
 
     def with_confidence(self, confidence: ArrayLike) -> Predictions:
         """The same predictions judged by another top-label confidence -- a calibrated one

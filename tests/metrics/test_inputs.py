@@ -27,6 +27,8 @@ def test_must_say_logits_or_probs():
     [
         (lambda z, y: (np.where(np.arange(30)[:, None] == 17, np.nan, z), y), "NaN.*row 17"),
         (lambda z, y: (np.where(np.arange(30)[:, None] == 3, np.inf, z), y), "infinity.*row 3"),
+        (lambda z, y: (np.where((np.arange(30)[:, None] == 4) & (np.arange(4) == 1), -np.inf, z),
+                       y), "infinity.*row 4"),  # one -inf logit: the softmax alone is fine
         (lambda z, y: (z[None], y), "shape"),
         (lambda z, y: (z, y[:-1]), "length 29"),
         (lambda z, y: (z, np.where(np.arange(30) == 5, 4, y)), r"\[0, 4\); row 5"),

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from selfcal._kernels import kernels_for
+
 Weights = torch.Tensor | None
 """``None`` (every sample once) or a ``(B, N)`` float64 matrix of resample multiplicities."""
 
@@ -139,9 +141,12 @@ def bin_statistics(
 
     Without resampling weights, CPU inputs are binned :data:`CHUNK` values at a time and the
     per-chunk sums added in float64 (the same sums as one pass, a fraction of the memory
-    traffic)."""
+    traffic); large ones by one fused kernel pass (:mod:`selfcal._kernels`)."""
     n_bins = edges.shape[-1] - 1
     if weights is None and index is None and values.ndim == 1 and values.device.type == "cpu":
+        kernels = kernels_for(values.shape[0], values.device)
+        if kernels is not None:
+            return BinStats(edges, *kernels.bin_sums(values, targets, edges, is_uniform(edges)))
         parts = [_sums(v, t, edges, n_bins, None, None)
                  for v, t in zip(values.split(CHUNK), targets.split(CHUNK), strict=True)]
         count, conf, acc = (torch.stack(p).sum(0) for p in zip(*parts, strict=True))

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from selfcal._inputs import Predictions
+from selfcal._kernels import kernels_for
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import (
     BinStats,
@@ -36,10 +37,15 @@ def _interp_sorted(sorted_values: torch.Tensor, positions: torch.Tensor) -> torc
 
 
 def order_statistics(values: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
-    """The ``ranks``-th smallest of ``values`` (0-based), exactly. On CPU a multi-pivot
-    partial selection (``numpy.partition``, O(N log k)) instead of a full sort."""
+    """The ``ranks``-th smallest of ``values`` (0-based), exactly. On CPU a histogram
+    selection for large inputs (:func:`selfcal._kernels.cpu.order_statistics`, O(N)), else a
+    multi-pivot partial selection (``numpy.partition``, O(N log k)) instead of a full sort."""
     values = values.detach()
     if values.device.type == "cpu":
+        kernels = kernels_for(values.shape[0], values.device)
+        selected = None if kernels is None else kernels.order_statistics(values, ranks)
+        if selected is not None:
+            return selected
         r = ranks.cpu().numpy()
         return torch.from_numpy(np.partition(values.numpy(), r)[r])
     return torch.sort(values).values[ranks]
