@@ -5,7 +5,8 @@ top-label metric must do). Peer: torchmetrics' ``multiclass_calibration_error``.
 interleaved -- each round times the reference and then every row -- and a row's ratio is the
 median over rounds of its time divided by that round's reference time, so slow phases of a
 shared machine hit both sides of a ratio alike. The table reports ratios, because absolute
-times on a shared machine are noise.
+times on a shared machine are noise. Rows marked "torch path" run with ``SELFCAL_KERNELS=0``:
+what a user without numba gets.
 
     python benchmarks/bench_metrics.py            # N = 10^7 (needs ~1.5 GB RAM)
     python benchmarks/bench_metrics.py --n 1000000 --repeats 3
@@ -14,6 +15,8 @@ times on a shared machine are noise.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import platform
 import statistics
 import time
@@ -27,20 +30,34 @@ from selfcal import Predictions
 from selfcal.metrics import adaece, ece, mce
 
 
-def interleaved_ratios(rows: dict, reference: str, repeats: int) -> dict[str, float]:
-    """Median over ``repeats`` rounds of ``time(row) / time(reference)`` within the round."""
-    for fn in rows.values():  # warm-up
+def interleaved_times(rows: dict, repeats: int) -> dict[str, list[float]]:
+    """Each round times every row once, in order; returns each row's time per round."""
+    for fn in rows.values():  # warm-up (and numba's first-call compilation)
         fn()
-    ratios: dict[str, list[float]] = {name: [] for name in rows}
+    times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(repeats):
-        times = {}
         for name, fn in rows.items():
             start = time.perf_counter()
             fn()
-            times[name] = time.perf_counter() - start
-        for name, t in times.items():
-            ratios[name].append(t / times[reference])
-    return {name: statistics.median(r) for name, r in ratios.items()}
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def round_ratio(times: dict[str, list[float]], num: str, den: str) -> str:
+    """Median over rounds of ``time(num) / time(den)`` within the round, with the range."""
+    r = sorted(a / b for a, b in zip(times[num], times[den], strict=True))
+    return f"{statistics.median(r):.2f}x ({r[0]:.2f}-{r[-1]:.2f})"
+
+
+def kernels_off(fn):
+    """``fn`` run on the plain torch path (what a user without numba gets)."""
+    def run():
+        os.environ["SELFCAL_KERNELS"] = "0"
+        try:
+            return fn()
+        finally:
+            del os.environ["SELFCAL_KERNELS"]
+    return run
 
 
 def main() -> None:
@@ -73,30 +90,34 @@ def main() -> None:
         "selfcal adaece": lambda: adaece(probs=probs, labels=labels),
         "selfcal ece (pre-validated Predictions)": lambda: ece(pred),
         "selfcal adaece (pre-validated Predictions)": lambda: adaece(pred),
+        "selfcal ece, torch path (SELFCAL_KERNELS=0)":
+            kernels_off(lambda: ece(probs=probs, labels=labels)),
+        "selfcal adaece, torch path (SELFCAL_KERNELS=0)":
+            kernels_off(lambda: adaece(probs=probs, labels=labels)),
         "torchmetrics ECE (l1)": lambda: tm("l1"),
         "torchmetrics MCE (max)": lambda: tm("max"),
     }
+    peers = {"selfcal ece": "torchmetrics ECE (l1)", "selfcal mce": "torchmetrics MCE (max)",
+             "selfcal ece (pre-validated Predictions)": "torchmetrics ECE (l1)",
+             "selfcal ece, torch path (SELFCAL_KERNELS=0)": "torchmetrics ECE (l1)"}
     ref_name = "torch.max(dim=1) (reference)"
-    ratio = interleaved_ratios(rows, ref_name, args.repeats)
-    tm_ece, tm_mce = ratio["torchmetrics ECE (l1)"], ratio["torchmetrics MCE (max)"]
+    times = interleaved_times(rows, args.repeats)
+    numba = importlib.util.find_spec("numba") is not None
     lines = [
         f"# Top-label binned metrics, N = {args.n:,}, C = {args.classes}, float32 probabilities",
         "",
-        f"selfcal {selfcal.__version__}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, {platform.machine()}; median of {args.repeats} "
-        "interleaved rounds.",
+        f"selfcal {selfcal.__version__}, torch {torch.__version__}, numba "
+        f"{'installed' if numba else 'not installed'}, {torch.get_num_threads()} threads, "
+        f"{platform.machine()}; {args.repeats} interleaved rounds: median ratio within a "
+        "round (lowest-highest).",
         f"Command: `python benchmarks/bench_metrics.py --n {args.n} --repeats {args.repeats}`",
         "",
-        "| computation | time / torch.max pass | torchmetrics time / this |",
+        "| computation | time / torch.max pass | peer time / this |",
         "|---|---|---|",
     ]
-    for name, r in ratio.items():
-        peer = ""
-        if name in ("selfcal ece", "selfcal ece (pre-validated Predictions)"):
-            peer = f"{tm_ece / r:.2f}x"
-        elif name == "selfcal mce":
-            peer = f"{tm_mce / r:.2f}x"
-        lines.append(f"| {name} | {r:.2f}x | {peer} |")
+    for name in rows:
+        peer = round_ratio(times, peers[name], name) if name in peers else ""
+        lines.append(f"| {name} | {round_ratio(times, name, ref_name)} | {peer} |")
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

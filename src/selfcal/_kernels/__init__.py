@@ -29,7 +29,7 @@ from types import ModuleType
 
 import torch
 
-MIN_ELEMENTS = 1 << 21
+MIN_ELEMENTS = 1 << 19
 """Inputs with fewer elements than this take the torch path."""
 
 
