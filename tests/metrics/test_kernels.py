@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
+import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import selfcal._kernels as gate
 from selfcal import Predictions
@@ -49,6 +53,20 @@ def test_small_inputs_never_import_numba():
             "m.adaece(logits=np.eye(3), labels=[0, 1, 2]); print('numba' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
+
+
+def test_broken_numba_warns_once_and_falls_back(monkeypatch):
+    monkeypatch.delattr(gate, "cpu", raising=False)
+    monkeypatch.setitem(sys.modules, "selfcal._kernels.cpu", None)  # import now fails
+    gate._load.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="numba kernels unavailable"):
+            assert gate.kernels_for(gate.MIN_ELEMENTS, torch.device("cpu")) is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a second warning would raise
+            assert gate.kernels_for(gate.MIN_ELEMENTS, torch.device("cpu")) is None
+    finally:
+        gate._load.cache_clear()
 
 
 def test_gate_can_be_switched_off(monkeypatch):
@@ -230,3 +248,18 @@ def test_correctness_indicator(kernels_on):
     pred = Predictions.from_logits(z, y)
     assert pred.correct.dtype == torch.float64
     np.testing.assert_array_equal(pred.correct.numpy(), (z.argmax(1) == y).astype(float))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=hnp.arrays(np.float64, st.integers(1, 400),
+                      elements=st.sampled_from([0.0, 1e-300, 0.25, 0.5, 1 - 2**-53, 1.0])
+                      | st.floats(0, 1)),
+    data=st.data(),
+)
+def test_order_statistics_property(values, data):
+    ranks = np.unique(data.draw(hnp.arrays(np.int64, st.integers(1, 20),
+                                           elements=st.integers(0, values.shape[0] - 1))))
+    selected = cpu.order_statistics(torch.from_numpy(values), torch.from_numpy(ranks))
+    if selected is not None:  # None: a range too narrow for cells, the caller partitions
+        np.testing.assert_array_equal(selected.numpy(), np.partition(values, ranks)[ranks])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import warnings
 from types import ModuleType
 
 import torch
@@ -36,17 +37,22 @@ MIN_ELEMENTS = 1 << 19
 def kernels_for(n_elements: int, device: torch.device) -> ModuleType | None:
     """The kernel module when it should handle an input of ``n_elements`` on ``device``,
     else ``None``."""
-    if device.type != "cpu" or n_elements < MIN_ELEMENTS or not _enabled():
+    if device.type != "cpu" or n_elements < MIN_ELEMENTS:
         return None
-    from selfcal._kernels import cpu
-
-    return cpu
-
-
-def _enabled() -> bool:
-    return os.environ.get("SELFCAL_KERNELS", "1") != "0" and _numba_installed()
+    if os.environ.get("SELFCAL_KERNELS", "1") == "0":
+        return None
+    return _load()
 
 
 @functools.cache
-def _numba_installed() -> bool:
-    return importlib.util.find_spec("numba") is not None
+def _load() -> ModuleType | None:
+    """The numba kernels, or ``None`` (with one warning if numba is installed but broken)."""
+    if importlib.util.find_spec("numba") is None:
+        return None
+    try:
+        from selfcal._kernels import cpu
+    except ImportError as error:  # e.g. a numba too old or too new for this numpy
+        warnings.warn(f"selfcal: numba kernels unavailable ({error}); using torch",
+                      RuntimeWarning, stacklevel=3)
+        return None
+    return cpu
