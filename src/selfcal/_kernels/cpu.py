@@ -31,7 +31,7 @@ _jit = numba.njit(nogil=True, cache=True)
 
 # ------------------------------------------------------------------------ the top-label pass
 @_jit
-def _top_label_probs(p, atol, conf, pred):  # pragma: no cover - compiled
+def _top_label_probs(p, atol, conf, pred):
     """Max, first argmax, and the contract of each probability row; returns the first row
     that breaks it (a value outside [0, 1], NaN, or ``|sum - 1| > atol``), else -1."""
     n, c = p.shape
@@ -56,7 +56,7 @@ def _top_label_probs(p, atol, conf, pred):  # pragma: no cover - compiled
 
 
 @_jit
-def _top_label_logits(z, atol, conf, pred):  # pragma: no cover - compiled
+def _top_label_logits(z, atol, conf, pred):
     """Softmax maximum ``1 / sum_k exp(z_k - max z)`` and first argmax of each logit row;
     returns the first row with a non-finite logit, else -1. ``atol`` is unused."""
     n, c = z.shape
@@ -79,14 +79,14 @@ def _top_label_logits(z, atol, conf, pred):  # pragma: no cover - compiled
 
 
 @_jit
-def _matches(a, b, out):  # pragma: no cover - compiled
+def _matches(a, b, out):
     for i in range(a.shape[0]):
         out[i] = 1.0 if a[i] == b[i] else 0.0
 
 
 # ------------------------------------------------------------------------------- bin sums
 @_jit
-def _uniform_sums(values, targets, n_bins, out):  # pragma: no cover - compiled
+def _uniform_sums(values, targets, n_bins, out):
     """Count, value sum and target sum per equal-width bin, the bin found as
     :func:`selfcal.metrics.binning._uniform_index` finds it (``ceil(M c)`` corrected
     against the float64 edges ``m / M``)."""
@@ -104,7 +104,7 @@ def _uniform_sums(values, targets, n_bins, out):  # pragma: no cover - compiled
 
 
 @_jit
-def _edge_table(inner, low, scale, cells):  # pragma: no cover - compiled
+def _edge_table(inner, low, scale, cells):
     """``table[k]``: how many inner edges lie in cells before cell ``k`` of ``[low, ...]``
     (cell ``floor((x - low) * scale)``, capped at the last)."""
     per_cell = np.zeros(cells + 1, dtype=np.int64)
@@ -115,7 +115,7 @@ def _edge_table(inner, low, scale, cells):  # pragma: no cover - compiled
 
 
 @_jit
-def _edge_sums(values, targets, inner, table, scale, out):  # pragma: no cover - compiled
+def _edge_sums(values, targets, inner, table, scale, out):
     """Same sums for sorted inner edges: the bin is the number of inner edges ``< v``.
 
     The cell is a non-decreasing function of the value, so edges in earlier cells are below
@@ -141,7 +141,7 @@ def _edge_sums(values, targets, inner, table, scale, out):  # pragma: no cover -
 
 # ----------------------------------------------------------------------- order statistics
 @_jit
-def _cell_counts(values, low, scale, counts):  # pragma: no cover - compiled
+def _cell_counts(values, low, scale, counts):
     """Histogram over cells ``floor((v - low) * scale)``, a non-decreasing function of ``v``
     (rounded arithmetic is monotone), so a smaller cell never holds a larger value."""
     last = counts.shape[0] - 1
@@ -151,7 +151,7 @@ def _cell_counts(values, low, scale, counts):  # pragma: no cover - compiled
 
 
 @_jit
-def _gather_cells(values, low, scale, slot, cursor, out):  # pragma: no cover - compiled
+def _gather_cells(values, low, scale, slot, cursor, out):
     """Copy the values whose cell has a slot (``slot[cell] >= 0``) to ``out`` at that slot's
     cursor."""
     last = slot.shape[0] - 1
