@@ -3,7 +3,7 @@
 Why hand-written: a top-label metric needs, for every row, the maximum, its index, the row sum
 and the row minimum (validation), then a bin per confidence and three per-bin sums. Torch
 computes each of these as a separate pass over the array -- ``torch.max`` with indices alone
-costs as much as the whole fused pass -- and has no exact selection of a few order statistics
+costs about twice the whole fused pass -- and has no exact selection of a few order statistics
 (AdaECE's equal-mass edges) short of a full sort. No maintained library fuses them, so
 :mod:`selfcal._kernels.cpu` writes them as serial `numba <https://numba.pydata.org>`_ loops
 run on row blocks by a thread pool.

@@ -1,10 +1,9 @@
 """numba kernels: the top-label pass, per-bin sums, exact order statistics.
 
 Each kernel is a serial, GIL-free loop over a block of rows; :func:`_map_blocks` runs the
-blocks on ``torch.get_num_threads()`` threads. Serial kernels compile in about a second and
-are cached on disk (numba's ``parallel=True`` compiles an order of magnitude slower). Block
-boundaries do not depend on the number of threads, so every result is the same on any
-machine.
+blocks on ``torch.get_num_threads()`` threads. Serial kernels compile in about two seconds
+in all and are cached on disk (numba's ``parallel=True`` compiled an order of magnitude
+slower). Block boundaries do not depend on the number of threads, so neither does any result.
 """
 
 from __future__ import annotations
