@@ -34,14 +34,13 @@ import json
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from _timing import interleaved_medians, write_report
 from torch import nn
 from torch.func import vmap
 
@@ -169,19 +168,6 @@ def check_same_math(data: BO4SCData, steps: int = 5) -> float:
     finally:
         torch.set_default_dtype(default)
     return float((info.weight_grad - peer).norm() / peer.norm())
-
-
-# -------------------------------------------------------------------------- timing
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def vmap_comparison(steps: int, n_problems: int, repeats: int) -> dict[str, float]:
@@ -312,9 +298,7 @@ def main() -> None:
         f"{vm['loop'] * 1e3 / args.vmap_problems:.2f} | 1.00x |",
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _timing import write_report
 
 import selfcal
 from selfcal.cli import main as cli_main
@@ -76,9 +77,7 @@ def main() -> None:
         f"{seconds:.1f} s |",
         f"| the same / one torch.max(dim=1) pass over the logits | {ratio:.0f}x |",
     ]) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

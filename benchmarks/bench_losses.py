@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from _timing import write_report
 from torch import nn
 
 import selfcal
@@ -173,9 +174,7 @@ def main() -> None:
     lines += ["", "Reference (CE) epoch: " + ", ".join(
         f"{c} {results[s][1] * 1e3:.1f} ms" for c, s in zip(columns, settings)) + "."]
     text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

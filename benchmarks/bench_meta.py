@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _timing import interleaved_medians, write_report
 from torch import nn
 
 from selfcal.bilevel import (
@@ -129,19 +129,6 @@ def random_data(shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     return x, y, xm, ym
 
 
-def time_interleaved(rows: dict[str, Step], repeats: int) -> dict[str, float]:
-    """Median seconds per row: one warm-up each, then ``repeats`` rounds of every row."""
-    for fn in rows.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(repeats):
-        for name, fn in rows.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
 def run_backbone(spec: Backbone, repeats: int) -> tuple[dict[str, float], list[str]]:
     data = random_data(spec.input_shape)
     plain_model = build_model(spec.name, seed=0, n_classes=N_CLASSES)
@@ -149,7 +136,7 @@ def run_backbone(spec: Backbone, repeats: int) -> tuple[dict[str, float], list[s
     steps = {PLAIN: lambda: plain_step(plain_model, plain_opt, data[0], data[1])}
     steps |= {row: meta_step(spec.name, *args, data) for row, args in METHODS.items()}
     components = component_steps(spec.name, data)
-    medians = time_interleaved(steps | components, repeats)
+    medians = interleaved_medians(steps | components, repeats)
     reference = medians[PLAIN]
     lines = [f"## {spec.name}: {spec.description}", "",
              f"Median of {repeats} interleaved repeats.", "",
@@ -217,8 +204,7 @@ def main() -> None:
         lines += section + ["", f"({time.perf_counter() - start:.0f} s for this backbone.)", ""]
         print("\n".join(section), flush=True)
     text = "\n".join(lines + summary(ratios)) + "\n"
-    args.out.write_text(text)
-    print(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -19,28 +19,15 @@ import importlib.util
 import os
 import platform
 import statistics
-import time
 import warnings
 from pathlib import Path
 
 import torch
+from _timing import interleaved_times, write_report
 
 import selfcal
 from selfcal import Predictions
 from selfcal.metrics import adaece, ece, mce
-
-
-def interleaved_times(rows: dict, repeats: int) -> dict[str, list[float]]:
-    """Each round times every row once, in order; returns each row's time per round."""
-    for fn in rows.values():  # warm-up (and numba's first-call compilation)
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(repeats):
-        for name, fn in rows.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times
 
 
 def round_ratio(times: dict[str, list[float]], num: str, den: str) -> str:
@@ -119,9 +106,7 @@ def main() -> None:
         peer = round_ratio(times, peers[name], name) if name in peers else ""
         lines.append(f"| {name} | {round_ratio(times, name, ref_name)} | {peer} |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from _timing import write_report
 
 from selfcal.posthoc import TemperatureScaling
 from selfcal.posthoc.temperature import fit_inverse_temperature
@@ -204,9 +205,7 @@ def main() -> None:
     command = (f"python benchmarks/bench_temperature.py --repeats {args.repeats} "
                f"--threads {args.threads}" + (" --user-configs" if args.user_configs else ""))
     table = run(args.repeats, args.user_configs, command)
-    print(table)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(table)
+    write_report(table, RESULTS)
 
 
 if __name__ == "__main__":
