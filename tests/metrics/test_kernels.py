@@ -95,6 +95,17 @@ def test_top_label_equals_torch_path(kernels_on, kind, dtype, classes):
         torch.testing.assert_close(conf, ref_conf, rtol=1e-14, atol=0)
 
 
+def assert_same_error(monkeypatch, kind, scores, message):
+    """The kernel flags the input, and both paths raise ``message``."""
+    assert cpu.top_label(torch.from_numpy(scores), kind, 1e-4) is None
+    build = Predictions.from_probs if kind == "probs" else Predictions.from_logits
+    with pytest.raises(ValueError, match=message):
+        build(scores)
+    monkeypatch.setenv("SELFCAL_KERNELS", "0")
+    with pytest.raises(ValueError, match=message):
+        build(scores)
+
+
 BAD_LOGITS = [(17, np.nan, "NaN or infinity; first at row 17"),
               (3, np.inf, "NaN or infinity; first at row 3"),
               (4, -np.inf, "NaN or infinity; first at row 4")]
@@ -106,12 +117,7 @@ def test_bad_logits_same_error_with_and_without_kernels(kernels_on, monkeypatch,
     z = np.random.default_rng(0).normal(size=(300, 5))
     z[row, 2] = value
     z[row + 50, 1] = value  # a later bad row in another block is not the one reported
-    assert cpu.top_label(torch.from_numpy(z), "logits", 1e-4) is None
-    with pytest.raises(ValueError, match=message):
-        Predictions.from_logits(z)
-    monkeypatch.setenv("SELFCAL_KERNELS", "0")
-    with pytest.raises(ValueError, match=message):
-        Predictions.from_logits(z)
+    assert_same_error(monkeypatch, "logits", z, message)
 
 
 @pytest.mark.parametrize(
@@ -126,12 +132,7 @@ def test_bad_logits_same_error_with_and_without_kernels(kernels_on, monkeypatch,
 def test_bad_probs_same_error_with_and_without_kernels(kernels_on, monkeypatch, mutate, message):
     p = np.random.default_rng(1).dirichlet(np.ones(4), size=300)
     mutate(p)
-    assert cpu.top_label(torch.from_numpy(p), "probs", 1e-4) is None
-    with pytest.raises(ValueError, match=message):
-        Predictions.from_probs(p)
-    monkeypatch.setenv("SELFCAL_KERNELS", "0")
-    with pytest.raises(ValueError, match=message):
-        Predictions.from_probs(p)
+    assert_same_error(monkeypatch, "probs", p, message)
 
 
 def test_row_sum_tolerance_is_the_same(kernels_on):
