@@ -128,9 +128,12 @@ def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor
     per-row minima; rows are located only when a chunk fails).
 
     Chunks of :data:`CHUNK_ROWS` rows stay in cache while every reduction reads them, and the
-    outputs are written in place (no concatenation). Row sums of probabilities are one
-    matrix-vector product (BLAS) in the input dtype: its rounding error is far below
-    :data:`PROB_ATOL`."""
+    outputs are written in place (no concatenation). Row sums of probabilities (validation
+    only) are one matrix-vector product (BLAS) in the input dtype: its rounding error is far
+    below :data:`PROB_ATOL`. The softmax denominator of logits is a row reduction instead:
+    BLAS gemv rounds a row's sum differently with the row's position in the block, and a
+    confidence that changes in its last bit when rows are reordered breaks ties and moves
+    samples across bin edges (AURC and AdaECE would depend on the row order)."""
     n, n_classes = scores.shape
     device = scores.device
     conf = torch.empty(n, dtype=torch.float64, device=device)
@@ -152,7 +155,7 @@ def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor
             torch.mv(chunk, ones, out=row_sum[span])
         else:  # softmax max = 1 / sum_k exp(z_k - max z)
             shifted = (chunk.double() - chunk_top.double().unsqueeze(1)).exp_()
-            torch.mv(shifted, ones, out=row_sum[span])
+            torch.sum(shifted, dim=1, out=row_sum[span])
             torch.reciprocal(row_sum[span], out=conf[span])
     return conf, pred, row_sum, torch.stack(chunk_min)
 

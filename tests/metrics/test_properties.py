@@ -123,6 +123,22 @@ def test_aurc_is_expectation_over_tie_breaking(conf, data):
                                          abs=1e-12)
 
 
+def test_confidence_from_logits_does_not_depend_on_the_row_order():
+    """The case hypothesis found: two rows whose max-softmax differs in the last bit only (the
+    maximum sits in another column). Each row's confidence must not depend on its position in
+    the batch, or reordering the rows turns them into a tie (AURC) or moves an equal-mass
+    edge (AdaECE)."""
+    z = np.full((37, 6), -2.0)
+    z[0, 0], z[-1, 1] = 0.0, 0.0
+    y = np.zeros(37, dtype=int)
+    perm = np.random.default_rng(0).permutation(37)
+    conf = Predictions.from_logits(z, y).confidence.numpy()
+    np.testing.assert_array_equal(Predictions.from_logits(z[perm], y[perm]).confidence.numpy(),
+                                  conf[perm])
+    for f in (M.aurc, M.adaece, M.accuracy_at_coverage, M.coverage_at_accuracy):
+        assert f(logits=z[perm], labels=y[perm]) == f(logits=z, labels=y), f.__name__
+
+
 def test_selective_accuracy_and_coverage():
     conf = np.array([0.99, 0.95, 0.9, 0.8, 0.7, 0.6])
     correct = np.array([1, 1, 1, 0, 1, 0])
