@@ -73,6 +73,35 @@ def test_mnist1d_validation_is_a_stratified_10_percent():
     assert (len(wider.train), len(wider.val)) == (300, 100)
 
 
+def test_mnist1d_sizes_pool_the_whole_draw_and_split_it_exactly():
+    data, package = load_dataset("mnist1d", 2, sizes=(300, 120, 580)), package_mnist1d(2, 1000)
+    assert (len(data.train), len(data.val), len(data.test)) == (300, 120, 580)
+    for split in ("train", "val", "test"):  # stratified: 10 classes, equal counts within one
+        counts = np.bincount(data.split(split).y.numpy(), minlength=10)
+        assert counts.max() - counts.min() <= 1
+    ours = torch.cat([data.raw(s) for s in ("train", "val", "test")])[:, 0].numpy()
+    ours_y = torch.cat([data.split(s).y for s in ("train", "val", "test")]).numpy()
+    theirs = np.concatenate([package["x"], package["x_test"]])
+    theirs_y = np.concatenate([package["y"], package["y_test"]])
+    np.testing.assert_array_equal(_sorted_rows(np.column_stack([ours, ours_y])),
+                                  _sorted_rows(np.column_stack([theirs, theirs_y])))
+    again = load_dataset("mnist1d", 2, sizes=(300, 120, 580))
+    assert torch.equal(again.test.x, data.test.x) and torch.equal(again.train.y, data.train.y)
+    mean = float(data.raw("train").double().mean())
+    assert float(data.mean.reshape(())) == pytest.approx(mean, rel=1e-12)
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"sizes": (300, 120, 581)}, "multiple of 10"),
+    ({"sizes": (300, 120)}, "three positive ints"),
+    ({"sizes": (0, 120, 580)}, "three positive ints"),
+    ({"sizes": (300, 120, 580), "num_samples": 1000}, "not both"),
+])
+def test_mnist1d_sizes_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        load_dataset("mnist1d", 0, **options)
+
+
 def test_mnist1d_deterministic_and_leaves_global_rngs_alone():
     np.random.seed(123)
     random.seed(123)

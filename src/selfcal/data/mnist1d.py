@@ -13,7 +13,12 @@ Python's global random state; we restore both afterwards, so loading leaves them
 
 Splits: the package's test set is our test set; its train set is split stratified and random by
 seed into train / validation with ``valid_fraction`` = 10 % validation (3600 / 400 / 1000 by
-default). The package already centres and scales all 5000 signals with one global mean / std;
+default). With ``sizes=(train, val, test)`` the generator instead draws exactly that many signals
+(their sum must be a multiple of 10: the generator makes equal classes) and all of them are split
+stratified by seed: the package's own train/test cut is a cut of one shuffled i.i.d. draw, so
+pooling it loses nothing, and validation and test sets can be as large as a study needs (e.g.
+2,000 and 10,000 rows, where 400 and 1,000 cannot separate methods). Generating is slow (about
+0.6 ms a signal), so draws are cached in the process (:data:`CACHE_DRAWS` most recent). The package already centres and scales all 5000 signals with one global mean / std;
 we standardise again with TRAINING statistics, one mean / std over all 40 positions (the signals
 are translated at random, so positions are exchangeable; a per-position standardisation would
 distort the shapes a 1-D convolution sees). Inputs have shape ``[n, 1, 40]``.
@@ -22,8 +27,9 @@ distort the shapes a 1-D convolution sees). Inputs have shape ``[n, 1, 40]``.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -44,6 +50,7 @@ DEFAULT_NUM_SAMPLES = 5000
 """The package default: 500 signals per class, 4000 package-train + 1000 package-test."""
 DEFAULT_VALID_FRACTION = 0.1
 MIN_NUM_SAMPLES = 100
+CACHE_DRAWS = 4
 
 
 @contextmanager
@@ -75,10 +82,34 @@ def generate_mnist1d(seed: int, num_samples: int = DEFAULT_NUM_SAMPLES) -> dict[
     return generated
 
 
+@lru_cache(maxsize=CACHE_DRAWS)
+def _draw(seed: int, num_samples: int) -> tuple[np.ndarray, ...]:
+    """:func:`generate_mnist1d`'s arrays (``x``, ``y``, ``x_test``, ``y_test``), read-only and
+    cached: studies load the same draw for many runs."""
+    generated = generate_mnist1d(seed, num_samples)
+    arrays = (np.asarray(generated["x"], np.float64), np.asarray(generated["y"], np.int64),
+              np.asarray(generated["x_test"], np.float64),
+              np.asarray(generated["y_test"], np.int64))
+    for array in arrays:
+        array.flags.writeable = False
+    return arrays
+
+
 def _check_fraction(valid_fraction: float) -> float:
     if not 0.0 < valid_fraction < 1.0:
         raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
     return float(valid_fraction)
+
+
+def _check_sizes(sizes: Sequence[int]) -> tuple[int, int, int]:
+    values = tuple(sizes)
+    if len(values) != 3 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                               for v in values):
+        raise ValueError(f"sizes must be three positive ints (train, val, test), got {sizes!r}")
+    if sum(values) % N_CLASSES:
+        raise ValueError(f"sizes must add up to a multiple of {N_CLASSES} (equal classes), "
+                         f"got {sum(values)}")
+    return values  # type: ignore[return-value]
 
 
 @register_dataset("mnist1d")
@@ -87,29 +118,40 @@ def mnist1d(
     *,
     valid_fraction: float = DEFAULT_VALID_FRACTION,
     num_samples: int = DEFAULT_NUM_SAMPLES,
+    sizes: Sequence[int] | None = None,
 ) -> DataSplits:
-    """MNIST-1D, ``[n, 1, 40]`` signals, 10 classes; 3600 / 400 / 1000 by default."""
+    """MNIST-1D, ``[n, 1, 40]`` signals, 10 classes; 3600 / 400 / 1000 by default, or exactly
+    ``sizes=(train, val, test)`` (module doc)."""
     valid_fraction = _check_fraction(valid_fraction)
-    generated = generate_mnist1d(seed, num_samples)
-    x_pool, y_pool = np.asarray(generated["x"], np.float64), np.asarray(generated["y"], np.int64)
-    n_val = round(valid_fraction * len(y_pool))
-    train_idx, val_idx, _ = stratified_split_indices(
-        y_pool, (len(y_pool) - n_val, n_val, 0), child_rngs(seed, 1)[0]
-    )
-    raw = {
-        "train": x_pool[train_idx],
-        "val": x_pool[val_idx],
-        "test": np.asarray(generated["x_test"], np.float64),
-    }
-    labels = {"train": y_pool[train_idx], "val": y_pool[val_idx], "test": generated["y_test"]}
+    if sizes is None:
+        x_pool, y_pool, x_test, y_test = _draw(seed, num_samples)
+        n_val = round(valid_fraction * len(y_pool))
+        train_idx, val_idx, _ = stratified_split_indices(
+            y_pool, (len(y_pool) - n_val, n_val, 0), child_rngs(seed, 1)[0])
+        options: dict[str, Any] = {"valid_fraction": valid_fraction, "num_samples": num_samples}
+        how = (f"package test set as test, package train set split stratified by seed into "
+               f"train/validation ({valid_fraction:.0%} validation)")
+    else:
+        if (valid_fraction, num_samples) != (DEFAULT_VALID_FRACTION, DEFAULT_NUM_SAMPLES):
+            raise ValueError("give sizes, or num_samples / valid_fraction, not both")
+        sizes = _check_sizes(sizes)
+        num_samples = sum(sizes)
+        x_all, y_all, x_rest, y_rest = _draw(seed, num_samples)
+        x_pool, y_pool = np.concatenate([x_all, x_rest]), np.concatenate([y_all, y_rest])
+        train_idx, val_idx, test_idx = stratified_split_indices(y_pool, sizes,
+                                                                child_rngs(seed, 1)[0])
+        x_test, y_test = x_pool[test_idx], y_pool[test_idx]
+        options = {"sizes": sizes}
+        how = "all signals pooled and split stratified by seed into train/validation/test"
+    raw = {"train": x_pool[train_idx], "val": x_pool[val_idx], "test": np.array(x_test)}
+    labels = {"train": y_pool[train_idx], "val": y_pool[val_idx], "test": np.array(y_test)}
     mean, std = channel_standardization_stats(raw["train"][:, None, :])
-    sizes = "/".join(str(len(labels[s])) for s in ("train", "val", "test"))
+    counts = "/".join(str(len(labels[s])) for s in ("train", "val", "test"))
     description = (
         f"MNIST-1D: the mnist1d package's generator (make_dataset) with its default arguments, "
-        f"seed {seed}, {num_samples} signals of length {SEQUENCE_LENGTH}, 10 classes; package "
-        f"test set as test, package train set split stratified by seed into train/validation "
-        f"({valid_fraction:.0%} validation): {sizes}. Inputs [n, 1, {SEQUENCE_LENGTH}] "
-        "standardised with one training mean/std over all positions. Nothing is downloaded."
+        f"seed {seed}, {num_samples} signals of length {SEQUENCE_LENGTH}, 10 classes; {how}: "
+        f"{counts}. Inputs [n, 1, {SEQUENCE_LENGTH}] standardised with one training mean/std "
+        "over all positions. Nothing is downloaded."
     )
     return splits_from_parts(
         name="mnist1d",
@@ -120,5 +162,5 @@ def mnist1d(
         std=std,
         description=description,
         seed=seed,
-        options={"valid_fraction": valid_fraction, "num_samples": num_samples},
+        options=options,
     )
