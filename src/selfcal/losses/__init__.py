@@ -13,6 +13,7 @@ from selfcal.losses.brier import BrierLoss, brier_loss
 from selfcal.losses.mixup import mixup_batch, mixup_loss, sample_mixup_lambda
 from selfcal.losses.mmce import MMCELoss, mmce_loss, mmce_weighted
 from selfcal.losses.registry import available_losses, build_loss, register_loss
+from selfcal.losses.rest_point import gra_rest_point, label_weights
 from selfcal.losses.smoothing import LabelSmoothingLoss, label_smoothing_loss
 from selfcal.losses.weighted_ce import (
     BSCELoss,
@@ -63,7 +64,9 @@ __all__ = [
     "flsd53_loss",
     "focal_gradient_factor",
     "focal_loss",
+    "gra_rest_point",
     "label_smoothing_loss",
+    "label_weights",
     "mixup_batch",
     "mixup_loss",
     "mmce_loss",
