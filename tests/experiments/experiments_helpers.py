@@ -65,3 +65,13 @@ def interrupting_execute(specs: list[RunSpec]) -> list[RunResult]:
 def wrong_count_execute(specs: list[RunSpec]) -> list[RunResult]:
     """Broken executor: one result too few."""
     return [run_one(spec) for spec in specs][1:]
+
+
+def pid_then_sleep_execute(specs: list[RunSpec]) -> list[RunResult]:
+    """Executor that writes its process id to ``hparams["pid_dir"]`` and then sleeps for
+    ``hparams["sleep"]`` seconds (a worker busy in a long group)."""
+    folder = specs[0].hparams["pid_dir"]
+    with open(os.path.join(folder, f"{os.getpid()}.pid"), "w") as handle:
+        handle.write(str(os.getpid()))
+    time.sleep(float(specs[0].hparams["sleep"]))
+    return [run_one(spec) for spec in specs]

@@ -1,9 +1,11 @@
-"""The kill test: SIGKILL a sweep in another interpreter while it writes, rerun it, and check
+"""The kill tests: SIGKILL a sweep in another interpreter while it writes, rerun it, and check
 that every run is stored exactly once, done, with its artefacts and nothing else -- and that
-the rerun executed exactly the runs that were missing."""
+the rerun executed exactly the runs that were missing; and SIGKILL a parallel sweep whose
+workers are deep in long groups, and check that no worker outlives it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -90,3 +92,51 @@ def test_sigkill_then_rerun_stores_every_run_exactly_once(tmp_path: Path) -> Non
                      "HAVING COUNT(*) != 3)") == 0
     with closing(sqlite3.connect(db)) as connection:
         assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+PARALLEL_SWEEP = """
+import sys
+sys.path.insert(0, {helpers!r})
+import experiments_helpers as h
+from selfcal.experiments import ResultsStore, run_sweep
+specs = h.make_specs(2, study="orphans", sleep=600, pid_dir={pid_dir!r})
+run_sweep(specs, h.pid_then_sleep_execute, store=ResultsStore({db!r}), workers=2,
+          progress=False)
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (dead, waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_sigkill_of_a_parallel_sweep_leaves_no_worker_alive(tmp_path: Path) -> None:
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    code = PARALLEL_SWEEP.format(helpers=str(Path(helpers.__file__).parent),
+                                 pid_dir=str(pid_dir), db=str(tmp_path / "o.sqlite"))
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as stderr:  # not a pipe: the workers inherit it
+        process = subprocess.Popen([sys.executable, "-c", code], stderr=stderr)
+    deadline = time.monotonic() + 60
+    while len(list(pid_dir.glob("*.pid"))) < 2:  # both workers are inside their groups
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the workers did not start: {log.read_text()}")
+        time.sleep(0.05)
+    workers = [int(p.stem) for p in pid_dir.glob("*.pid")]
+    assert all(running(pid) for pid in workers) and os.getpid() not in workers
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = [pid for pid in workers if running(pid)]
+    for pid in survivors:  # do not leave them behind even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"workers {survivors} outlived the killed sweep"

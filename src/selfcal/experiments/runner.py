@@ -24,14 +24,18 @@ datasets, models or methods. Choices:
   recorded as failed.
 * **Ctrl-C** stops the sweep: results already returned are stored, workers are terminated,
   and the ``KeyboardInterrupt`` is re-raised (a library must not swallow it); rerun to resume.
+* **No orphans.** A sweep killed outright (SIGKILL, out-of-memory killer) takes its workers
+  with it: each worker exits within a second of losing its parent (:func:`_watch_parent`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import pickle
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
@@ -50,6 +54,9 @@ from selfcal.experiments.store import DEFAULT_PATH, ResultsStore
 Executor = Callable[[list[RunSpec]], list[RunResult]]
 Group = list[RunSpec]
 OnDone = Callable[[Group, list[RunResult]], None]
+WATCHDOG_INTERVAL_S = 0.5
+WATCHDOG_EXIT = 70
+"""Exit code of a worker that outlived its sweep."""
 CRASH_REASON = ("BrokenProcessPool: the worker process died while running this group "
                 "(segfault, out-of-memory kill or os._exit); it crashed again when re-run alone")
 
@@ -251,7 +258,47 @@ def _context() -> BaseContext:
 
 
 def _new_pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(),
+                               initializer=_watch_parent, initargs=(os.getpid(),))
+
+
+def _watch_parent(sweep_pid: int) -> None:
+    """Worker initializer: the worker dies with the sweep. A sweep killed by a signal (even
+    SIGKILL) cannot stop its workers, and a worker deep in a long group would otherwise run --
+    and hold its memory -- until the group ends. Nor does the forkserver help: it hands its
+    liveness pipe to every worker it forks, so server and workers keep each other alive.
+    A daemon thread therefore checks every :data:`WATCHDOG_INTERVAL_S` that the sweep process
+    still runs (a zombie counts as dead) and that the worker was not re-parented, and ends the
+    worker at once (``os._exit``) otherwise."""
+    parent = os.getppid()
+    if not _running(sweep_pid):  # died before the guard was up
+        os._exit(WATCHDOG_EXIT)
+    threading.Thread(target=_watchdog, args=(sweep_pid, parent), daemon=True,
+                     name="selfcal-sweep-watchdog").start()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and, where ``/proc`` tells, is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - exists, owned by someone else
+        return True
+    return True
+
+
+def _watchdog(sweep_pid: int, parent: int) -> None:
+    while True:
+        time.sleep(WATCHDOG_INTERVAL_S)
+        if os.getppid() != parent or not _running(sweep_pid):
+            os._exit(WATCHDOG_EXIT)
 
 
 def _run_pool(queue: deque[Group], execute: Executor, workers: int,
