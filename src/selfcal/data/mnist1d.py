@@ -18,8 +18,10 @@ default). With ``sizes=(train, val, test)`` the generator instead draws exactly 
 stratified by seed: the package's own train/test cut is a cut of one shuffled i.i.d. draw, so
 pooling it loses nothing, and validation and test sets can be as large as a study needs (e.g.
 2,000 and 10,000 rows, where 400 and 1,000 cannot separate methods). Generating is slow (about
-0.6 ms a signal), so draws are cached in the process (:data:`CACHE_DRAWS` most recent). The package already centres and scales all 5000 signals with one global mean / std;
-we standardise again with TRAINING statistics, one mean / std over all 40 positions (the signals
+0.6 ms a signal), so draws are cached in the process (:data:`CACHE_DRAWS` most recent).
+
+The package already centres and scales all the signals with one global mean / std; we
+standardise again with TRAINING statistics, one mean / std over all 40 positions (the signals
 are translated at random, so positions are exchangeable; a per-position standardisation would
 distort the shapes a 1-D convolution sees). Inputs have shape ``[n, 1, 40]``.
 """
