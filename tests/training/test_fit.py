@@ -43,6 +43,24 @@ def test_early_stopping_stops_and_restores_the_best_epoch(same_params):
     assert same_params(model, rerun)
 
 
+def test_best_by_accuracy_restores_the_first_most_accurate_epoch(same_params):
+    """The reference code's checkpoint: highest validation accuracy (first of equals), here
+    later than the NLL optimum, when the model has grown over-confident."""
+    train, val = overfitting_problem()
+    model = build_model("mlp", n_features=2, n_classes=2, hidden=(), seed=0)
+    config = TrainConfig(epochs=120, lr=0.05, restore_best=True, best_by="accuracy")
+    history = fit(model, train, val, config=config)
+    best = history.best_epoch
+    assert history.val_accuracy[best] == max(history.val_accuracy)
+    assert all(a < history.val_accuracy[best] for a in history.val_accuracy[:best])
+    assert best != int(np.argmin(history.val_nll))
+    rerun = build_model("mlp", n_features=2, n_classes=2, hidden=(), seed=0)
+    fit(rerun, train, config=TrainConfig(epochs=best + 1, lr=0.05))
+    assert same_params(model, rerun)
+    with pytest.raises(ValueError, match="best_by"):
+        TrainConfig(best_by="ece")
+
+
 def test_without_restore_the_last_parameters_stay(same_params):
     train, val = overfitting_problem()
     model = build_model("mlp", n_features=2, n_classes=2, hidden=(), seed=0)

@@ -462,7 +462,7 @@ class MetaCalibrationTrainer:
                               torch.Generator().manual_seed(config.seed + 1), train[0].device)
         augment = bind_transform(self.batch_transform,
                                  augmentation_generator(config.seed, train[0].device))
-        record, extra = HistoryRecorder(), _MetaRecord([], [], [], [], [])
+        record, extra = HistoryRecorder(best_by=config.best_by), _MetaRecord([], [], [], [], [])
         best_state, stop, start = None, "completed", time.perf_counter()
         for epoch in range(config.epochs):
             epoch_start, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]

@@ -28,8 +28,12 @@ class TrainConfig:
       *after* each epoch ([GRA]); epoch ``e`` trains with ``lr * lr_decay ** #{m <= e}``.
       [FLC]/[MC] stepped before each epoch: pass ``milestones`` minus one to match them.
     * ``grad_clip``: maximum global L2 norm of the gradient (``clip_grad_norm_``), or ``None``.
-    * ``early_stopping``: patience in epochs on validation NLL (needs validation data).
-    * ``restore_best``: load the parameters of the best-validation-NLL epoch at the end.
+    * ``best_by``: which validation epoch is best: ``"nll"`` (lowest validation NLL, the
+      first one) or ``"accuracy"`` (highest validation accuracy, the first one: the
+      [MC] / [MetaReg] reference code's checkpoint rule, which keeps the model whose error is
+      lowest however over-confident it has become).
+    * ``early_stopping``: patience in epochs since the best epoch (needs validation data).
+    * ``restore_best``: load the parameters of the best epoch at the end.
     * ``seed``: seeds the minibatch shuffling and any randomness inside the model (dropout).
     """
 
@@ -42,6 +46,7 @@ class TrainConfig:
     milestones: tuple[int, ...] = ()
     lr_decay: float = 0.1
     grad_clip: float | None = None
+    best_by: Literal["nll", "accuracy"] = "nll"
     early_stopping: int | None = None
     restore_best: bool = False
     seed: int = 0
@@ -52,6 +57,8 @@ class TrainConfig:
         _check_rates(self)
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.best_by not in ("nll", "accuracy"):
+            raise ValueError(f"best_by must be 'nll' or 'accuracy', got {self.best_by!r}")
         milestones = tuple(self.milestones)
         if not all(_is_int(m) and m >= 1 for m in milestones) or list(milestones) != sorted(
             set(milestones)

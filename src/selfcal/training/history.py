@@ -16,8 +16,9 @@ class History:
     a mean-reduced loss: the mean per-sample loss seen during the epoch, before each step).
     ``lr[e]`` is the learning rate the epoch trained with. Validation entries (empty without
     validation data) are computed after the epoch in eval mode: NLL, accuracy and 15-bin ECE
-    from :mod:`selfcal.metrics`. ``best_epoch`` is the first epoch of lowest validation NLL
-    (``None`` without validation data). ``wall_time`` is in seconds.
+    from :mod:`selfcal.metrics`. ``best_epoch`` is the first epoch of lowest validation NLL,
+    or of highest validation accuracy with ``TrainConfig(best_by="accuracy")`` (``None``
+    without validation data). ``wall_time`` is in seconds.
     """
 
     train_loss: tuple[float, ...] = ()
@@ -74,13 +75,19 @@ class HistoryRecorder:
     val_ece: list[float] = field(default_factory=list)
     epoch_time: list[float] = field(default_factory=list)
     best_epoch: int | None = None
+    best_by: str = "nll"
 
     def add_validation(self, epoch: int, nll: float, accuracy: float, ece: float) -> bool:
-        """Record validation numbers; return whether ``epoch`` is a new best (strictly lower)."""
+        """Record validation numbers; return whether ``epoch`` is a new best (strictly lower
+        NLL, or strictly higher accuracy with ``best_by="accuracy"``)."""
         self.val_nll.append(nll)
         self.val_accuracy.append(accuracy)
         self.val_ece.append(ece)
-        improved = self.best_epoch is None or nll < self.val_nll[self.best_epoch]
+        best = self.best_epoch
+        if self.best_by == "accuracy":
+            improved = best is None or accuracy > self.val_accuracy[best]
+        else:
+            improved = best is None or nll < self.val_nll[best]
         if improved:
             self.best_epoch = epoch
         return improved

@@ -81,7 +81,8 @@ def fit(
     ``z = model(lam x + (1 - lam) x[pi])``; the history's ``train_loss`` is this mixed loss.
     ``mixup_alpha = 0`` (default) is plain training, with no draws. Validation is never mixed.
     The model is moved to ``config.device`` and left in training mode; with
-    ``config.restore_best`` it ends with the parameters of the best validation-NLL epoch.
+    ``config.restore_best`` it ends with the parameters of the best validation epoch
+    (``config.best_by``).
     """
     device = torch.device(config.device)
     model.to(device)
@@ -97,7 +98,7 @@ def fit(
         optimizer, list(config.milestones), gamma=config.lr_decay
     )
     shuffle = torch.Generator().manual_seed(config.seed)
-    record = HistoryRecorder()
+    record = HistoryRecorder(best_by=config.best_by)
     best_state: dict[str, torch.Tensor] | None = None
     stop: StopReason = "completed"
     start = time.perf_counter()
