@@ -302,108 +302,100 @@ def example_path(
         typer.echo(str(find(name)))
 
 
-# ----------------------------------------------------------------------------- entry point
-STORE_DEFAULT = Path("selfcal-results.sqlite")
+# ----------------------------------------------------------------------------- reproduce
 REPORT_ROOT = Path("selfcal-report")
+
+
+class _StudyGroup(typer.core.TyperGroup):
+    """``selfcal reproduce``: one subcommand per registered study, read from the registry
+    when the command line is parsed (a study added later -- a new folder under
+    ``selfcal/studies`` -- needs no edit here)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        from selfcal.experiments.study import study_names
+
+        return list(study_names())
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        from selfcal.experiments.study import get_study, study_names
+
+        return _study_command(get_study(name)) if name in study_names() else None
+
+
 reproduce_app = typer.Typer(
-    help="Reproduce a paper's tables and figures (runs are stored; reruns resume).",
+    cls=_StudyGroup,
+    help="Reproduce a study: a paper's tables and figures, with hyperparameters selected on "
+         "validation and paired confidence intervals (runs are stored; reruns resume).",
     no_args_is_help=True,
 )
 app.add_typer(reproduce_app, name="reproduce")
 
 
-QuickOpt = Annotated[bool, typer.Option("--quick", help="A small version for tests and a "
-                                        "first look (see the report's note).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print per-run records and aggregates "
-                                       "as one JSON object.")]
-StoreOpt = Annotated[Path, typer.Option("--store", help="SQLite results store.")]
-WorkersOpt = Annotated[int, typer.Option("--workers", min=0, help="Parallel processes "
-                                         "(0: CPU cores, at most 4).")]
+def _study_command(study: Any) -> Any:
+    """The click command ``selfcal reproduce NAME`` (the same options for every study)."""
+    from selfcal.experiments.store import DEFAULT_PATH
+
+    names = ", ".join(study.protocols)
+
+    def command(
+        quick: Annotated[bool, typer.Option("--quick", help="The 'quick' protocol: a small "
+                                            "version for tests and a first look.")] = False,
+        protocol: str | None = typer.Option(
+            None, "--protocol", help=f"A named protocol of the study: {names}."),
+        as_json: Annotated[bool, typer.Option("--json", help="Print every run, the selected "
+                                              "hyperparameters and the aggregates as one "
+                                              "JSON object.")] = False,
+        store: Annotated[Path, typer.Option("--store", help="SQLite results store.")] = Path(
+            DEFAULT_PATH),
+        out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
+            REPORT_ROOT / study.name),
+        workers: Annotated[int, typer.Option("--workers", min=0, help="Parallel processes "
+                                             "(0: CPU cores, at most 4).")] = 0,
+    ) -> None:
+        with _errors():
+            _reproduce(study, quick, protocol, as_json, store, out, workers)
+
+    command.__doc__ = study.help
+    single = typer.Typer()
+    single.command(study.name)(command)
+    return typer.main.get_command(single)
 
 
-STUDIES = {"bo4sc": ("bo4sc", "bo4sc_report"), "bsce-gra": ("bsce_gra", "bsce_gra_report"),
-           "gra-toy": ("gra_toy_study", "gra_toy_study"),
-           "meta-reg": ("meta_reg", "meta_reg_report")}
-"""``selfcal reproduce NAME`` -> (study module, report module) in :mod:`selfcal.experiments`."""
-
-
-def _reproduce(name: str, quick: bool, as_json: bool, store: Path, out: Path,
-               workers: int, protocol_name: str | None = None) -> None:
-    """Run study ``name``'s sweep (resuming from ``store``), write its report to ``out``, and
-    print the summary (or the JSON payload)."""
-    import importlib
+def _reproduce(study: Any, quick: bool, protocol_name: str | None, as_json: bool, store: Path,
+               out: Path, workers: int) -> None:
+    """Run the study's sweep (resuming from ``store``), write its report to ``out``, and print
+    the summary (or the JSON payload)."""
     import time
 
-    from selfcal.experiments import ResultsStore, run_sweep
+    from selfcal.experiments import ResultsStore
+    from selfcal.experiments.report import json_payload, reproduce_command, write_report
+    from selfcal.experiments.store import DEFAULT_PATH
+    from selfcal.experiments.study import StudyResults, run_study
 
-    study_module, report_module = STUDIES[name]
-    study = importlib.import_module(f"selfcal.experiments.{study_module}")
-    report = importlib.import_module(f"selfcal.experiments.{report_module}")
-    if protocol_name is not None and protocol_name not in study.PROTOCOLS:
-        raise ValueError(f"--protocol must be one of {', '.join(study.PROTOCOLS)}")
     if quick and protocol_name not in (None, "quick"):
         raise ValueError("--quick and --protocol name different protocols")
-    protocol = study.PROTOCOLS[protocol_name or ("quick" if quick else "full")]
+    protocol = study.protocol("quick" if quick else protocol_name)
     start = time.perf_counter()
-    with ResultsStore(store) as results:
-        summary = run_sweep(study.specs(protocol), study.execute, store=results,
+    with ResultsStore(store) as results_store:
+        summary = run_study(study, protocol, results_store,
                             workers=workers or min(4, os.cpu_count() or 1),
-                            batch_by=getattr(study, "batch_by", None),
                             progress=sys.stderr.isatty() and not as_json)
         seconds = time.perf_counter() - start
-        command = " ".join([f"selfcal reproduce {name}", "--quick" * quick,
-                            f"--protocol {protocol_name}" * (protocol_name not in (None, "quick")),
-                            f"--store {store}" * (store != STORE_DEFAULT),
-                            f"--out {out}" * (out != REPORT_ROOT / name)])
-        path = report.write_report(results, protocol, out, command=" ".join(command.split()),
-                                   seconds=seconds)
+        command = reproduce_command(
+            study, protocol.name, None if store == Path(DEFAULT_PATH) else str(store),
+            None if out == REPORT_ROOT / study.name else str(out))
+        results = StudyResults.load(study, protocol, results_store)
+        path = write_report(results, out, command=command, seconds=seconds)
         if as_json:
-            sys.stdout.write(json.dumps(report.json_payload(results, protocol)) + "\n")
+            sys.stdout.write(json.dumps(json_payload(results)) + "\n")
             return
         text = [f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
                 f"failed ({seconds:.0f} s); store {store}", "",
-                *report.summary_lines(results, protocol), "", f"report: {path}"]
+                *study.summary(results), "", f"report: {path}"]
         sys.stdout.write("\n".join(text) + "\n")
 
 
-STUDY_HELP = {
-    "bo4sc": "BO4SC (Sanguin et al. 2024): Table 1 and Figures 1-3, Standard / IsoReg / BO4SC on "
-             "Blobs, Spiral and BAC, 5 seeds, beside the published numbers.",
-    "bsce-gra": "BSCE-GRA (Lin et al.): the loss comparison of Tables 1-5 and 2 on MNIST-1D and "
-                "digits, 3 seeds, pre/post temperature scaling, the published CIFAR numbers "
-                "beside (CIFAR rows run when the data is under $SELFCAL_DATA).",
-    "meta-reg": "Meta-regularization (Wang & Golebiowski): gamma-Net + SECE / DECE against CE, "
-                "focal, FLSD-53, label smoothing, MMCE and meta-calibration (CE-DECE, CE-SECE) "
-                "on MNIST-1D and digits, 5 seeds; Tables 1-2 and Figures 3-5.",
-    "gra-toy": "BSCE-GRA's toy study: correlation of the FL / DFL / generalized-Brier weights "
-               "with the true calibration error on 2-D Gaussians, beside the published "
-               "0.550 / 0.638 / 0.664.",
-}
-
-
-def _study_command(name: str) -> None:
-    """Register ``selfcal reproduce NAME`` (the same options for every study)."""
-
-    def command(quick: QuickOpt = False,
-                protocol: Annotated[str | None, typer.Option(
-                    "--protocol", help="A named protocol of the study (full, quick, and any "
-                    "variant the study defines; see its report).")] = None,
-                as_json: JsonOpt = False,
-                store: StoreOpt = STORE_DEFAULT,
-                out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
-                    REPORT_ROOT / name),
-                workers: WorkersOpt = 0) -> None:
-        with _errors():
-            _reproduce(name, quick, as_json, store, out, workers, protocol)
-
-    command.__doc__ = STUDY_HELP[name]
-    reproduce_app.command(name)(command)
-
-
-for _name in STUDIES:
-    _study_command(_name)
-
-
+# ----------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns (and, as a script, exits with) the exit code."""
     command = typer.main.get_command(app)

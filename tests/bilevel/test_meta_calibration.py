@@ -307,8 +307,8 @@ def test_gamma_net_dece_on_mnist1d_does_not_diverge():
     float; with the clamp at machine epsilon it trains on."""
     from selfcal.bilevel import fit_meta
     from selfcal.data import load_dataset
-    from selfcal.experiments.meta_reg import meta_split
     from selfcal.models import build_model
+    from selfcal.studies.meta_reg.execute import meta_split
     from selfcal.training import TrainConfig
 
     data = load_dataset("mnist1d", 0)

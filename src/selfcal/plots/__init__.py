@@ -26,7 +26,7 @@ from selfcal.plots.regions import (
     confidence_grid,
 )
 from selfcal.plots.reliability import ReliabilityDiagramDisplay, bootstrap_bin_accuracy
-from selfcal.plots.save import save_figures
+from selfcal.plots.save import method_colours, new_figure, save_figures
 from selfcal.plots.selective import RiskCoverageDisplay
 from selfcal.plots.sweep import DEFAULT_BIN_COUNTS, BinSweepDisplay
 from selfcal.plots.weights import WeightMapDisplay, WeightTrajectoryDisplay, bo4sc_figure3
@@ -45,5 +45,7 @@ __all__ = [
     "bo4sc_figure3",
     "bootstrap_bin_accuracy",
     "confidence_grid",
+    "method_colours",
+    "new_figure",
     "save_figures",
 ]

@@ -43,6 +43,14 @@ def new_figure(figsize: tuple[float, float]) -> Any:
     return Figure(figsize=figsize, layout="constrained")
 
 
+def method_colours(n: int) -> list[Any]:
+    """``n`` distinct colours (tab20 beyond the default cycle's ten), one per method, so a
+    method keeps its colour across the panels of a figure."""
+    from matplotlib import colormaps
+
+    return [colormaps["tab10" if n <= 10 else "tab20"](i) for i in range(n)]
+
+
 def save_figures(
     predictions: Predictions, out_dir: str | Path, *, n_bins: int = 15, prefix: str = ""
 ) -> list[Path]:

@@ -50,5 +50,3 @@ TABLE2 = {
     "bsce": ("0.88/0.88", "95.03"), "bsce-gra": ("0.74/0.74", "94.69"),
 }
 """[GRA] Table 2 (CIFAR-10, ResNet-50): loss -> (ECE % pre/post, accuracy %)."""
-GRA_TOY = {"fl": 0.550, "dfl": 0.638, "gbs": 0.664}
-"""[GRA] toy study: Pearson correlation of the true calibration error with each weight."""

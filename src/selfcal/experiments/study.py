@@ -1,0 +1,330 @@
+"""The study engine: what every study (a paper's reproduction, a benchmark) shares.
+
+A study is one folder under :mod:`selfcal.studies` whose package registers a :class:`Study`
+subclass with :func:`register_study`; the engine finds it (:func:`study_names` imports every
+package there), and ``selfcal reproduce NAME`` exists from then on. A study states:
+
+* ``name``, ``title`` (the report's heading), ``help`` (the CLI's), and ``version``, bumped
+  whenever its executor's computation or metrics change;
+* ``protocols``: named :class:`StudyProtocol` instances -- ``"full"`` (the default) and
+  ``"quick"`` (a small version for tests and a first look), and any variant;
+* ``specs(protocol)``: the runs, built with :meth:`Study.spec` -- one per (dataset, method,
+  regime, hyperparameter candidate, seed);
+* ``execute(protocol, group)``: results for a group of specs (``batch_by`` forms the groups);
+* ``criterion(record)``: how a method's candidates are selected on validation
+  (:mod:`selfcal.experiments.selection`);
+* the report: ``sections``, ``figures``, ``summary`` and ``payload`` over a
+  :class:`StudyResults` (the engine writes the header, the failures, the figures, the JSON and
+  the provenance; :mod:`selfcal.experiments.report`).
+
+The engine owns the rest: seeds as replicates; the protocol's fingerprint in every run's key
+(settings + study version + the study's ``fingerprint_extras``), so runs of another version
+are never mixed in; the thread count, fixed around every executor call so that a rerun gives
+the same numbers bit for bit whatever the caller's setting; the sweep (resumable, parallel
+workers, :func:`selfcal.experiments.run_sweep`); selection; aggregates and paired verdicts
+(:mod:`selfcal.experiments.tables`); staleness checks of committed reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+
+from selfcal._registry import Registry
+from selfcal.experiments.runner import SweepSummary, run_sweep
+from selfcal.experiments.selection import Criterion, hp, regime, select
+from selfcal.experiments.spec import RunResult, RunSpec
+from selfcal.experiments.store import ResultsStore, RunRecord
+from selfcal.experiments.tables import Aggregate, AggregateKey, aggregate_by_key
+
+TEST_LOGITS = "test_logits"
+TEST_LABELS = "test_labels"
+"""Artefact names every study that keeps its test predictions uses."""
+UNFINGERPRINTED = ("name", "seeds", "datasets", "notes")
+"""Protocol fields that do not change any run's result (each seed and dataset is its own run)."""
+
+
+def settings_fingerprint(settings: Mapping[str, Any]) -> str:
+    """First 12 hex digits of the SHA-256 of the settings as sorted JSON."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class StudyProtocol:
+    """Everything a study's runs depend on besides (dataset, method, regime, candidate, seed).
+
+    Subclasses add their settings as fields with defaults. ``threads``: torch (and BLAS)
+    threads per run, fixed by the engine around every executor call and part of the
+    fingerprint: results are bit-identical for a given thread count, whatever the caller's."""
+
+    name: str
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    datasets: tuple[str, ...] = ()
+    threads: int = 1
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if type(self.threads) is not int or self.threads < 1:
+            raise ValueError(f"threads must be an int >= 1, got {self.threads!r}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds!r}")
+
+    def settings(self) -> dict[str, Any]:
+        """The fields that change a run's result."""
+        return {k: v for k, v in asdict(self).items() if k not in UNFINGERPRINTED}
+
+
+class Study:
+    """Base class of every study (module doc). Subclasses set the class attributes and
+    implement :meth:`specs`, :meth:`execute` and the report methods."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    help: ClassVar[str]
+    version: ClassVar[int]
+    protocols: ClassVar[Mapping[str, StudyProtocol]]
+    default_protocol: ClassVar[str] = "full"
+
+    # ------------------------------------------------------------------ runs
+    def fingerprint_extras(self) -> Mapping[str, Any]:
+        """Study-level settings outside the protocol that change results (e.g. the method
+        table); folded into the fingerprint."""
+        return {}
+
+    def fingerprint(self, protocol: StudyProtocol) -> str:
+        return settings_fingerprint({**protocol.settings(), "study_version": self.version,
+                                     **self.fingerprint_extras()})
+
+    def spec(self, protocol: StudyProtocol, dataset: str, method: str, seed: int, *,
+             regime: str | None = None, config: Mapping[str, Any] | None = None,
+             model: Mapping[str, Any] | None = None) -> RunSpec:
+        """One run of ``protocol``; ``config`` holds the candidate's grid values."""
+        hparams: dict[str, Any] = {"protocol": protocol.name,
+                                   "fingerprint": self.fingerprint(protocol),
+                                   "threads": protocol.threads}
+        if regime is not None:
+            hparams["regime"] = regime
+        hparams.update(hp(config or {}))
+        return RunSpec(self.name, dataset, method, seed, hparams, model or {})
+
+    def specs(self, protocol: StudyProtocol) -> list[RunSpec]:
+        raise NotImplementedError
+
+    def execute(self, protocol: StudyProtocol, group: list[RunSpec]) -> list[RunResult]:
+        raise NotImplementedError
+
+    def batch_by(self, spec: RunSpec) -> Hashable:
+        """Specs with equal ids run in one executor call (default: one spec a call)."""
+        return spec.key
+
+    def protocol(self, name: str | None = None) -> StudyProtocol:
+        """The protocol ``name`` (default: :attr:`default_protocol`)."""
+        name = self.default_protocol if name is None else name
+        if name not in self.protocols:
+            raise ValueError(f"--protocol must be one of {', '.join(self.protocols)}; "
+                             f"got {name!r}")
+        return self.protocols[name]
+
+    def protocol_of(self, spec: RunSpec) -> StudyProtocol:
+        """The protocol a stored spec was made with; a spec of another version of it (another
+        fingerprint) is an error rather than a silent mix of results."""
+        protocol = self.protocol(str(spec.hparams["protocol"]))
+        if spec.hparams["fingerprint"] != self.fingerprint(protocol):
+            raise ValueError(f"run {spec.key} was made with another version of protocol "
+                             f"{protocol.name!r} of study {self.name!r}; start a new store")
+        return protocol
+
+    # ------------------------------------------------------------------ selection
+    def criterion(self, record: RunRecord) -> Criterion:
+        """How the candidates of ``record``'s method are selected (studies with grids
+        override; a method with one candidate per seed needs none)."""
+        raise NotImplementedError(f"study {self.name!r} has no selection criterion")
+
+    # ------------------------------------------------------------------ report
+    def sections(self, results: StudyResults) -> list[str]:
+        """The report's body (Markdown lines)."""
+        raise NotImplementedError
+
+    def figures(self, results: StudyResults) -> Mapping[str, Any]:
+        """``{file name: matplotlib figure or None}`` (``None``: not drawable from these runs)."""
+        return {}
+
+    def summary(self, results: StudyResults) -> list[str]:
+        """What ``selfcal reproduce NAME`` prints after the sweep."""
+        return []
+
+    def payload(self, results: StudyResults) -> Mapping[str, Any]:
+        """Study-specific additions to the ``--json`` object."""
+        return {}
+
+
+# ----------------------------------------------------------------------------- registry
+_STUDIES: Registry[Callable[[], Study]] = Registry("study")
+_discovered = False
+
+
+def register_study(cls: type[Study]) -> type[Study]:
+    """Class decorator: register a :class:`Study` under its ``name``."""
+    for attribute in ("name", "title", "help", "version", "protocols"):
+        if not hasattr(cls, attribute):
+            raise ValueError(f"study class {cls.__name__} has no {attribute!r}")
+    missing = {"full", "quick"} - set(cls.protocols)
+    if missing or cls.default_protocol not in cls.protocols:
+        raise ValueError(f"study {cls.name!r} needs 'full' and 'quick' protocols and its "
+                         f"default; missing: {sorted(missing)}")
+    _STUDIES.register(cls.name)(cls)
+    return cls
+
+
+def discover() -> None:
+    """Import every study package under :mod:`selfcal.studies` (once; each registers itself)."""
+    global _discovered
+    if not _discovered:
+        from selfcal.studies import import_all
+
+        import_all()
+        _discovered = True
+
+
+def study_names() -> tuple[str, ...]:
+    discover()
+    return _STUDIES.names()
+
+
+def get_study(name: str) -> Study:
+    discover()
+    return _STUDIES.get(name)()
+
+
+# ----------------------------------------------------------------------------- execution
+@contextlib.contextmanager
+def fixed_threads(threads: int) -> Iterator[None]:
+    """Run a block with ``threads`` torch threads and BLAS threads (threadpoolctl, when
+    installed), restoring the caller's settings afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with _blas_threads(threads):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _blas_threads(threads: int) -> contextlib.AbstractContextManager[Any]:
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - scikit-learn (the full extra) brings it
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=threads)
+
+
+def execute_group(group: list[RunSpec]) -> list[RunResult]:
+    """The runner's executor for every study (top-level, so worker processes can unpickle it):
+    the group's study and protocol, under the protocol's fixed thread count."""
+    study = get_study(group[0].study)
+    protocol = study.protocol_of(group[0])
+    with fixed_threads(protocol.threads):
+        return study.execute(protocol, group)
+
+
+def _group_id(spec: RunSpec) -> Hashable:
+    return get_study(spec.study).batch_by(spec)
+
+
+def run_study(study: Study, protocol: StudyProtocol, store: ResultsStore, *,
+              workers: int = 1, progress: bool = False) -> SweepSummary:
+    """Run (or resume) every spec of ``protocol`` not yet in ``store``."""
+    return run_sweep(study.specs(protocol), execute_group, store=store, workers=workers,
+                     batch_by=_group_id, progress=progress)
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class StudyResults:
+    """A protocol's runs as its report reads them: every done candidate (:attr:`records`), the
+    validation-selected ones (:attr:`selected`), their aggregates and the failures."""
+
+    study: Study
+    protocol: StudyProtocol
+    store: ResultsStore
+
+    @classmethod
+    def load(cls, study: Study, protocol: StudyProtocol, store: ResultsStore) -> StudyResults:
+        return cls(study, protocol, store)
+
+    @cached_property
+    def _keys(self) -> set[str]:
+        return {spec.key for spec in self.study.specs(self.protocol)}
+
+    @cached_property
+    def records(self) -> list[RunRecord]:
+        """Done runs of this protocol's current specs (every candidate)."""
+        return [r for r in self.store.runs(study=self.study.name) if r.key in self._keys]
+
+    @cached_property
+    def failures(self) -> list[RunRecord]:
+        return [r for r in self.store.failures(self.study.name) if r.key in self._keys]
+
+    @cached_property
+    def selected(self) -> list[RunRecord]:
+        """One run per (dataset, method, regime, seed): the candidate selected on validation
+        by the study's criterion (a method with one candidate: that run)."""
+        single = _single_candidates(self.records)
+        tuned = [r for r in self.records if r.key not in single]
+        return [r for r in self.records if r.key in single] + select(tuned, self.study.criterion)
+
+    @cached_property
+    def aggregates(self) -> dict[AggregateKey, Aggregate]:
+        """Means over seeds of the selected runs, by ``(dataset, method, metric, regime)``."""
+        return aggregate_by_key(self.selected)
+
+    def get(self, dataset: str, method: str, metric: str, regime_name: str = ""
+            ) -> Aggregate | None:
+        return self.aggregates.get((dataset, method, metric, regime_name))
+
+    def runs(self, dataset: str | None = None, method: str | None = None,
+             regime_name: str | None = None, *, candidates: bool = False) -> list[RunRecord]:
+        """Selected runs (every candidate with ``candidates=True``) matching the filters,
+        in seed order."""
+        pool = self.records if candidates else self.selected
+        out = [r for r in pool
+               if (dataset is None or r.spec.dataset == dataset)
+               and (method is None or r.spec.method == method)
+               and (regime_name is None or regime(r) == regime_name)]
+        return sorted(out, key=lambda r: r.spec.seed)
+
+    def run(self, dataset: str, method: str, seed: int, regime_name: str = ""
+            ) -> RunRecord | None:
+        """The selected run of one seed (``None`` when absent)."""
+        return next((r for r in self.runs(dataset, method, regime_name)
+                     if r.spec.seed == seed), None)
+
+    def artefact(self, record: RunRecord, name: str) -> np.ndarray:
+        return self.store.artefact(record.key, name)
+
+    @property
+    def datasets(self) -> tuple[str, ...]:
+        """The protocol's datasets, then any other dataset that was run (e.g. local CIFAR)."""
+        extra = [d for d in dict.fromkeys(r.spec.dataset for r in self.records)
+                 if d not in self.protocol.datasets]
+        return tuple(self.protocol.datasets) + tuple(extra)
+
+
+def _single_candidates(records: Sequence[RunRecord]) -> set[str]:
+    """Keys of runs that are their (dataset, method, regime, seed)'s only candidate."""
+    from selfcal.experiments.selection import selection_key
+
+    counts: dict[Any, list[str]] = {}
+    for r in records:
+        counts.setdefault(selection_key(r), []).append(r.key)
+    return {keys[0] for keys in counts.values() if len(keys) == 1}
+

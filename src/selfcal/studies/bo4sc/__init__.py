@@ -1,0 +1,57 @@
+"""``selfcal reproduce bo4sc``: the BO4SC study (Sanguin et al., AICS 2024: Table 1 and
+Figures 1-3) -- Standard, IsoReg, temperature scaling and BO4SC on the paper's five datasets
+and two held-out ones, in three regimes (early-stopped by validation NLL; selected by
+validation accuracy, the paper's grid search; a larger network trained to overfit), every
+hyperparameter selected per seed on validation."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from selfcal.experiments.study import Study, StudyResults, register_study
+from selfcal.studies.bo4sc import execute as experiment
+from selfcal.studies.bo4sc import figures, report
+from selfcal.studies.bo4sc.protocol import METHODS, PROTOCOLS, Bo4scProtocol
+
+
+@register_study
+class Bo4sc(Study):
+    name = "bo4sc"
+    title = "BO4SC reproduction (Sanguin et al., AICS 2024, Table 1 and Figures 1-3)"
+    help = ("BO4SC (Sanguin et al. 2024): Table 1 and Figures 1-3 -- Standard / IsoReg / "
+            "temperature scaling / BO4SC on Blobs, Spiral, BAC and two held-out sets, 5 seeds, "
+            "three regimes (NLL early stopping; the paper's selection by validation accuracy; a "
+            "larger network trained to overfit), beside the published numbers.")
+    version = 3
+    protocols = PROTOCOLS
+
+    def specs(self, protocol: Bo4scProtocol):
+        out = []
+        for r in protocol.regimes:
+            for method in METHODS:
+                configs = (r.grid.configs() if method == "bo4sc"
+                           else [{"lr": lr} for lr in r.standard_lrs])
+                out += [self.spec(protocol, d, method, seed, regime=r.name, config=c)
+                        for d in protocol.datasets for c in configs for seed in protocol.seeds]
+        return sorted(out, key=lambda s: s.method != "bo4sc")  # the longest groups first
+
+    def batch_by(self, spec) -> Hashable:
+        return experiment.group_of(self.protocol_of(spec), spec)
+
+    def execute(self, protocol, group):
+        return experiment.execute(protocol, group)
+
+    def criterion(self, record):
+        from selfcal.experiments.selection import regime
+
+        protocol = self.protocol_of(record.spec)
+        return protocol.regime(regime(record)).criterion(record.spec.method)
+
+    def sections(self, results: StudyResults) -> list[str]:
+        return report.sections(results)
+
+    def figures(self, results: StudyResults):
+        return figures.figures(results)
+
+    def summary(self, results: StudyResults) -> list[str]:
+        return report.summary(results)

@@ -1,0 +1,356 @@
+"""The BO4SC study's runs: Standard (and IsoReg and temperature scaling on top of it) and BO4SC,
+every seed and candidate of one (dataset, family, network) trained at once.
+
+Every seed is an independent replicate of the whole protocol: its own data draw and split, its
+own initialisation, and its own selection on its own validation set; the test set is scored
+once per candidate and never read by a selection.
+
+* **Standard**: the MLP trained with mean cross-entropy by full-batch Adam, every candidate
+  learning rate from the seed's initialisation; checkpoints every ``checkpoint_every`` epochs.
+  The regime's rule picks the checkpoint: lowest validation NLL (``nll``), highest validation
+  accuracy (``accuracy``; the first of equals), or the last (``overfit``).
+* **IsoReg** (the paper's baseline): top-label isotonic regression fitted on the validation
+  set on top of the Standard model (:class:`~selfcal.posthoc.IsotonicCalibration`);
+  predictions unchanged. **TS**: temperature scaling fitted on the validation set by NLL
+  (:class:`~selfcal.posthoc.TemperatureScaling`). Both carry their Standard model's
+  validation scores, so selection picks the same learning rate for all three.
+* **BO4SC** (:mod:`selfcal.bilevel.bo4sc`) from the same initialisation: weights ``w = 1``,
+  clipped to ``[0, 1]``, ``T`` unrolled Adam steps per outer iteration, outer step ``eta_w``,
+  Boltzmann confidence with ``beta``; the checkpoint by the regime's rule on its own
+  objective (validation BCE of ``p_hat`` against correctness), on validation accuracy, or the
+  last.
+
+All (seed, candidate) pairs of a group are independent problems stacked and run with
+:func:`torch.func.vmap` (one trajectory per problem; epochs are checkpoints along it). Metrics
+are on the test set; BO4SC's are given for the hard max-probability (``ece`` etc., comparable
+with the other methods) and for its smooth confidence ``p_hat`` (``ece_smooth`` etc.). The
+first seed's runs keep their parameters (and BO4SC on the Fig. 3 dataset its weight
+trajectory) for the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, vmap
+
+from selfcal.experiments import RunResult, RunSpec
+from selfcal.experiments.selection import grid
+from selfcal.studies.bo4sc.protocol import Bo4scProtocol, Regime
+
+FIG3_DATASET = "blobs-1.7"
+"""Where BO4SC's weight trajectories are kept (the paper's Fig. 3)."""
+PARAMS = "params"
+WEIGHT_HISTORY, TRAIN_MISCLASSIFIED = "weight_history", "train_misclassified"
+TEST_CONFIDENCE_SMOOTH = "test_confidence_smooth"
+
+
+def family(method: str) -> str:
+    """Standard, IsoReg and TS share one trained model; BO4SC trains its own."""
+    return "bo4sc" if method == "bo4sc" else "standard"
+
+
+def group_of(protocol: Bo4scProtocol, spec: RunSpec) -> Hashable:
+    """Specs whose trajectories are the same computation: regimes with the same network and
+    budget (``nll`` and ``accuracy``) share them."""
+    regime = protocol.regime(str(spec.hparams["regime"]))
+    return spec.dataset, family(spec.method), regime.hidden, regime.epochs
+
+
+def key(method: str, regime: str, config: dict[str, Any], seed: int) -> tuple:
+    return method, regime, tuple(sorted(config.items())), seed
+
+
+def spec_key(spec: RunSpec) -> tuple:
+    config = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
+    return key(spec.method, str(spec.hparams["regime"]), config, spec.seed)
+
+
+def execute(protocol: Bo4scProtocol, group: list[RunSpec]) -> list[RunResult]:
+    dataset, fam, _, _ = group_of(protocol, group[0])
+    regimes = [protocol.regime(r) for r in dict.fromkeys(str(s.hparams["regime"])
+                                                         for s in group)]
+    seeds = sorted({spec.seed for spec in group})
+    runner = bo4sc_runs if fam == "bo4sc" else standard_runs
+    results = runner(protocol, dataset, seeds, regimes)
+    return [results[spec_key(spec)] for spec in group]
+
+
+# ------------------------------------------------------------------------------ problems
+@dataclass
+class Problems:
+    """Stacked independent training problems: one per (seed, configuration), seed-major.
+    Problem ``s * len(configs) + c`` trains seed ``seeds[s]``'s initialisation on its data
+    with configuration ``configs[c]``."""
+
+    seeds: list[int]
+    configs: list[dict[str, Any]]
+    data: dict[int, Any]
+    hidden: tuple[int, ...]
+
+    def index(self) -> list[tuple[int, dict[str, Any], int]]:
+        """``(seed, config, problem)`` for every problem."""
+        return [(s, c, i * len(self.configs) + j) for i, s in enumerate(self.seeds)
+                for j, c in enumerate(self.configs)]
+
+    def initial_params(self) -> dict[str, torch.Tensor]:
+        """Seed ``s``'s MLP initialisation (the same for every configuration and method)."""
+        from selfcal.models import build_model, stack_models
+
+        first = self.data[self.seeds[0]]
+        models = {seed: build_model("mlp", seed=seed, n_features=first.n_features,
+                                    n_classes=first.n_classes, hidden=self.hidden)
+                  for seed in self.seeds}
+        params, _ = stack_models([models[s] for s, _, _ in self.index()])
+        return {k: v.detach() for k, v in params.items()}
+
+    def stacked(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = [self.data[s].split(split) for s, _, _ in self.index()]
+        return torch.stack([p.x for p in parts]), torch.stack([p.y for p in parts])
+
+    def hyper(self, name: str) -> torch.Tensor:
+        return torch.tensor([c[name] for _, c, _ in self.index()], dtype=torch.float32)
+
+
+def template(data: Any, hidden: tuple[int, ...]) -> torch.nn.Module:
+    """The MLP of the study on the meta device (its structure only, for functional calls)."""
+    from selfcal.models import build_model
+
+    return build_model("mlp", seed=0, n_features=data.n_features, n_classes=data.n_classes,
+                       hidden=hidden).to("meta")
+
+
+def load(dataset: str, seeds: Sequence[int]) -> dict[int, Any]:
+    from selfcal.data import load_dataset
+
+    return {seed: load_dataset(dataset, seed) for seed in seeds}
+
+
+def forward(model: torch.nn.Module, params: dict[str, torch.Tensor],
+            x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return functional_call(model, params, (x,)).detach()
+
+
+def checkpoint_scores(model: torch.nn.Module, snapshots: list[dict[str, torch.Tensor]],
+                      x: torch.Tensor, y: torch.Tensor) -> dict[str, np.ndarray]:
+    """Validation NLL and accuracy ``(problems, checkpoints)`` of every snapshot."""
+    def scores(params, x, y):
+        z = functional_call(model, params, (x,))
+        return F.cross_entropy(z, y), (z.argmax(1) == y).float().mean()
+
+    nll, acc = [], []
+    with torch.no_grad():
+        for snapshot in snapshots:
+            n, a = vmap(scores)(snapshot, x, y)
+            nll.append(n.numpy())
+            acc.append(a.numpy())
+    return {"val_nll": np.stack(nll, 1).astype(np.float64),
+            "val_accuracy": np.stack(acc, 1).astype(np.float64)}
+
+
+def pick(regime: Regime, method: str, scores: dict[str, np.ndarray], problem: int) -> int:
+    """The checkpoint the regime's rule selects for one problem (NaN = diverged, never)."""
+    if not regime.early_stopping:
+        return next(iter(scores.values())).shape[1] - 1
+    criterion = regime.criterion(method)
+    values = scores[criterion.metric][problem]
+    values = -values if criterion.maximize else values
+    return int(np.argmin(np.where(np.isfinite(values), values, np.inf)))
+
+
+# ------------------------------------------------------------------------------ Standard
+def standard_runs(protocol: Bo4scProtocol, dataset: str, seeds: list[int],
+                  regimes: list[Regime]) -> dict[tuple, RunResult]:
+    first = regimes[0]
+    splits = load(dataset, seeds)
+    configs = grid(lr=first.standard_lrs)
+    problems = Problems(seeds, configs, splits, first.hidden)
+    model = template(splits[seeds[0]], first.hidden)
+    x, y = problems.stacked("train")
+    snapshots = train_standard(model, problems.initial_params(), x, y, problems.hyper("lr"),
+                               first.epochs, protocol.checkpoint_every)
+    scores = checkpoint_scores(model, snapshots, *problems.stacked("val"))
+    out = {}
+    for regime in regimes:
+        for seed, config, p in problems.index():
+            k = pick(regime, "standard", scores, p)
+            params = {name: t[p] for name, t in snapshots[k].items()}
+            chosen = {"hp.epochs": float(protocol.checkpoint_every * (k + 1)),
+                      **{name: float(v[p, k]) for name, v in scores.items()}}
+            figure = seed == protocol.seeds[0]
+            for method, result in posthoc_results(protocol, splits[seed], model, params,
+                                                  chosen, figure).items():
+                out[key(method, regime.name, config, seed)] = result
+    return out
+
+
+def posthoc_results(protocol: Bo4scProtocol, split: Any, model: torch.nn.Module,
+                    params: dict[str, torch.Tensor], chosen: dict[str, float],
+                    figure: bool) -> dict[str, RunResult]:
+    """Standard, IsoReg and TS results of one Standard model."""
+    from selfcal import Predictions
+    from selfcal.posthoc import IsotonicCalibration, TemperatureScaling
+
+    logits, val_logits = forward(model, params, split.test.x), forward(model, params,
+                                                                       split.val.x)
+    standard = Predictions.from_logits(logits, split.test.y)
+    iso = IsotonicCalibration().fit(logits=val_logits, labels=split.val.y)
+    iso_pred = standard.with_confidence(iso.predict_confidence(logits=logits))
+    iso_probs = Predictions.from_probs(iso.predict_proba(logits=logits), split.test.y)
+    ts = TemperatureScaling().fit(logits=val_logits, labels=split.val.y)
+    ts_pred = Predictions.from_logits(logits / ts.temperature_, split.test.y)
+    kept = {PARAMS: flat(params)} if figure else {}
+    return {
+        "standard": result(protocol, standard, chosen, kept),
+        "isoreg": result(protocol, iso_pred, chosen, kept, proper_scores=iso_probs),
+        "ts": result(protocol, ts_pred, {**chosen, "temperature": ts.temperature_}, kept),
+    }
+
+
+def train_standard(model, params, x, y, lr, epochs: int, every: int):
+    """Full-batch Adam on mean cross-entropy for ``P`` stacked problems at once (``vmap``):
+    ``params`` ``{name: (P, ...)}``, data ``(P, n, d)`` / ``(P, n)``, ``lr`` ``(P,)``. Returns
+    the parameters every ``every`` epochs. Same steps as :func:`selfcal.training.fit` with
+    ``TrainConfig(optimizer="adam", batch_size=None)``."""
+    from selfcal.bilevel.optim import Adam
+
+    def step(theta, state, x, y, lr):
+        g = grad(lambda th: F.cross_entropy(functional_call(model, th, (x,)), y))(theta)
+        return Adam(lr, eps_root=0.0).step(theta, g, state)
+
+    state = vmap(lambda th: Adam(1e-3).init(th))(params)
+    vstep = vmap(step)
+    snapshots = []
+    for epoch in range(1, epochs + 1):
+        params, state = vstep(params, state, x, y, lr)
+        if epoch % every == 0:
+            snapshots.append(params)
+    return snapshots
+
+
+# ------------------------------------------------------------------------------ BO4SC
+def bo4sc_runs(protocol: Bo4scProtocol, dataset: str, seeds: list[int],
+               regimes: list[Regime]) -> dict[tuple, RunResult]:
+    first = regimes[0]
+    splits = load(dataset, seeds)
+    model = template(splits[seeds[0]], first.hidden)
+    configs = first.grid.configs()
+    out = {}
+    for t in dict.fromkeys(c["T"] for c in configs):
+        same_t = [c for c in configs if c["T"] == t]
+        problems = Problems(seeds, same_t, splits, first.hidden)
+        run = trajectories(protocol, first, model, problems, t)
+        scores = {**checkpoint_scores(model, run["snapshots"], *problems.stacked("val")),
+                  "val_bce": run["val_bce"]}
+        for regime in regimes:
+            for seed, config, p in problems.index():
+                k = pick(regime, "bo4sc", scores, p)
+                epochs = protocol.checkpoint_every * (k + 1)
+                history = run["weights"][p, : epochs // t + 1]
+                out[key("bo4sc", regime.name, config, seed)] = bo4sc_result(
+                    protocol, dataset, seed, splits[seed], model,
+                    {name: x[p] for name, x in run["snapshots"][k].items()}, config,
+                    {"hp.epochs": float(epochs),
+                     **{name: float(v[p, k]) for name, v in scores.items()}}, history)
+    return out
+
+
+def trajectories(protocol: Bo4scProtocol, regime: Regime, model: torch.nn.Module,
+                 problems: Problems, inner_steps: int) -> dict[str, Any]:
+    """Every problem's BO4SC run: parameters and outer loss (validation BCE) at each
+    checkpoint, and the weights after every outer iteration."""
+    from selfcal.bilevel.bo4sc import BO4SCConfig, BO4SCData, bo4sc_init, bo4sc_step
+    from selfcal.bilevel.estimators import Unrolled
+    from selfcal.bilevel.optim import Adam
+
+    x, y = problems.stacked("train")
+    xv, yv = problems.stacked("val")
+    lr, weight_lr = problems.hyper("lr"), problems.hyper("weight_lr")
+    beta = problems.hyper("beta")
+
+    def config(lr, wlr, b):
+        return BO4SCConfig(estimator=Unrolled(inner_steps), inner_optimizer=Adam(lr),
+                           weight_lr=wlr, beta=b)
+
+    def init(theta):
+        one = torch.tensor(1.0)
+        return bo4sc_init(theta, x.shape[1], config(one, one, one))
+
+    def step(state, x, y, xv, yv, lr, wlr, b):
+        return bo4sc_step(model, state, BO4SCData(x, y, xv, yv), config(lr, wlr, b))
+
+    state = vmap(init)(problems.initial_params())
+    vstep = vmap(step)
+    weights = [state.weights]
+    val_bce, snapshots = [], []
+    for it in range(1, regime.epochs // inner_steps + 1):
+        state, info = vstep(state, x, y, xv, yv, lr, weight_lr, beta)
+        weights.append(state.weights)
+        if (it * inner_steps) % protocol.checkpoint_every == 0:
+            val_bce.append(info.outer_loss.detach().numpy())
+            snapshots.append(state.params)
+    return {"val_bce": np.stack(val_bce, 1).astype(np.float64), "snapshots": snapshots,
+            "weights": torch.stack(weights, 1).numpy()}
+
+
+def bo4sc_result(protocol: Bo4scProtocol, dataset: str, seed: int, split: Any,
+                 model: torch.nn.Module, params: dict[str, torch.Tensor],
+                 config: dict[str, Any], chosen: dict[str, float],
+                 history: np.ndarray) -> RunResult:
+    from selfcal import Predictions
+    from selfcal.bilevel.bo4sc import boltzmann_confidence
+
+    hard = Predictions.from_logits(forward(model, params, split.test.x), split.test.y)
+    smooth = hard.with_confidence(boltzmann_confidence(hard.probs, config["beta"]).clamp(0, 1))
+    kept: dict[str, np.ndarray] = {}
+    if seed == protocol.seeds[0]:
+        kept = {PARAMS: flat(params),
+                TEST_CONFIDENCE_SMOOTH: smooth.confidence.numpy().astype(np.float32)}
+        if dataset == FIG3_DATASET:
+            train_logits = forward(model, params, split.train.x)
+            kept[WEIGHT_HISTORY] = history.astype(np.float32)
+            kept[TRAIN_MISCLASSIFIED] = (train_logits.argmax(1) != split.train.y).numpy()
+    out = result(protocol, hard, chosen, kept)
+    smooth_metrics = {f"{k}_smooth": v for k, v in top_label_metrics(protocol, smooth).items()}
+    return RunResult(metrics={**out.metrics, **smooth_metrics}, artefacts=out.artefacts)
+
+
+# ------------------------------------------------------------------------------ evaluation
+def flat(params: dict[str, torch.Tensor]) -> np.ndarray:
+    """The parameters as one float32 vector, in the model's parameter order."""
+    return torch.cat([p.reshape(-1) for p in params.values()]).numpy().astype(np.float32)
+
+
+def top_label_metrics(protocol: Bo4scProtocol, pred: Any) -> dict[str, float]:
+    import selfcal.metrics as M
+
+    bins = protocol.n_bins
+    return {
+        "ece": float(M.ece(pred, n_bins=bins)),
+        "ece_10_bins": float(M.ece(pred, n_bins=10)),  # sensitivity to the bin count
+        "mce": float(M.mce(pred, n_bins=bins)),
+        "adaece": float(M.adaece(pred, n_bins=bins)),
+        "sece": float(M.sece(pred)),
+        "aurc": float(M.aurc(pred)),
+        "acc_at_80": float(M.accuracy_at_coverage(pred, coverage=0.8)),
+        "acc_at_90": float(M.accuracy_at_coverage(pred, coverage=0.9)),
+    }
+
+
+def result(protocol: Bo4scProtocol, pred: Any, chosen: dict[str, float],
+           artefacts: dict[str, np.ndarray], proper_scores: Any = None) -> RunResult:
+    """Test metrics of ``pred`` (NLL / Brier from ``proper_scores`` when the calibrated
+    probability vector differs from the scores), with the validation scores and the chosen
+    epoch."""
+    import selfcal.metrics as M
+
+    scored = pred if proper_scores is None else proper_scores
+    metrics = {"accuracy": float(M.accuracy(pred)), **top_label_metrics(protocol, pred),
+               "nll": float(M.nll(scored)), "brier": float(M.brier(scored)), **chosen}
+    return RunResult(metrics=metrics, artefacts=artefacts)

@@ -1,0 +1,105 @@
+"""One run of the meta-regularization study: train a method candidate in one regime and keep
+the checkpoint with the best validation accuracy; evaluate it before and after temperature
+scaling, at every bin count of [MetaReg] Fig. 5, and record the per-epoch curves (test ECE,
+validation temperature, and for a γ-Net the mean and spread of its γ on the test set).
+
+Splits: the loader's train / validation / test, and a meta-validation set carved from the
+training split (a stratified, seeded 1/9 of it: the paper's 8:1:1 between train and
+meta-validation); every method trains on the same reduced training set, so the comparison is
+fair to the methods that need no meta-validation. CIFAR: the reference 40k / 5k / 5k split of
+the 50k training images (``split="meta"``); test = the official 10k.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from selfcal.experiments import RunResult, RunSpec
+from selfcal.experiments.study import TEST_LABELS, TEST_LOGITS
+from selfcal.studies import _images
+from selfcal.studies.meta_reg.protocol import BIN_COUNTS, METHODS, MODELS, MetaRegProtocol
+
+
+def execute(protocol: MetaRegProtocol, group: list[RunSpec]) -> list[RunResult]:
+    return [run(protocol, spec) for spec in group]
+
+
+def meta_split(data: Any, seed: int) -> tuple[tuple, tuple]:
+    """``(train, meta_val)``: a stratified, seeded 1/9 of the training split held out."""
+    from selfcal.data.core import child_rngs, stratified_split_indices
+
+    y = data.train.y.numpy()
+    n_meta = round(len(y) / 9)
+    keep, meta, _ = stratified_split_indices(y, (len(y) - n_meta, n_meta, 0),
+                                             child_rngs(seed, 2)[1])
+    keep, meta = torch.from_numpy(np.sort(keep)), torch.from_numpy(np.sort(meta))
+    x = data.train.x
+    return (x[keep], data.train.y[keep]), (x[meta], data.train.y[meta])
+
+
+def load_splits(protocol: MetaRegProtocol, dataset: str, seed: int) -> tuple[Any, tuple, tuple]:
+    """``(data, train, meta_val)`` (module doc)."""
+    if dataset in _images.CIFAR:
+        data = _images.load(protocol, dataset, seed, split="meta")
+        meta = data.split("meta_val")
+        return data, (data.train.x, data.train.y), (meta.x, meta.y)
+    data = _images.load(protocol, dataset, seed)
+    return data, *meta_split(data, seed)
+
+
+def run(protocol: MetaRegProtocol, spec: RunSpec) -> RunResult:
+    from selfcal.models import build_model
+
+    regime = protocol.regime(str(spec.hparams["regime"]))
+    data, train, meta_val = load_splits(protocol, spec.dataset, spec.seed)
+    model = build_model(MODELS[spec.dataset], seed=spec.seed, n_classes=data.n_classes)
+    curves = _images.Curves(data, regime.curve_every, regime.epochs, protocol.n_bins)
+    config = _images.train_config(protocol, regime, spec.dataset, spec.seed, restore_best=True,
+                                  best_by=protocol.best_by)
+    options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
+    history = train_method(spec.method, options, model, train, (data.val.x, data.val.y),
+                           meta_val, config, curves,
+                           _images.augmentation(data, spec.dataset))
+    metrics, z = _images.evaluate(protocol, model, data)
+    metrics.update(bin_sweep(z, data.test.y))
+    metrics["hp.epochs"] = float(history.best_epoch + 1)
+    artefacts = curves.artefacts()
+    if spec.method == "flg-sece" and spec.seed == protocol.seeds[0]:  # Fig. 4
+        artefacts.update({TEST_LOGITS: z.float().numpy(), TEST_LABELS: data.test.y.numpy()})
+    return RunResult(metrics=metrics, artefacts=artefacts)
+
+
+def train_method(method: str, options: dict[str, Any], model: torch.nn.Module, train: tuple,
+                 val: tuple, meta_val: tuple, config: Any, curves: _images.Curves | None = None,
+                 batch_transform: Any = None) -> Any:
+    """Train ``model`` in place as ``METHODS[method]`` with the candidate's ``options``
+    (``gamma`` / ``eps`` / ``lam`` of a loss; ``meta_lr`` of a meta-learner); the history."""
+    kind, name, fixed = METHODS[method]
+    if kind == "meta":
+        from selfcal.bilevel import fit_meta
+
+        return fit_meta(model, train, val, meta_val, method=name, config=config,
+                        on_epoch=None if curves is None else curves.after_meta_epoch,
+                        batch_transform=batch_transform, **fixed, **options)
+    from selfcal.losses import build_loss
+    from selfcal.training import fit
+
+    mixup = fixed["alpha"] if kind == "mixup" else 0.0
+    loss = build_loss(name, **({} if kind == "mixup" else {**fixed, **options}))
+    return fit(model, train, val, config=config, loss_fn=loss,
+               on_epoch=None if curves is None else curves.after_epoch,
+               batch_transform=batch_transform, mixup_alpha=mixup)
+
+
+def bin_sweep(z: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """ECE and MCE at every bin count of Fig. 5 (before temperature scaling)."""
+    import selfcal.metrics as M
+
+    out = {}
+    for b in BIN_COUNTS:
+        out[f"ece_{b}_bins"] = float(M.ece(logits=z, labels=y, n_bins=b))
+        out[f"mce_{b}_bins"] = float(M.mce(logits=z, labels=y, n_bins=b))
+    return out

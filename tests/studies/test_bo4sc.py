@@ -1,0 +1,93 @@
+"""The BO4SC study: its trainers and the selection's independence from the test set."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from selfcal.experiments.selection import Grid
+from selfcal.studies.bo4sc import execute
+from selfcal.studies.bo4sc.protocol import QUICK, Bo4scProtocol, regimes
+
+
+def test_batched_standard_equals_the_plain_training_loop():
+    """One problem of the vmapped trainer == selfcal.training.fit (full-batch Adam, mean CE)."""
+    from selfcal.data import load_dataset
+    from selfcal.models import build_model
+    from selfcal.training import TrainConfig, fit
+
+    data = load_dataset("blobs-1.7", 3)
+    make = dict(n_features=2, n_classes=5, hidden=(16, 16))
+    model = build_model("mlp", seed=3, **make)
+    params = {k: v.detach().clone().unsqueeze(0) for k, v in model.named_parameters()}
+    template = build_model("mlp", seed=0, **make).to("meta")
+    x, y = data.train.x.unsqueeze(0), data.train.y.unsqueeze(0)
+    snaps = execute.train_standard(template, params, x, y, torch.tensor([1e-2]), 30, 15)
+    fit(model, (data.train.x, data.train.y), config=TrainConfig(epochs=30, lr=1e-2))
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(snaps[-1][name][0], p.detach(), rtol=1e-5, atol=1e-6)
+    scores = execute.checkpoint_scores(template, snaps, data.val.x.unsqueeze(0),
+                                       data.val.y.unsqueeze(0))
+    nll = torch.nn.functional.cross_entropy(model(data.val.x), data.val.y)
+    assert scores["val_nll"][0, -1] == pytest.approx(float(nll.detach()), rel=1e-5)
+    accuracy = (model(data.val.x).argmax(1) == data.val.y).double().mean()
+    assert scores["val_accuracy"][0, -1] == pytest.approx(float(accuracy))
+
+
+def test_each_regime_picks_its_checkpoint_by_its_rule():
+    scores = {"val_nll": np.array([[0.5, 0.3, 0.4]]), "val_accuracy": np.array([[0.8, 0.9, 0.9]]),
+              "val_bce": np.array([[0.2, 0.6, np.nan]])}
+    nll, accuracy, overfit = regimes(Grid("bo4sc", T=(10,)), Grid("bo4sc", T=(10,)))
+    assert execute.pick(nll, "standard", scores, 0) == 1
+    assert execute.pick(nll, "bo4sc", scores, 0) == 0  # its own objective; NaN never chosen
+    assert execute.pick(accuracy, "standard", scores, 0) == 1  # the first of equal accuracies
+    assert execute.pick(overfit, "bo4sc", scores, 0) == 2  # no early stopping: the last
+
+
+def test_selection_never_reads_the_test_set(monkeypatch):
+    """Shuffling the test labels changes test metrics but no validation score and no chosen
+    checkpoint of any candidate -- everything selection reads."""
+    from selfcal.data import load_dataset
+
+    grid = Grid("bo4sc", T=(10,), lr=(1e-2,), weight_lr=(30.0, 3000.0), beta=(10.0,))
+    protocol = dataclasses.replace(
+        QUICK, seeds=(0,), datasets=("blobs-1.3",),
+        regimes=tuple(dataclasses.replace(r, epochs=40, standard_lrs=(3e-3, 3e-2), grid=grid,
+                                          hidden=(8,)) for r in regimes(grid, grid)),
+        checkpoint_every=20)
+
+    def shuffled(dataset, seeds):
+        out = {}
+        for seed in seeds:
+            d = load_dataset(dataset, seed)
+            perm = torch.randperm(len(d.test.y), generator=torch.Generator().manual_seed(1))
+            out[seed] = type(d)(**{**d.__dict__, "test": type(d.test)(d.test.x, d.test.y[perm])})
+        return out
+
+    def everything():
+        out = {}
+        for runner in (execute.standard_runs, execute.bo4sc_runs):
+            out.update(runner(protocol, "blobs-1.3", [0], list(protocol.regimes)))
+        return out
+
+    honest = everything()
+    monkeypatch.setattr(execute, "load", shuffled)
+    blind = everything()
+    assert honest.keys() == blind.keys() and len(honest) == 2 * 3 * 3 + 2 * 3
+    for key, result in honest.items():
+        read = {k: v for k, v in result.metrics.items() if k.startswith(("val_", "hp."))}
+        assert read == {k: v for k, v in blind[key].metrics.items()
+                        if k.startswith(("val_", "hp."))}
+        assert result.metrics["accuracy"] != blind[key].metrics["accuracy"]
+
+
+def test_protocol_validation():
+    small = Grid("bo4sc", T=(20,))
+    with pytest.raises(ValueError, match="multiple of every T"):
+        Bo4scProtocol("x", checkpoint_every=50, regimes=regimes(small, small))
+    with pytest.raises(ValueError, match="multiple of checkpoint_every"):
+        Bo4scProtocol("x", checkpoint_every=70, regimes=regimes(Grid("bo4sc", T=(10,)),
+                                                               Grid("bo4sc", T=(10,))))
