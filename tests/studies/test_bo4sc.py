@@ -59,18 +59,19 @@ def test_selection_never_reads_the_test_set(monkeypatch):
                                           hidden=(8,)) for r in regimes(grid, grid)),
         checkpoint_every=20)
 
-    def shuffled(dataset, seeds):
+    def shuffled(members):
         out = {}
-        for seed in seeds:
+        for dataset, seed in members:
             d = load_dataset(dataset, seed)
             perm = torch.randperm(len(d.test.y), generator=torch.Generator().manual_seed(1))
-            out[seed] = type(d)(**{**d.__dict__, "test": type(d.test)(d.test.x, d.test.y[perm])})
+            out[(dataset, seed)] = type(d)(**{**d.__dict__,
+                                              "test": type(d.test)(d.test.x, d.test.y[perm])})
         return out
 
     def everything():
         out = {}
         for runner in (execute.standard_runs, execute.bo4sc_runs):
-            out.update(runner(protocol, "blobs-1.3", [0], list(protocol.regimes)))
+            out.update(runner(protocol, [("blobs-1.3", 0)], list(protocol.regimes)))
         return out
 
     honest = everything()
@@ -82,6 +83,17 @@ def test_selection_never_reads_the_test_set(monkeypatch):
         assert read == {k: v for k, v in blind[key].metrics.items()
                         if k.startswith(("val_", "hp."))}
         assert result.metrics["accuracy"] != blind[key].metrics["accuracy"]
+
+
+def test_same_shape_datasets_share_a_batch_and_others_are_refused():
+    from selfcal.experiments import RunSpec
+
+    spec = RunSpec("bo4sc", "spiral-3.5", "bo4sc", 0, {"regime": "nll"})
+    other = spec.replace(dataset="spiral-2.5")
+    assert execute.group_of(QUICK, spec) == execute.group_of(QUICK, other)
+    assert execute.group_of(QUICK, spec) != execute.group_of(QUICK, spec.replace(dataset="bac"))
+    with pytest.raises(ValueError, match="one shape"):
+        execute.load([("spiral-2.5", 0), ("blobs-1.3", 0)])
 
 
 def test_protocol_validation():

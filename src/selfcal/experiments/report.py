@@ -214,12 +214,11 @@ def ranks(results: StudyResults, dataset: str, methods: Sequence[str], metric: s
     return paired_ranks({m: v for m, v in table.items() if v}, lower_is_better)
 
 
-def detectable_line(results: StudyResults, dataset: str, reference: str,
-                    methods: Sequence[str], metric: str, regime_name: str = "",
-                    scale: float = 100.0, unit: str = "points") -> str:
-    """The smallest difference of ``metric`` against ``reference`` the protocol detects (80%
-    power, 95% paired interval), from the median standard deviation of the per-seed
-    differences over ``methods``."""
+def detectable(results: StudyResults, dataset: str, reference: str, methods: Sequence[str],
+               metric: str, regime_name: str = "") -> tuple[float, float, int] | None:
+    """``(difference, sd, seeds)``: the smallest difference of ``metric`` against
+    ``reference`` the protocol detects (80% power, 95% paired interval), from the median
+    standard deviation ``sd`` of the per-seed differences over ``methods``."""
     import numpy as np
 
     sds, n = [], 0
@@ -229,12 +228,23 @@ def detectable_line(results: StudyResults, dataset: str, reference: str,
             sds.append(diff.sd)
             n = max(n, diff.n)
     if not sds:
+        return None
+    sd = float(np.median(sds))
+    return detectable_difference(sd, n), sd, n
+
+
+def detectable_line(results: StudyResults, dataset: str, reference: str,
+                    methods: Sequence[str], metric: str, regime_name: str = "",
+                    scale: float = 100.0, unit: str = "points") -> str:
+    """:func:`detectable` in words."""
+    found = detectable(results, dataset, reference, methods, metric, regime_name)
+    if found is None:
         return ""
-    mde = detectable_difference(float(np.median(sds)), n)
+    mde, sd, n = found
     return (f"Power: with {n} seeds and the median spread of the paired differences against "
-            f"{reference} ({scale * float(np.median(sds)):.2f} {unit}), a true difference of "
-            f"{scale * mde:.2f} {unit} in {metric} is detected with 80% probability; smaller "
-            "ones may be reported as ties.")
+            f"{reference} ({scale * sd:.2f} {unit}), a true difference of {scale * mde:.2f} "
+            f"{unit} in {metric} is detected with 80% probability; smaller ones may be "
+            "reported as ties.")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -269,8 +279,8 @@ def hyperparameter_table(results: StudyResults, methods: Sequence[str] | None = 
              "|---|---|---|" + "---|" * len(seeds)]
     rows = 0
     for dataset in results.datasets:
-        for method in methods or dict.fromkeys(r.spec.method for r in results.selected):
-            for regime_name in dict.fromkeys(regime(r) for r in results.runs(dataset, method)):
+        for regime_name in results.regimes:
+            for method in methods or dict.fromkeys(r.spec.method for r in results.selected):
                 runs = {r.spec.seed: r for r in results.runs(dataset, method, regime_name)}
                 chosen = {s: hyperparameters(r) for s, r in runs.items()}
                 if not any(chosen.values()):

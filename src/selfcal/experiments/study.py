@@ -10,12 +10,16 @@ package there), and ``selfcal reproduce NAME`` exists from then on. A study stat
   ``"quick"`` (a small version for tests and a first look), and any variant;
 * ``specs(protocol)``: the runs, built with :meth:`Study.spec` -- one per (dataset, method,
   regime, hyperparameter candidate, seed);
-* ``execute(protocol, group)``: results for a group of specs (``batch_by`` forms the groups);
-* ``criterion(record)``: how a method's candidates are selected on validation
-  (:mod:`selfcal.experiments.selection`);
-* the report: ``sections``, ``figures``, ``summary`` and ``payload`` over a
-  :class:`StudyResults` (the engine writes the header, the failures, the figures, the JSON and
-  the provenance; :mod:`selfcal.experiments.report`).
+* ``selection``: the :class:`~selfcal.experiments.selection.Criterion` that selects a method's
+  candidates on validation (or a ``criterion(record)`` method when it depends on the run).
+
+and its folder holds the rest, found by name: ``execute.py`` with ``execute(protocol, group)``
+(results for a group of specs; ``batch_by`` forms the groups), ``report.py`` with
+``sections(results)`` and ``summary(results)`` (and optionally ``payload(results)``) over a
+:class:`StudyResults`, and optionally ``figures.py`` with ``figures(results)``. The engine
+writes the header, the failures, the figures, the JSON and the provenance
+(:mod:`selfcal.experiments.report`). A study may instead override the methods of the same
+names.
 
 The engine owns the rest: seeds as replicates; the protocol's fingerprint in every run's key
 (settings + study version + the study's ``fingerprint_extras``), so runs of another version
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -91,6 +96,17 @@ class Study:
     version: ClassVar[int]
     protocols: ClassVar[Mapping[str, StudyProtocol]]
     default_protocol: ClassVar[str] = "full"
+    selection: ClassVar[Criterion | None] = None
+
+    def part(self, name: str) -> Any:
+        """Module ``name`` of the study's folder (``None`` when it has none)."""
+        package = type(self).__module__
+        try:
+            return importlib.import_module(f"{package}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{package}.{name}":
+                raise
+            return None
 
     # ------------------------------------------------------------------ runs
     def fingerprint_extras(self) -> Mapping[str, Any]:
@@ -118,7 +134,8 @@ class Study:
         raise NotImplementedError
 
     def execute(self, protocol: StudyProtocol, group: list[RunSpec]) -> list[RunResult]:
-        raise NotImplementedError
+        """Results for a group of specs: the folder's ``execute.execute``."""
+        return self.part("execute").execute(protocol, group)
 
     def batch_by(self, spec: RunSpec) -> Hashable:
         """Specs with equal ids run in one executor call (default: one spec a call)."""
@@ -143,26 +160,31 @@ class Study:
 
     # ------------------------------------------------------------------ selection
     def criterion(self, record: RunRecord) -> Criterion:
-        """How the candidates of ``record``'s method are selected (studies with grids
-        override; a method with one candidate per seed needs none)."""
-        raise NotImplementedError(f"study {self.name!r} has no selection criterion")
+        """How the candidates of ``record``'s method are selected: :attr:`selection` (a
+        method with one candidate per seed needs none)."""
+        if self.selection is None:
+            raise NotImplementedError(f"study {self.name!r} has no selection criterion")
+        return self.selection
 
     # ------------------------------------------------------------------ report
     def sections(self, results: StudyResults) -> list[str]:
-        """The report's body (Markdown lines)."""
-        raise NotImplementedError
+        """The report's body (Markdown lines): the folder's ``report.sections``."""
+        return self.part("report").sections(results)
 
     def figures(self, results: StudyResults) -> Mapping[str, Any]:
-        """``{file name: matplotlib figure or None}`` (``None``: not drawable from these runs)."""
-        return {}
+        """``{file name: matplotlib figure or None}`` (``None``: not drawable from these
+        runs): the folder's ``figures.figures``, if it has one."""
+        module = self.part("figures")
+        return {} if module is None else module.figures(results)
 
     def summary(self, results: StudyResults) -> list[str]:
-        """What ``selfcal reproduce NAME`` prints after the sweep."""
-        return []
+        """What ``selfcal reproduce NAME`` prints after the sweep: ``report.summary``."""
+        return self.part("report").summary(results)
 
     def payload(self, results: StudyResults) -> Mapping[str, Any]:
-        """Study-specific additions to the ``--json`` object."""
-        return {}
+        """Study-specific additions to the ``--json`` object: ``report.payload``, if any."""
+        extra = getattr(self.part("report"), "payload", None)
+        return {} if extra is None else extra(results)
 
 
 # ----------------------------------------------------------------------------- registry
@@ -310,6 +332,12 @@ class StudyResults:
 
     def artefact(self, record: RunRecord, name: str) -> np.ndarray:
         return self.store.artefact(record.key, name)
+
+    @cached_property
+    def regimes(self) -> tuple[str, ...]:
+        """The regimes in the protocol's order (``("",)`` for a study without regimes)."""
+        return tuple(dict.fromkeys(str(s.hparams.get("regime", ""))
+                                   for s in self.study.specs(self.protocol)))
 
     @property
     def datasets(self) -> tuple[str, ...]:

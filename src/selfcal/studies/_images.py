@@ -284,6 +284,26 @@ def curve_figure(results: Any, dataset: str, curve: str, label: str, scale: floa
     return fig
 
 
+def intro(results: Any, docs: Sequence[str | None], criterion: Any, cells: str) -> list[str]:
+    """The image reports' opening: the study's own text (``docs``), the recipe and regimes,
+    how hyperparameters are selected and the cells and verdicts read, and whether the CIFAR
+    rows ran."""
+    from selfcal.experiments.report import prose
+
+    parts = [line for doc in docs for line in prose(doc)]
+    parts += [*prose(__doc__.split("\n\n", 1)[1]),
+              f"Tuned and unstated hyperparameters are selected per seed by the {criterion} "
+              "among each method's candidates (listed at the end with every seed's choice). "
+              f"Cells: mean ± 95% CI half-width over seeds, {cells}. Ranks and verdicts come "
+              "from paired t-intervals of the per-seed differences (95%, no multiple-comparison "
+              "correction); 'tied' means the interval contains 0.", ""]
+    if not any(d in CIFAR for d in results.datasets):
+        parts += ["CIFAR-10/100 rows were not run: their files are not under `$SELFCAL_DATA` "
+                  "(they run for real, with the papers' 350-epoch schedule and settings, when "
+                  "present).", ""]
+    return parts
+
+
 def regime_specs(study: Any, protocol: ImageProtocol, methods: Sequence[str],
                  datasets: Sequence[str]) -> list[Any]:
     """One spec per (dataset, regime, method, candidate, seed)."""

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from selfcal.experiments.study import Study, StudyResults, register_study
+from selfcal.experiments.study import Study, register_study
 from selfcal.studies.bo4sc import execute as experiment
-from selfcal.studies.bo4sc import figures, report
 from selfcal.studies.bo4sc.protocol import METHODS, PROTOCOLS, Bo4scProtocol
 
 
@@ -38,20 +37,9 @@ class Bo4sc(Study):
     def batch_by(self, spec) -> Hashable:
         return experiment.group_of(self.protocol_of(spec), spec)
 
-    def execute(self, protocol, group):
-        return experiment.execute(protocol, group)
-
     def criterion(self, record):
         from selfcal.experiments.selection import regime
 
         protocol = self.protocol_of(record.spec)
         return protocol.regime(regime(record)).criterion(record.spec.method)
 
-    def sections(self, results: StudyResults) -> list[str]:
-        return report.sections(results)
-
-    def figures(self, results: StudyResults):
-        return figures.figures(results)
-
-    def summary(self, results: StudyResults) -> list[str]:
-        return report.summary(results)

@@ -20,8 +20,10 @@ once per candidate and never read by a selection.
   objective (validation BCE of ``p_hat`` against correctness), on validation accuracy, or the
   last.
 
-All (seed, candidate) pairs of a group are independent problems stacked and run with
-:func:`torch.func.vmap` (one trajectory per problem; epochs are checkpoints along it). Metrics
+All (dataset, seed, candidate) triples of a group are independent problems stacked and run
+with :func:`torch.func.vmap` (one trajectory per problem; epochs are checkpoints along it);
+datasets of the same shape share a group (:data:`BATCHES`): a vmap of few problems is
+dominated by per-step overhead, so two datasets cost little more than one. Metrics
 are on the test set; BO4SC's are given for the hard max-probability (``ece`` etc., comparable
 with the other methods) and for its smooth confidence ``p_hat`` (``ece_smooth`` etc.). The
 first seed's runs keep their parameters (and BO4SC on the Fig. 3 dataset its weight
@@ -43,6 +45,8 @@ from selfcal.experiments import RunResult, RunSpec
 from selfcal.experiments.selection import grid
 from selfcal.studies.bo4sc.protocol import Bo4scProtocol, Regime
 
+BATCHES = (("blobs-1.3", "blobs-1.7"), ("spiral-2.5", "spiral-3.5"))
+"""Datasets with the same shapes (inputs, classes, split sizes), trained in one vmap."""
 FIG3_DATASET = "blobs-1.7"
 """Where BO4SC's weight trajectories are kept (the paper's Fig. 3)."""
 PARAMS = "params"
@@ -56,61 +60,68 @@ def family(method: str) -> str:
 
 
 def group_of(protocol: Bo4scProtocol, spec: RunSpec) -> Hashable:
-    """Specs whose trajectories are the same computation: regimes with the same network and
-    budget (``nll`` and ``accuracy``) share them."""
+    """Specs trained in one vmap: regimes with the same network and budget (``nll`` and
+    ``accuracy``) share their trajectories, and datasets of one :data:`BATCHES` entry their
+    batch."""
     regime = protocol.regime(str(spec.hparams["regime"]))
-    return spec.dataset, family(spec.method), regime.hidden, regime.epochs
+    batch = next((b for b in BATCHES if spec.dataset in b), (spec.dataset,))
+    return batch, family(spec.method), regime.hidden, regime.epochs
 
 
-def key(method: str, regime: str, config: dict[str, Any], seed: int) -> tuple:
-    return method, regime, tuple(sorted(config.items())), seed
+Member = tuple[str, int]
+"""A (dataset, seed) pair: one data draw and initialisation."""
+
+
+def key(method: str, regime: str, config: dict[str, Any], member: Member) -> tuple:
+    return method, regime, tuple(sorted(config.items())), member
 
 
 def spec_key(spec: RunSpec) -> tuple:
     config = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
-    return key(spec.method, str(spec.hparams["regime"]), config, spec.seed)
+    return key(spec.method, str(spec.hparams["regime"]), config, (spec.dataset, spec.seed))
 
 
 def execute(protocol: Bo4scProtocol, group: list[RunSpec]) -> list[RunResult]:
-    dataset, fam, _, _ = group_of(protocol, group[0])
+    fam = family(group[0].method)
     regimes = [protocol.regime(r) for r in dict.fromkeys(str(s.hparams["regime"])
                                                          for s in group)]
-    seeds = sorted({spec.seed for spec in group})
+    members = sorted({(spec.dataset, spec.seed) for spec in group})
     runner = bo4sc_runs if fam == "bo4sc" else standard_runs
-    results = runner(protocol, dataset, seeds, regimes)
+    results = runner(protocol, members, regimes)
     return [results[spec_key(spec)] for spec in group]
 
 
 # ------------------------------------------------------------------------------ problems
 @dataclass
 class Problems:
-    """Stacked independent training problems: one per (seed, configuration), seed-major.
-    Problem ``s * len(configs) + c`` trains seed ``seeds[s]``'s initialisation on its data
-    with configuration ``configs[c]``."""
+    """Stacked independent training problems: one per (member, configuration), member-major.
+    Problem ``m * len(configs) + c`` trains member ``members[m]``'s initialisation (its seed's)
+    on its data with configuration ``configs[c]``."""
 
-    seeds: list[int]
+    members: list[Member]
     configs: list[dict[str, Any]]
-    data: dict[int, Any]
+    data: dict[Member, Any]
     hidden: tuple[int, ...]
 
-    def index(self) -> list[tuple[int, dict[str, Any], int]]:
-        """``(seed, config, problem)`` for every problem."""
-        return [(s, c, i * len(self.configs) + j) for i, s in enumerate(self.seeds)
+    def index(self) -> list[tuple[Member, dict[str, Any], int]]:
+        """``(member, config, problem)`` for every problem."""
+        return [(m, c, i * len(self.configs) + j) for i, m in enumerate(self.members)
                 for j, c in enumerate(self.configs)]
 
     def initial_params(self) -> dict[str, torch.Tensor]:
-        """Seed ``s``'s MLP initialisation (the same for every configuration and method)."""
+        """Each member's MLP initialisation: its seed's (the same for every configuration,
+        method and dataset of one shape)."""
         from selfcal.models import build_model, stack_models
 
-        first = self.data[self.seeds[0]]
-        models = {seed: build_model("mlp", seed=seed, n_features=first.n_features,
-                                    n_classes=first.n_classes, hidden=self.hidden)
-                  for seed in self.seeds}
-        params, _ = stack_models([models[s] for s, _, _ in self.index()])
+        first = self.data[self.members[0]]
+        models = [build_model("mlp", seed=seed, n_features=first.n_features,
+                              n_classes=first.n_classes, hidden=self.hidden)
+                  for (_, seed), _, _ in self.index()]
+        params, _ = stack_models(models)
         return {k: v.detach() for k, v in params.items()}
 
     def stacked(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        parts = [self.data[s].split(split) for s, _, _ in self.index()]
+        parts = [self.data[m].split(split) for m, _, _ in self.index()]
         return torch.stack([p.x for p in parts]), torch.stack([p.y for p in parts])
 
     def hyper(self, name: str) -> torch.Tensor:
@@ -125,10 +136,15 @@ def template(data: Any, hidden: tuple[int, ...]) -> torch.nn.Module:
                        hidden=hidden).to("meta")
 
 
-def load(dataset: str, seeds: Sequence[int]) -> dict[int, Any]:
+def load(members: Sequence[Member]) -> dict[Member, Any]:
+    """Each member's data; the members of one group must share their shapes."""
     from selfcal.data import load_dataset
 
-    return {seed: load_dataset(dataset, seed) for seed in seeds}
+    data = {(d, seed): load_dataset(d, seed) for d, seed in members}
+    shapes = {(s.n_features, s.n_classes, len(s.train), len(s.val)) for s in data.values()}
+    if len(shapes) > 1:
+        raise ValueError(f"datasets batched together need one shape, got {sorted(shapes)}")
+    return data
 
 
 def forward(model: torch.nn.Module, params: dict[str, torch.Tensor],
@@ -165,28 +181,27 @@ def pick(regime: Regime, method: str, scores: dict[str, np.ndarray], problem: in
 
 
 # ------------------------------------------------------------------------------ Standard
-def standard_runs(protocol: Bo4scProtocol, dataset: str, seeds: list[int],
+def standard_runs(protocol: Bo4scProtocol, members: list[Member],
                   regimes: list[Regime]) -> dict[tuple, RunResult]:
     first = regimes[0]
-    splits = load(dataset, seeds)
-    configs = grid(lr=first.standard_lrs)
-    problems = Problems(seeds, configs, splits, first.hidden)
-    model = template(splits[seeds[0]], first.hidden)
+    data = load(members)
+    problems = Problems(members, grid(lr=first.standard_lrs), data, first.hidden)
+    model = template(data[members[0]], first.hidden)
     x, y = problems.stacked("train")
     snapshots = train_standard(model, problems.initial_params(), x, y, problems.hyper("lr"),
                                first.epochs, protocol.checkpoint_every)
     scores = checkpoint_scores(model, snapshots, *problems.stacked("val"))
     out = {}
     for regime in regimes:
-        for seed, config, p in problems.index():
+        for member, config, p in problems.index():
             k = pick(regime, "standard", scores, p)
             params = {name: t[p] for name, t in snapshots[k].items()}
             chosen = {"hp.epochs": float(protocol.checkpoint_every * (k + 1)),
                       **{name: float(v[p, k]) for name, v in scores.items()}}
-            figure = seed == protocol.seeds[0]
-            for method, result in posthoc_results(protocol, splits[seed], model, params,
+            figure = member[1] == protocol.seeds[0]
+            for method, result in posthoc_results(protocol, data[member], model, params,
                                                   chosen, figure).items():
-                out[key(method, regime.name, config, seed)] = result
+                out[key(method, regime.name, config, member)] = result
     return out
 
 
@@ -235,26 +250,25 @@ def train_standard(model, params, x, y, lr, epochs: int, every: int):
 
 
 # ------------------------------------------------------------------------------ BO4SC
-def bo4sc_runs(protocol: Bo4scProtocol, dataset: str, seeds: list[int],
+def bo4sc_runs(protocol: Bo4scProtocol, members: list[Member],
                regimes: list[Regime]) -> dict[tuple, RunResult]:
     first = regimes[0]
-    splits = load(dataset, seeds)
-    model = template(splits[seeds[0]], first.hidden)
+    data = load(members)
+    model = template(data[members[0]], first.hidden)
     configs = first.grid.configs()
     out = {}
     for t in dict.fromkeys(c["T"] for c in configs):
-        same_t = [c for c in configs if c["T"] == t]
-        problems = Problems(seeds, same_t, splits, first.hidden)
+        problems = Problems(members, [c for c in configs if c["T"] == t], data, first.hidden)
         run = trajectories(protocol, first, model, problems, t)
         scores = {**checkpoint_scores(model, run["snapshots"], *problems.stacked("val")),
                   "val_bce": run["val_bce"]}
         for regime in regimes:
-            for seed, config, p in problems.index():
+            for member, config, p in problems.index():
                 k = pick(regime, "bo4sc", scores, p)
                 epochs = protocol.checkpoint_every * (k + 1)
                 history = run["weights"][p, : epochs // t + 1]
-                out[key("bo4sc", regime.name, config, seed)] = bo4sc_result(
-                    protocol, dataset, seed, splits[seed], model,
+                out[key("bo4sc", regime.name, config, member)] = bo4sc_result(
+                    protocol, member, data[member], model,
                     {name: x[p] for name, x in run["snapshots"][k].items()}, config,
                     {"hp.epochs": float(epochs),
                      **{name: float(v[p, k]) for name, v in scores.items()}}, history)
@@ -299,7 +313,7 @@ def trajectories(protocol: Bo4scProtocol, regime: Regime, model: torch.nn.Module
             "weights": torch.stack(weights, 1).numpy()}
 
 
-def bo4sc_result(protocol: Bo4scProtocol, dataset: str, seed: int, split: Any,
+def bo4sc_result(protocol: Bo4scProtocol, member: Member, split: Any,
                  model: torch.nn.Module, params: dict[str, torch.Tensor],
                  config: dict[str, Any], chosen: dict[str, float],
                  history: np.ndarray) -> RunResult:
@@ -308,6 +322,7 @@ def bo4sc_result(protocol: Bo4scProtocol, dataset: str, seed: int, split: Any,
 
     hard = Predictions.from_logits(forward(model, params, split.test.x), split.test.y)
     smooth = hard.with_confidence(boltzmann_confidence(hard.probs, config["beta"]).clamp(0, 1))
+    dataset, seed = member
     kept: dict[str, np.ndarray] = {}
     if seed == protocol.seeds[0]:
         kept = {PARAMS: flat(params),

@@ -6,10 +6,8 @@ and BSCE-GRA's rest point checked by training."""
 
 from __future__ import annotations
 
-from selfcal.experiments.study import Study, StudyResults, register_study
+from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
-from selfcal.studies.bsce_gra import execute as experiment
-from selfcal.studies.bsce_gra import figures, report
 from selfcal.studies.bsce_gra.protocol import (
     PROTOCOLS,
     REST_POINT_DATASET,
@@ -32,6 +30,7 @@ class BsceGra(Study):
             "data is under $SELFCAL_DATA).")
     version = 2
     protocols = PROTOCOLS
+    selection = SELECTION
 
     def specs(self, protocol: BsceGraProtocol):
         checks = [self.spec(protocol, REST_POINT_DATASET, method_name(g), seed)
@@ -39,17 +38,3 @@ class BsceGra(Study):
         return checks + _images.regime_specs(self, protocol, protocol.losses,
                                              _images.sweep_datasets(protocol))
 
-    def execute(self, protocol, group):
-        return experiment.execute(protocol, group)
-
-    def criterion(self, record):
-        return SELECTION
-
-    def sections(self, results: StudyResults) -> list[str]:
-        return report.sections(results)
-
-    def figures(self, results: StudyResults):
-        return figures.figures(results)
-
-    def summary(self, results: StudyResults) -> list[str]:
-        return report.summary(results)

@@ -185,16 +185,8 @@ def published_table() -> list[str]:
 def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import bsce_gra
 
-    parts = [*prose(bsce_gra.__doc__), *prose(_images.__doc__.split("\n\n", 1)[1]),
-             f"Tuned hyperparameters are selected per seed by the {SELECTION} among each "
-             "loss's grid (listed at the end with every seed's choice). Cells: mean ± 95% CI "
-             "half-width over seeds, in % (T: the temperature). Verdicts and ranks come from "
-             "paired t-intervals of the per-seed differences (95%, no multiple-comparison "
-             "correction); 'tied' means the interval contains 0.", ""]
-    if not any(d in _images.CIFAR for d in results.datasets):
-        parts += ["CIFAR-10/100 rows were not run: their files are not under `$SELFCAL_DATA` "
-                  "(they run for real, with the papers' 350-epoch schedule and settings, when "
-                  "present).", ""]
+    parts = _images.intro(results, [bsce_gra.__doc__], SELECTION,
+                          "in % (T: the temperature)")
     for dataset in image_datasets(results):
         for regime in regimes(results, dataset):
             parts += [f"## {dataset} ({MODELS[dataset]}), {regime} regime "

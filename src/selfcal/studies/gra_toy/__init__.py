@@ -6,11 +6,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from selfcal.experiments.selection import Criterion, grid
-from selfcal.experiments.study import Study, StudyResults, register_study
-from selfcal.studies.gra_toy import execute as experiment
-from selfcal.studies.gra_toy import report
+from selfcal.experiments.study import Study, register_study
 from selfcal.studies.gra_toy.protocol import DATASET, METRICS, PROTOCOLS, GraToyProtocol
-from selfcal.studies.gra_toy.published import PUBLISHED
 
 VAL_PEARSON = Criterion("val_pearson", maximize=True,
                         words="highest correlation with c(x) on the validation points")
@@ -25,6 +22,7 @@ class GraToy(Study):
             "validation-selected exponent, beside the published 0.550 / 0.638 / 0.664.")
     version = 2
     protocols = PROTOCOLS
+    selection = VAL_PEARSON
 
     def specs(self, protocol: GraToyProtocol):
         return [self.spec(protocol, DATASET, metric, seed, config=config)
@@ -34,17 +32,3 @@ class GraToy(Study):
     def batch_by(self, spec) -> Hashable:
         return spec.seed  # one trained model serves every candidate of a seed
 
-    def execute(self, protocol, group):
-        return experiment.execute(protocol, group)
-
-    def criterion(self, record):
-        return VAL_PEARSON
-
-    def sections(self, results: StudyResults) -> list[str]:
-        return report.sections(results)
-
-    def summary(self, results: StudyResults) -> list[str]:
-        return report.summary(results)
-
-    def payload(self, results: StudyResults):
-        return {"published": PUBLISHED}

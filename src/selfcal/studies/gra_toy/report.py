@@ -98,3 +98,7 @@ def summary(results: StudyResults) -> list[str]:
     return ["Correlation with the true calibration error, each metric at its validation-"
             "selected γ (mean ± 95% CI over seeds):", *best_gamma_table(results), "",
             *verdict_lines(results)]
+
+
+def payload(results: StudyResults) -> dict[str, dict[str, float]]:
+    return {"published": PUBLISHED}

@@ -6,10 +6,8 @@ selected per seed on validation, in a short and a long (memorising) regime."""
 
 from __future__ import annotations
 
-from selfcal.experiments.study import Study, StudyResults, register_study
+from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
-from selfcal.studies.meta_reg import execute as experiment
-from selfcal.studies.meta_reg import figures, report
 from selfcal.studies.meta_reg.protocol import METHODS, PROTOCOLS, SELECTION, MetaRegProtocol
 
 
@@ -24,6 +22,7 @@ class MetaReg(Study):
             "schedule; Tables 1-2 and Figures 3-5.")
     version = 2
     protocols = PROTOCOLS
+    selection = SELECTION
 
     def fingerprint_extras(self):
         return {"methods": METHODS}
@@ -32,17 +31,3 @@ class MetaReg(Study):
         return _images.regime_specs(self, protocol, protocol.methods,
                                     _images.sweep_datasets(protocol))
 
-    def execute(self, protocol, group):
-        return experiment.execute(protocol, group)
-
-    def criterion(self, record):
-        return SELECTION
-
-    def sections(self, results: StudyResults) -> list[str]:
-        return report.sections(results)
-
-    def figures(self, results: StudyResults):
-        return figures.figures(results)
-
-    def summary(self, results: StudyResults) -> list[str]:
-        return report.summary(results)

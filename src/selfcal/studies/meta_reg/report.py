@@ -10,7 +10,6 @@ from selfcal.experiments.report import (
     comparison_line,
     detectable_line,
     hyperparameter_table,
-    prose,
     values,
 )
 from selfcal.experiments.study import StudyResults
@@ -170,19 +169,9 @@ def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import meta_reg
     from selfcal.studies.meta_reg import execute
 
-    parts = [*prose(meta_reg.__doc__), *prose(_images.__doc__.split("\n\n", 1)[1]),
-             *prose(execute.__doc__.split("\n\n", 1)[1]),
-             f"Tuned and unstated hyperparameters are selected per seed by the {SELECTION} "
-             "(listed at the end with every seed's choice). Cells: mean ± 95% CI half-width "
-             "over seeds, in % (NLL and T raw). Ranks and verdicts come from paired t-intervals "
-             "of the per-seed differences (95%, no multiple-comparison correction); 'tied' "
-             "means the interval contains 0.", ""]
+    parts = _images.intro(results, [meta_reg.__doc__, execute.__doc__.split("\n\n", 1)[1]],
+                          SELECTION, "in % (NLL and T raw)")
     datasets = results.datasets
-    if not any(d in _images.CIFAR for d in datasets):
-        parts += ["CIFAR-10/100 rows were not run: their files are not under `$SELFCAL_DATA` "
-                  "(they run for real, with the paper's 350-epoch schedule, when present); the "
-                  "paper's CIFAR numbers are not comparable to these datasets and are not "
-                  "repeated here (methods spec §6.5).", ""]
     for d in datasets:
         for regime in regimes(results, d):
             parts += [f"## {d} ({MODELS[d]}), {regime} regime "

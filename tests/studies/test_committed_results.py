@@ -1,0 +1,45 @@
+"""The committed reports under ``results/`` were made by the code as it is: same study version,
+same protocol fingerprint. Change a study's computation (bump its version) or a protocol, and
+this fails until the report is regenerated with the command it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from selfcal.experiments.report import check_provenance
+from selfcal.experiments.study import get_study, study_names
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+FOLDERS = sorted(p for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_a_committed_report_matches_the_code(folder):
+    made = check_provenance(folder)
+    assert made.command.endswith(f"--out results/{folder.name}")
+    assert (folder / "README.md").read_text().count(made.fingerprint) >= 1
+
+
+def test_every_study_has_its_full_report_committed():
+    committed = {check_provenance(f).study: f for f in FOLDERS
+                 if check_provenance(f).protocol == "full"}
+    for name in study_names():
+        assert name in committed, f"results/ has no full report of study {name!r}"
+        assert committed[name].name == name
+    assert not (RESULTS / "bsce-gra-long").exists()  # the long schedule is a regime now
+
+
+def test_a_stale_folder_fails(tmp_path):
+    import json
+    import shutil
+
+    source = next(f for f in FOLDERS if check_provenance(f).study == "gra-toy")
+    copy = tmp_path / source.name
+    shutil.copytree(source, copy)
+    made = json.loads((copy / "provenance.json").read_text())
+    (copy / "provenance.json").write_text(json.dumps({**made, "study_version": 1}))
+    with pytest.raises(ValueError, match="stale.*study version 1"):
+        check_provenance(copy)
+    assert get_study("gra-toy").version != 1
