@@ -127,6 +127,18 @@ FULL = Bo4scProtocol(
            "whole grid would take ~5 minutes on two cores; the main job's budget is 3.",
            "η_w stops at 300: in an earlier pilot η_w = 1000 left BO4SC at 0.53-0.59 accuracy "
            "on Spiral 3.5 (the weights of whole regions collapse to 0).",))
+LONG_OVERFIT = Regime(
+    "overfit-1000", (128, 128, 128), 1000, False, VAL_NLL, VAL_BCE, (1e-3, 1e-2),
+    Grid("bo4sc", T=(10,), lr=(1e-3, 1e-2), weight_lr=(100.0, 300.0), beta=(10.0,)))
+"""The larger overfitting setting the issue names (3 x 128, 1000 epochs, no early stopping),
+beyond the main job's budget: Standard at Adam 1e-3 (the default) or 1e-2, BO4SC with the same
+network and budget, each selected at the last epoch on validation."""
+OVERFIT_LONG = Bo4scProtocol(
+    "overfit-long", regimes=(LONG_OVERFIT,),
+    notes=("--protocol overfit-long: a 3 x 128 MLP trained for 1000 epochs without early "
+           "stopping, Standard's learning rate and BO4SC's inner learning rate and η_w "
+           "selected on validation at the last epoch; the heavier overfitting the main "
+           "job's 400-epoch 3 x 64 regime cannot afford in 3 minutes (~20 minutes).",))
 QUICK = Bo4scProtocol(
     "quick", seeds=(0, 1), datasets=("blobs-1.7", "spiral-3.5"), checkpoint_every=50,
     regimes=(Regime("nll", (16, 16), 100, True, VAL_NLL, VAL_BCE, (1e-2,),
@@ -136,4 +148,4 @@ QUICK = Bo4scProtocol(
     grid_size=40,
     notes=("--quick: 2 datasets, 2 seeds, 100 epochs, one configuration per method and two "
            "regimes; for tests and a first look, not for conclusions.",))
-PROTOCOLS = {p.name: p for p in (FULL, PILOT, QUICK)}
+PROTOCOLS = {p.name: p for p in (FULL, PILOT, OVERFIT_LONG, QUICK)}
