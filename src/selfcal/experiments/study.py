@@ -32,6 +32,7 @@ workers, :func:`selfcal.experiments.run_sweep`); selection; aggregates and paire
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import json
@@ -86,6 +87,12 @@ class StudyProtocol:
         return {k: v for k, v in asdict(self).items() if k not in UNFINGERPRINTED}
 
 
+@functools.lru_cache(maxsize=256)
+def _fingerprint(protocol: StudyProtocol, version: int, extras: str) -> str:
+    return settings_fingerprint({**protocol.settings(), "study_version": version,
+                                 **json.loads(extras)})
+
+
 class Study:
     """Base class of every study (module doc). Subclasses set the class attributes and
     implement :meth:`specs`, :meth:`execute` and the report methods."""
@@ -115,8 +122,10 @@ class Study:
         return {}
 
     def fingerprint(self, protocol: StudyProtocol) -> str:
-        return settings_fingerprint({**protocol.settings(), "study_version": self.version,
-                                     **self.fingerprint_extras()})
+        """Hash of the protocol's settings, the study version and the extras (cached: every
+        spec carries it)."""
+        extras = json.dumps(self.fingerprint_extras(), sort_keys=True)
+        return _fingerprint(protocol, self.version, extras)
 
     def spec(self, protocol: StudyProtocol, dataset: str, method: str, seed: int, *,
              regime: str | None = None, config: Mapping[str, Any] | None = None,
