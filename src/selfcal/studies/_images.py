@@ -304,6 +304,29 @@ def intro(results: Any, docs: Sequence[str | None], criterion: Any, cells: str) 
     return parts
 
 
+def regimes(results: Any, dataset: str) -> list[str]:
+    """The names of the regimes ``dataset`` ran in."""
+    return [r.name for r in results.protocol.regimes_for(dataset)]
+
+
+def regime_sections(results: Any, datasets: Sequence[str], models: dict[str, str],
+                    table: Any, verdicts: Any, after: Any = lambda dataset: []) -> list[str]:
+    """Per dataset, ``table(results, dataset, regime)`` under a heading for each regime, then
+    ``after(dataset)``; then a "Verdicts" section of ``verdicts(results, dataset, regime)``."""
+    parts = []
+    for d in datasets:
+        for regime in regimes(results, d):
+            parts += [f"## {d} ({models[d]}), {regime} regime "
+                      f"({results.protocol.regime(regime).epochs} epochs)", "",
+                      *table(results, d, regime), ""]
+        parts += after(d)
+    parts += ["## Verdicts", ""]
+    for d in datasets:
+        for regime in regimes(results, d):
+            parts += verdicts(results, d, regime)
+    return parts
+
+
 def regime_specs(study: Any, protocol: ImageProtocol, methods: Sequence[str],
                  datasets: Sequence[str]) -> list[Any]:
     """One spec per (dataset, regime, method, candidate, seed)."""

@@ -16,6 +16,7 @@ from selfcal.experiments.report import (
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import aggregate
 from selfcal.studies import _images
+from selfcal.studies._images import regimes
 from selfcal.studies.bsce_gra import published
 from selfcal.studies.bsce_gra.protocol import (
     GRA_PAIRS,
@@ -30,10 +31,6 @@ from selfcal.studies.bsce_gra.protocol import (
 COLUMNS = (("ECE", "ece"), ("AdaECE", "adaece"), ("CW-ECE", "classwise_ece"))
 T_NEAR_ONE = 0.1
 """'Optimal T ~ 1' means the temperature's 95% CI lies within 1 +- this."""
-
-
-def regimes(results: StudyResults, dataset: str) -> list[str]:
-    return [r.name for r in results.protocol.regimes_for(dataset)]
 
 
 def image_datasets(results: StudyResults) -> list[str]:
@@ -187,15 +184,8 @@ def sections(results: StudyResults) -> list[str]:
 
     parts = _images.intro(results, [bsce_gra.__doc__], SELECTION,
                           "in % (T: the temperature)")
-    for dataset in image_datasets(results):
-        for regime in regimes(results, dataset):
-            parts += [f"## {dataset} ({MODELS[dataset]}), {regime} regime "
-                      f"({results.protocol.regime(regime).epochs} epochs)", "",
-                      *loss_table(results, dataset, regime), ""]
-    parts += ["## Verdicts", ""]
-    for dataset in image_datasets(results):
-        for regime in regimes(results, dataset):
-            parts += verdict_lines(results, dataset, regime)
+    parts += _images.regime_sections(results, image_datasets(results), MODELS, loss_table,
+                                     verdict_lines)
     parts += ["## Optimal temperature against training length", "",
               "The temperature fitted on validation at the end of each regime (the figures "
               "`fig_temperature_*` follow it epoch by epoch). Over-confidence (T > 1) grows "

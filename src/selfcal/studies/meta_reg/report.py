@@ -15,6 +15,7 @@ from selfcal.experiments.report import (
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import paired, paired_ranks
 from selfcal.studies import _images
+from selfcal.studies._images import regimes
 from selfcal.studies.meta_reg import published
 from selfcal.studies.meta_reg.protocol import (
     BIN_COUNTS,
@@ -35,10 +36,6 @@ PUBLISHED_LABELS = {"ce": "CE", "ce-ts": "CE (TS)", "focal-1": "Focal γ=1",
                     "mixup-1": "Mixup α=1", "mmce": "MMCE", "ce-dece": "CE-DECE",
                     "ce-sece": "CE-SECE", "flg": "FLγ", "flg-dece": "FLγ-DECE",
                     "flg-sece": "FLγ-SECE"}
-
-
-def regimes(results: StudyResults, dataset: str) -> list[str]:
-    return [r.name for r in results.protocol.regimes_for(dataset)]
 
 
 def methods(results: StudyResults) -> list[str]:
@@ -165,6 +162,14 @@ def published_lines(dataset: str) -> list[str]:
     return lines
 
 
+def published_rows(dataset: str) -> list[str]:
+    """The paper's numbers under a CIFAR dataset's tables (nothing elsewhere)."""
+    if dataset not in _images.CIFAR:
+        return []
+    return [f"Published, [MetaReg] Tables 1-2 ({dataset}, ResNet-18, 5 seeds):", "",
+            *published_lines(dataset), ""]
+
+
 def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import meta_reg
     from selfcal.studies.meta_reg import execute
@@ -172,18 +177,8 @@ def sections(results: StudyResults) -> list[str]:
     parts = _images.intro(results, [meta_reg.__doc__, execute.__doc__.split("\n\n", 1)[1]],
                           SELECTION, "in % (NLL and T raw)")
     datasets = results.datasets
-    for d in datasets:
-        for regime in regimes(results, d):
-            parts += [f"## {d} ({MODELS[d]}), {regime} regime "
-                      f"({results.protocol.regime(regime).epochs} epochs)", "",
-                      *table1(results, d, regime), ""]
-        if d in _images.CIFAR:
-            parts += [f"Published, [MetaReg] Tables 1-2 ({d}, ResNet-18, 5 seeds):", "",
-                      *published_lines(d), ""]
-    parts += ["## Verdicts", ""]
-    for d in datasets:
-        for regime in regimes(results, d):
-            parts += verdict_lines(results, d, regime)
+    parts += _images.regime_sections(results, datasets, MODELS, table1, verdict_lines,
+                                     after=published_rows)
     parts += ["## γ-Net's γ on the test set, every seed", "",
               "Mean ± std over the test samples at the end of training (figures "
               "`fig3_*` follow it epoch by epoch), with the meta learning rate selected for "
