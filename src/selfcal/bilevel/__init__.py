@@ -34,19 +34,23 @@ smooth-max confidence fits the correctness of validation predictions; see
 """
 
 from selfcal.bilevel.bo4sc import (
-    BO4SC,
+    BO4SCBatch,
+    BO4SCBatchInfo,
     BO4SCConfig,
     BO4SCData,
     BO4SCInfo,
     BO4SCState,
     bo4sc_init,
     bo4sc_inner_loss,
+    bo4sc_minibatch_step,
     bo4sc_outer_loss,
     bo4sc_problem,
     bo4sc_step,
     boltzmann_confidence,
     project_weights,
+    update_running_stats,
 )
+from selfcal.bilevel.bo4sc_estimator import BO4SC
 from selfcal.bilevel.engine import BilevelProblem, Estimator, Hypergradient
 from selfcal.bilevel.estimators import (
     AutogradLookahead,
@@ -74,6 +78,8 @@ __all__ = [
     "Adam",
     "AdamState",
     "AutogradLookahead",
+    "BO4SCBatch",
+    "BO4SCBatchInfo",
     "BO4SCConfig",
     "BO4SCData",
     "BO4SCInfo",
@@ -95,6 +101,7 @@ __all__ = [
     "Unrolled",
     "bo4sc_init",
     "bo4sc_inner_loss",
+    "bo4sc_minibatch_step",
     "bo4sc_outer_loss",
     "bo4sc_problem",
     "bo4sc_step",
@@ -104,4 +111,5 @@ __all__ = [
     "meta_objective",
     "meta_problem",
     "project_weights",
+    "update_running_stats",
 ]

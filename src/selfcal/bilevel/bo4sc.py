@@ -16,18 +16,36 @@ chosen estimator (exact unrolled reverse mode by default, as the paper's torchop
 ``w <- Pi(w - eta_w dF/dw)`` with ``Pi`` the clip to ``[0, 1]`` (``constraint="clip"``) or the
 identity (``"none"``), and the detached ``theta_T`` and optimizer state carried over.
 
+Minibatch BO4SC (for networks and data the full batch does not fit): ``w`` is a table with one
+entry per training row; an outer iteration trains the ``T`` inner steps on ``T`` minibatches
+(rows ``r_k``, ``g_k = (1/B) sum_{i in r_k} w_i CE_i``) and scores the outer loss on a
+validation batch; ``dF/dw`` reaches only the rows drawn in that iteration (a row drawn twice
+gets the sum of its two entries) and only those rows are updated. Full batch is the case of
+one batch holding every row at every step.
+
+Models: the inner steps run the model in training mode (dropout active, BatchNorm normalising
+by batch statistics) and the outer loss in evaluation mode (the model as it is deployed,
+BatchNorm reading its running statistics as constants). Running statistics are not updated
+inside the differentiated steps (a ``torch.func`` transform cannot mutate a buffer);
+:func:`update_running_stats` updates them, without gradients, from the iteration's training
+batches at its warm start, before the hypergradient -- the same exponential averages plain
+training keeps, computed ``T`` steps earlier.
+
 Two faces:
 
-* a functional, ``vmap``-able core -- :class:`BO4SCState`, :class:`BO4SCData`,
-  :class:`BO4SCConfig`, :func:`bo4sc_init`, :func:`bo4sc_step` -- with fixed shapes and no
-  data-dependent control flow, for running many seeds / hyperparameters at once;
-* the estimator-style :class:`BO4SC` for a user's own ``nn.Module`` and data.
+* a functional core -- :class:`BO4SCState`, :class:`BO4SCData` / :class:`BO4SCBatch`,
+  :class:`BO4SCConfig`, :func:`bo4sc_init`, :func:`bo4sc_step` (full batch, with fixed shapes
+  and no data-dependent control flow, so ``vmap``-able over seeds / hyperparameters) and
+  :func:`bo4sc_minibatch_step`;
+* the estimator-style :class:`~selfcal.bilevel.bo4sc_estimator.BO4SC` for a user's own
+  ``nn.Module`` and data.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -35,12 +53,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
+from torch.nn.modules.batchnorm import _BatchNorm
 
-from selfcal._inputs import ArrayLike, to_tensor, validate_labels
 from selfcal.bilevel.engine import BilevelProblem, Estimator
 from selfcal.bilevel.estimators import Unrolled
 from selfcal.bilevel.optim import Adam, Hyper, Optimizer, Params
-from selfcal.posthoc import NotFittedError
 
 Constraint = Literal["clip", "none"]
 CONSTRAINTS: tuple[str, ...] = ("clip", "none")
@@ -118,6 +135,18 @@ class BO4SCData(NamedTuple):
     y_val: torch.Tensor
 
 
+class BO4SCBatch(NamedTuple):
+    """One minibatch outer iteration's data: ``T`` training minibatches stacked,
+    ``x_train [T, B, ...]`` / ``y_train [T, B]``, the rows they hold in the weight table
+    ``rows [T, B]``, and the validation batch ``x_val`` / ``y_val``."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    rows: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+
+
 class BO4SCState(NamedTuple):
     """Network parameters, inner-optimizer state and per-sample weights ``w``."""
 
@@ -132,6 +161,15 @@ class BO4SCInfo(NamedTuple):
 
     outer_loss: torch.Tensor
     weight_grad: torch.Tensor
+
+
+class BO4SCBatchInfo(NamedTuple):
+    """:class:`BO4SCInfo` of a minibatch iteration: ``weight_grad[j]`` is ``dF/dw`` of table
+    row ``rows[j]`` (the distinct rows drawn, sorted)."""
+
+    outer_loss: torch.Tensor
+    weight_grad: torch.Tensor
+    rows: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -181,18 +219,56 @@ def bo4sc_init(params: Params, n_train: int, config: BO4SCConfig) -> BO4SCState:
     return BO4SCState(params, config.inner_optimizer.init(params), weights)
 
 
-def bo4sc_problem(model: nn.Module, data: BO4SCData, config: BO4SCConfig) -> BilevelProblem:
-    """The bilevel problem of BO4SC for ``model`` on ``data`` (``phi`` = the weights)."""
+def running_stat_layers(model: nn.Module) -> list[_BatchNorm]:
+    """The BatchNorm layers of ``model`` that keep running statistics."""
+    return [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
 
-    def inner_loss(theta: Params, weights: torch.Tensor) -> torch.Tensor:
-        logits = functional_call(model, theta, (data.x_train,))
-        return bo4sc_inner_loss(logits, data.y_train, weights)
 
-    def outer_loss(theta: Params, weights: torch.Tensor) -> torch.Tensor:
-        logits = functional_call(model, theta, (data.x_val,))
+@contextlib.contextmanager
+def _frozen_running_stats(layers: list[_BatchNorm]) -> Iterator[None]:
+    """BatchNorm layers normalise by batch statistics in training mode without updating
+    their running statistics (which a ``torch.func`` transform cannot mutate)."""
+    for layer in layers:
+        layer.track_running_stats = False
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.track_running_stats = True
+
+
+def _forward(model: nn.Module, theta: Params, x: torch.Tensor, training: bool,
+             layers: list[_BatchNorm]) -> torch.Tensor:
+    """``model(x)`` with parameters ``theta``, in training or evaluation mode (the module doc:
+    BatchNorm running statistics are read in evaluation mode and never written)."""
+    model.train(training)
+    with _frozen_running_stats(layers if training else []):
+        return functional_call(model, theta, (x,))
+
+
+def bo4sc_problem(model: nn.Module, data: BO4SCData | BO4SCBatch,
+                  config: BO4SCConfig) -> BilevelProblem:
+    """The bilevel problem of BO4SC for ``model`` on ``data``. Full batch (:class:`BO4SCData`):
+    ``phi`` = the weights of every row, one inner loss. Minibatch (:class:`BO4SCBatch`): ``phi``
+    = the drawn rows' weights ``[T, B]``, inner step ``k`` on batch ``k`` with weights
+    ``phi[k]``."""
+    layers = running_stat_layers(model)
+
+    def batch_loss(x: torch.Tensor, y: torch.Tensor, weights: Any) -> Any:
+        def inner_loss(theta: Params, phi: torch.Tensor) -> torch.Tensor:
+            return bo4sc_inner_loss(_forward(model, theta, x, True, layers), y, weights(phi))
+        return inner_loss
+
+    def outer_loss(theta: Params, phi: torch.Tensor) -> torch.Tensor:
+        logits = _forward(model, theta, data.x_val, False, layers)
         return bo4sc_outer_loss(logits, data.y_val, config.beta, config.clamp_eps)
 
-    return BilevelProblem(inner_loss, outer_loss, config.inner_optimizer)
+    if isinstance(data, BO4SCBatch):
+        inner: Any = [batch_loss(x, y, lambda phi, k=k: phi[k])
+                      for k, (x, y) in enumerate(zip(data.x_train, data.y_train, strict=True))]
+    else:
+        inner = batch_loss(data.x_train, data.y_train, lambda phi: phi)
+    return BilevelProblem(inner, outer_loss, config.inner_optimizer)
 
 
 def project_weights(weights: torch.Tensor, constraint: Constraint) -> torch.Tensor:
@@ -212,136 +288,32 @@ def bo4sc_step(model: nn.Module, state: BO4SCState, data: BO4SCData,
     return new_state, BO4SCInfo(result.outer_loss, result.grad.detach())
 
 
-# ------------------------------------------------------------------- estimator face
-class BO4SC:
-    """Self-calibrating training of ``model`` by bilevel sample weighting.
+def bo4sc_minibatch_step(model: nn.Module, state: BO4SCState, batch: BO4SCBatch,
+                         config: BO4SCConfig) -> tuple[BO4SCState, BO4SCBatchInfo]:
+    """One minibatch outer iteration: the estimator's ``T`` inner steps on the ``T`` batches
+    from the warm start, ``dF/dw`` for the drawn rows (summed over a row's repeats), and
+    ``w_r <- Pi(w_r - eta_w dF/dw_r)`` for those rows only. The weight table is updated in
+    place (work proportional to ``T B``, not to the table's length); the returned state holds
+    the same table. ``config.estimator`` must run ``T`` steps."""
+    problem = bo4sc_problem(model, batch, config)
+    result = config.estimator(problem, state.weights[batch.rows], state.params,
+                              state.opt_state)
+    rows, inverse = torch.unique(batch.rows.reshape(-1), return_inverse=True)
+    grad = torch.zeros(rows.shape, dtype=result.grad.dtype, device=rows.device)
+    grad = grad.index_add_(0, inverse, result.grad.reshape(-1))
+    state.weights[rows] = project_weights(state.weights[rows] - config.weight_lr * grad,
+                                          config.constraint)
+    return (BO4SCState(result.theta, result.opt_state, state.weights),
+            BO4SCBatchInfo(result.outer_loss, grad, rows))
 
-    ``inner_steps`` (default 10) and ``inner_lr`` (default 1e-2, Adam) are shortcuts for
-    ``estimator=Unrolled(inner_steps)`` and ``inner_optimizer=Adam(inner_lr)``; pass either
-    the shortcut or the object, not both. ``seed`` fixes the random number generator during
-    :meth:`fit` (it matters only for a model with randomness, e.g. dropout; full-batch BO4SC
-    is otherwise deterministic); the global generator is restored afterwards.
 
-    After :meth:`fit`: ``weights_`` ``[n_train]``, ``weight_history_`` ``[outer_iterations
-    + 1, n_train]`` (``None`` unless ``record_weights``), ``outer_losses_``
-    ``[outer_iterations]`` (validation outer loss at each ``theta_T``), and the model's
-    parameters replaced in place by the final ``theta``.
-    """
-
-    def __init__(self, model: nn.Module, *, inner_steps: int | None = None,
-                 outer_iterations: int = 100, inner_lr: float | None = None,
-                 weight_lr: float = DEFAULT_WEIGHT_LR, beta: float = 20.0,
-                 estimator: Estimator | None = None, inner_optimizer: Optimizer | None = None,
-                 constraint: Constraint = "clip", initial_weight: float = 1.0,
-                 record_weights: bool = True, seed: int | None = None) -> None:
-        self.model = model
-        self.inner_steps = inner_steps
-        self.outer_iterations = outer_iterations
-        self.inner_lr = inner_lr
-        self.weight_lr = weight_lr
-        self.beta = beta
-        self.estimator = estimator
-        self.inner_optimizer = inner_optimizer
-        self.constraint = constraint
-        self.initial_weight = initial_weight
-        self.record_weights = record_weights
-        self.seed = seed
-
-    # ------------------------------------------------------------- configuration
-    def _config(self) -> BO4SCConfig:
-        if self.estimator is not None and self.inner_steps is not None:
-            raise ValueError("pass inner_steps or estimator, not both")
-        if self.inner_optimizer is not None and self.inner_lr is not None:
-            raise ValueError("pass inner_lr or inner_optimizer, not both")
-        steps = DEFAULT_INNER_STEPS if self.inner_steps is None else self.inner_steps
-        lr = DEFAULT_INNER_LR if self.inner_lr is None else self.inner_lr
-        iterations = self.outer_iterations
-        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-            raise ValueError(f"outer_iterations must be a positive int, got {iterations!r}")
-        return BO4SCConfig(
-            estimator=self.estimator if self.estimator is not None else Unrolled(steps),
-            inner_optimizer=self.inner_optimizer if self.inner_optimizer is not None
-            else Adam(lr),
-            weight_lr=self.weight_lr, beta=self.beta, constraint=self.constraint,
-            initial_weight=self.initial_weight)
-
-    def _params(self) -> Params:
-        params: Params = {k: p for k, p in self.model.named_parameters() if p.requires_grad}
-        if not params:
-            raise ValueError("the model has no trainable parameters")
-        return params
-
-    def _features(self, x: ArrayLike, name: str, dtype: torch.dtype,
-                  device: torch.device) -> torch.Tensor:
-        x = to_tensor(x, name)
-        if x.ndim < 1 or x.shape[0] < 1:
-            raise ValueError(f"{name} must have at least one row, got shape {tuple(x.shape)}")
-        x = x.to(device=device, dtype=dtype)
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{name} contains NaN or infinite values")
-        return x
-
-    def _n_classes(self, x: torch.Tensor) -> int:
-        with torch.no_grad():
-            logits = self.model(x)
-        if logits.ndim != 2 or logits.shape[0] != x.shape[0] or logits.shape[1] < 2:
-            raise ValueError(f"the model must return logits of shape (N, C) with C >= 2, got "
-                             f"{tuple(logits.shape)} for {x.shape[0]} rows")
-        return int(logits.shape[1])
-
-    def _data(self, x_train: ArrayLike, y_train: ArrayLike, x_val: ArrayLike,
-              y_val: ArrayLike, like: torch.Tensor) -> BO4SCData:
-        xt = self._features(x_train, "x_train", like.dtype, like.device)
-        xv = self._features(x_val, "x_val", like.dtype, like.device)
-        if xt.shape[1:] != xv.shape[1:]:
-            raise ValueError(f"x_train rows have shape {tuple(xt.shape[1:])} but x_val rows "
-                             f"have {tuple(xv.shape[1:])}")
-        n_classes = self._n_classes(xt)
-        yt = validate_labels(y_train, xt.shape[0], n_classes, like.device)
-        yv = validate_labels(y_val, xv.shape[0], n_classes, like.device)
-        return BO4SCData(xt, yt, xv, yv)
-
-    # ------------------------------------------------------------------ public API
-    def fit(self, x_train: ArrayLike, y_train: ArrayLike, x_val: ArrayLike,
-            y_val: ArrayLike) -> BO4SC:
-        """Run ``outer_iterations`` outer iterations; returns ``self``."""
-        config = self._config()
-        params = self._params()
-        data = self._data(x_train, y_train, x_val, y_val, next(iter(params.values())))
-        rng = torch.random.fork_rng() if self.seed is not None else contextlib.nullcontext()
-        with rng:
-            if self.seed is not None:
-                torch.manual_seed(self.seed)
-            state, history, losses = self._run(params, data, config)
-        with torch.no_grad():
-            for name, value in state.params.items():
-                params[name].copy_(value)
-        self.weights_ = state.weights
-        self.weight_history_ = torch.stack(history) if self.record_weights else None
-        self.outer_losses_ = torch.stack(losses)
-        self.beta_ = config.beta
-        return self
-
-    def _run(self, params: Params, data: BO4SCData,
-             config: BO4SCConfig) -> tuple[BO4SCState, list[torch.Tensor], list[torch.Tensor]]:
-        state = bo4sc_init(params, data.x_train.shape[0], config)
-        history, losses = [state.weights], []
-        for _ in range(self.outer_iterations):
-            state, info = bo4sc_step(self.model, state, data, config)
-            losses.append(info.outer_loss)
-            if self.record_weights:
-                history.append(state.weights)
-        return state, history, losses
-
-    def predict_confidence(self, x: ArrayLike, smooth: bool = True) -> torch.Tensor:
-        """Confidence of the fitted model on ``x``: the Boltzmann confidence ``p_hat`` used
-        in training (``smooth=True``) or the hard maximum probability ``max_k p_k``."""
-        if not hasattr(self, "weights_"):
-            raise NotFittedError("BO4SC is not fitted yet; call fit() first")
-        like = next(iter(self._params().values()))
-        x = self._features(x, "x", like.dtype, like.device)
-        with torch.no_grad():
-            probs = torch.softmax(self.model(x), dim=-1)
-            if smooth:
-                return boltzmann_confidence(probs, self.beta_)
-            return probs.amax(dim=-1)
+@torch.no_grad()
+def update_running_stats(model: nn.Module, params: Params, batches: torch.Tensor) -> None:
+    """The BatchNorm running statistics after a training-mode forward pass of each batch in
+    ``batches`` (``[T, B, ...]``) with parameters ``params`` (no gradients; nothing to do for a
+    model without BatchNorm). The model is left in training mode."""
+    if not running_stat_layers(model):
+        return
+    model.train()
+    for x in batches:
+        functional_call(model, params, (x,))

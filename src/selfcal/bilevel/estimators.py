@@ -89,12 +89,14 @@ class Unrolled:
 
     def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
                  opt_state: Any) -> Hypergradient:
+        problem.check_steps(self.steps)
         phi, theta, opt_state = detach((phi, theta, opt_state))
         differentiated = self.steps if self.backprop_steps is None else self.backprop_steps
-        theta, opt_state = problem.run_inner(theta, phi, opt_state, self.steps - differentiated)
+        first = self.steps - differentiated
+        theta, opt_state = problem.run_inner(theta, phi, opt_state, first)
 
         def outer_through_steps(phi_: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
-            theta_t, state_t = problem.run_inner(theta, phi_, opt_state, differentiated)
+            theta_t, state_t = problem.run_inner(theta, phi_, opt_state, differentiated, first)
             loss = problem.outer_loss(theta_t, phi_)
             return loss, (theta_t, state_t, loss)
 
@@ -148,11 +150,13 @@ class AutogradLookahead:
 
     def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
                  opt_state: Any) -> Hypergradient:
+        problem.check_steps(self.steps)
         phi, theta, opt_state = detach((phi, theta, opt_state))
         theta, opt_state = problem.run_inner(theta, phi, opt_state, self.steps - 1)
         phi, theta = tree_map(lambda t: t.requires_grad_(), detach((phi, theta)))
         with torch.enable_grad():
-            inner = _autograd(problem.inner_loss(theta, phi), theta, create_graph=True)
+            last = problem.inner_loss_at(self.steps - 1)
+            inner = _autograd(last(theta, phi), theta, create_graph=True)
             theta, opt_state = problem.inner_optimizer.step(theta, inner, opt_state)
             loss = problem.outer_loss(theta, phi)
             hypergrad = _autograd(loss, phi, create_graph=False)
@@ -180,6 +184,11 @@ class Implicit:
     once at ``theta_T`` and reused by every solver iteration; ``H`` is symmetric, so the vjp
     is the Hessian-vector product. The mixed term is ``grad_phi <grad_theta g(theta_T, phi),
     v>``.
+
+    For a stochastic problem (one inner loss per step) ``g`` in both terms is the last step's
+    loss ``g_{T-1}``: a one-minibatch estimate of the Hessian and the mixed term, as in
+    stochastic implicit bilevel methods; the hypergradient then reaches only ``phi``'s part
+    that ``g_{T-1}`` reads.
     """
 
     steps: int
@@ -190,23 +199,25 @@ class Implicit:
 
     def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
                  opt_state: Any) -> Hypergradient:
+        problem.check_steps(self.steps)
         phi, theta, opt_state = detach((phi, theta, opt_state))
         theta, opt_state = problem.run_inner(theta, phi, opt_state, self.steps)
+        inner_loss = problem.inner_loss_at(max(self.steps - 1, 0))
         (grad_theta_f, grad_phi_f), loss = _final_grad(
             lambda theta_, phi_: _with_aux(problem.outer_loss(theta_, phi_)), theta, phi)
-        v = self.solver(self._hessian_product(problem, theta, phi), grad_theta_f)
+        v = self.solver(self._hessian_product(inner_loss, theta, phi), grad_theta_f)
 
         def inner_grad_along_v(phi_: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            return _with_aux(tree_dot(grad(problem.inner_loss)(theta, phi_), v))
+            return _with_aux(tree_dot(grad(inner_loss)(theta, phi_), v))
 
         (mixed,), _ = _final_grad(inner_grad_along_v, phi)
         hypergrad = tree_map(lambda direct, m: direct - m, grad_phi_f, mixed)
         return Hypergradient(hypergrad, *detach((theta, opt_state, loss)))
 
     @staticmethod
-    def _hessian_product(problem: BilevelProblem, theta: Params, phi: Any) -> MatVec:
+    def _hessian_product(inner_loss: Any, theta: Params, phi: Any) -> MatVec:
         """``v -> H v``: the vjp of ``grad_theta g`` at ``theta_T``; its graph is built once
         and kept (``retain_graph``) for every solver iteration; ``v`` is a constant, so no
         graph of the product itself is recorded."""
-        vjp_fn = vjp(lambda theta_: grad(problem.inner_loss)(theta_, phi), theta)[1]
+        vjp_fn = vjp(lambda theta_: grad(inner_loss)(theta_, phi), theta)[1]
         return lambda v: vjp_fn(v, retain_graph=True, create_graph=False)[0]

@@ -1,0 +1,327 @@
+"""The estimator face of BO4SC: :class:`BO4SC` trains a user's ``nn.Module`` on tensors or a
+map-style ``Dataset``, full batch or by minibatches, on the CPU or a GPU (the model's device).
+
+Usage::
+
+    fitted = BO4SC(model, batch_size=256, inner_steps=10, outer_iterations=2000).fit(
+        x_train, y_train, x_val, y_val)          # or .fit(train_dataset, val_dataset)
+    fitted.weights_                              # one weight per training row
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from selfcal._inputs import ArrayLike, to_tensor, validate_labels
+from selfcal.bilevel._batches import EpochSampler, Rows, WeightRecord
+from selfcal.bilevel.bo4sc import (
+    DEFAULT_INNER_LR,
+    DEFAULT_INNER_STEPS,
+    DEFAULT_WEIGHT_LR,
+    BO4SCBatch,
+    BO4SCBatchInfo,
+    BO4SCConfig,
+    BO4SCData,
+    BO4SCInfo,
+    BO4SCState,
+    Constraint,
+    bo4sc_init,
+    bo4sc_minibatch_step,
+    bo4sc_step,
+    boltzmann_confidence,
+    update_running_stats,
+)
+from selfcal.bilevel.engine import Estimator
+from selfcal.bilevel.estimators import Unrolled
+from selfcal.bilevel.optim import Adam, Optimizer, Params
+from selfcal.posthoc import NotFittedError
+
+PREDICT_CHUNK = 4096
+"""Rows per forward pass in :meth:`BO4SC.predict_confidence`."""
+
+
+class BO4SC:
+    """Self-calibrating training of ``model`` by bilevel sample weighting.
+
+    ``batch_size=None`` (default) is full-batch BO4SC: every inner step on the whole training
+    set and the outer loss on the whole validation set. With ``batch_size=B`` an outer
+    iteration takes the ``T`` inner steps on ``T`` minibatches of ``B`` rows (epochs of
+    shuffled rows) and the outer loss on a validation batch of ``val_batch_size`` rows (default:
+    the whole validation set), and updates the weights of the drawn rows only
+    (:mod:`selfcal.bilevel.bo4sc`). ``dF/dw_i`` scales as ``1/B`` (``1/N`` full batch), so
+    ``weight_lr`` must be chosen for the batch size.
+
+    ``inner_steps`` (``T``, default 10) and ``inner_lr`` (default 1e-2, Adam) are shortcuts
+    for ``estimator=Unrolled(inner_steps)`` and ``inner_optimizer=Adam(inner_lr)``; pass
+    either the shortcut or the object, not both. ``batch_transform(x) -> x`` augments each
+    training batch (not the validation batch). ``seed`` fixes the shuffling and the random
+    number generators during :meth:`fit` (dropout, augmentation; the global generators are
+    restored afterwards); without it the shuffling is drawn from torch's global generator.
+    ``progress`` shows a progress bar with the outer loss on stderr.
+
+    After :meth:`fit`: ``weights_`` ``[n_train]``; ``outer_losses_`` ``[outer_iterations]``
+    (validation outer loss at each ``theta_T``); ``weight_quantiles_`` ``[outer_iterations +
+    1, len(quantile_levels_)]`` (quantiles of the whole table after each iteration, see
+    :class:`~selfcal.bilevel._batches.WeightRecord`); ``weight_history_`` ``[outer_iterations
+    + 1, len(history_rows_)]``, the weights of ``history_rows_`` (every row when ``n_train <=
+    history_rows``, else a seeded sample of ``history_rows`` of them; ``None`` unless
+    ``record_weights``); and the model's parameters replaced in place by the final ``theta``.
+    """
+
+    def __init__(self, model: nn.Module, *, batch_size: int | None = None,
+                 val_batch_size: int | None = None, inner_steps: int | None = None,
+                 outer_iterations: int = 100, inner_lr: float | None = None,
+                 weight_lr: float = DEFAULT_WEIGHT_LR, beta: float = 20.0,
+                 estimator: Estimator | None = None, inner_optimizer: Optimizer | None = None,
+                 constraint: Constraint = "clip", initial_weight: float = 1.0,
+                 record_weights: bool = True, history_rows: int = 1000,
+                 batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 progress: bool = False, seed: int | None = None) -> None:
+        self.model = model
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size
+        self.inner_steps = inner_steps
+        self.outer_iterations = outer_iterations
+        self.inner_lr = inner_lr
+        self.weight_lr = weight_lr
+        self.beta = beta
+        self.estimator = estimator
+        self.inner_optimizer = inner_optimizer
+        self.constraint = constraint
+        self.initial_weight = initial_weight
+        self.record_weights = record_weights
+        self.history_rows = history_rows
+        self.batch_transform = batch_transform
+        self.progress = progress
+        self.seed = seed
+
+    # ------------------------------------------------------------- configuration
+    def _config(self) -> BO4SCConfig:
+        if self.estimator is not None and self.inner_steps is not None:
+            raise ValueError("pass inner_steps or estimator, not both")
+        if self.inner_optimizer is not None and self.inner_lr is not None:
+            raise ValueError("pass inner_lr or inner_optimizer, not both")
+        _check_count("outer_iterations", self.outer_iterations)
+        _check_count("history_rows", self.history_rows)
+        steps = DEFAULT_INNER_STEPS if self.inner_steps is None else self.inner_steps
+        lr = DEFAULT_INNER_LR if self.inner_lr is None else self.inner_lr
+        return BO4SCConfig(
+            estimator=self.estimator if self.estimator is not None else Unrolled(steps),
+            inner_optimizer=self.inner_optimizer if self.inner_optimizer is not None
+            else Adam(lr),
+            weight_lr=self.weight_lr, beta=self.beta, constraint=self.constraint,
+            initial_weight=self.initial_weight)
+
+    def _params(self) -> Params:
+        params: Params = {k: p for k, p in self.model.named_parameters() if p.requires_grad}
+        if not params:
+            raise ValueError("the model has no trainable parameters")
+        return params
+
+    def _sources(self, x_train: Any, y_train: Any, x_val: Any, y_val: Any,
+                 like: torch.Tensor) -> tuple[Rows, Rows]:
+        """The training and validation rows (checked; tensors moved to the model's dtype)."""
+        if isinstance(x_train, Dataset):
+            if not isinstance(y_train, Dataset) or x_val is not None or y_val is not None:
+                raise ValueError("with a Dataset, call fit(train_dataset, val_dataset)")
+            train, val = Rows(x_train, None, "train_dataset"), Rows(y_train, None, "val_dataset")
+            if len(train) < 1 or len(val) < 1:
+                raise ValueError("the training and validation datasets must not be empty")
+        else:
+            xt = _features(x_train, "x_train", like)
+            xv = _features(x_val, "x_val", like)
+            if xt.shape[1:] != xv.shape[1:]:
+                raise ValueError(f"x_train rows have shape {tuple(xt.shape[1:])} but x_val "
+                                 f"rows have {tuple(xv.shape[1:])}")
+            train, val = Rows(xt, y_train, "x_train"), Rows(xv, y_val, "x_val")
+        n_classes = self._n_classes(train.features(min(len(train), 8), like))
+        for rows in (train, val):
+            rows.n_classes = n_classes
+            if not rows.is_dataset:
+                rows.y = validate_labels(rows.y, len(rows), n_classes, rows.x.device)
+        return train, val
+
+    def _n_classes(self, x: torch.Tensor) -> int:
+        """The model's number of classes, from its eval-mode output on a few rows."""
+        with _mode(self.model, training=False), torch.no_grad():
+            logits = self.model(x)
+        if logits.ndim != 2 or logits.shape[0] != x.shape[0] or logits.shape[1] < 2:
+            raise ValueError(f"the model must return logits of shape (N, C) with C >= 2, got "
+                             f"{tuple(logits.shape)} for {x.shape[0]} rows")
+        return int(logits.shape[1])
+
+    def _batch_sizes(self, n_train: int, n_val: int, steps: int) -> tuple[int | None, int]:
+        if self.batch_size is not None:
+            _check_count("batch_size", self.batch_size)
+            if self.batch_size > n_train:
+                raise ValueError(f"batch_size ({self.batch_size}) exceeds the {n_train} "
+                                 "training rows")
+            if steps < 1:
+                raise ValueError("minibatch BO4SC needs an estimator with at least one inner "
+                                 "step (one minibatch per step)")
+        val_size = n_val if self.val_batch_size is None else self.val_batch_size
+        _check_count("val_batch_size", val_size)
+        if val_size > n_val:
+            raise ValueError(f"val_batch_size ({val_size}) exceeds the {n_val} validation rows")
+        return self.batch_size, val_size
+
+    # ------------------------------------------------------------------ public API
+    def fit(self, x_train: ArrayLike, y_train: ArrayLike, x_val: ArrayLike = None,
+            y_val: ArrayLike = None) -> BO4SC:
+        """Run ``outer_iterations`` outer iterations on ``(x_train, y_train, x_val, y_val)``
+        or on ``(train_dataset, val_dataset)``; returns ``self``."""
+        config = self._config()
+        params = self._params()
+        like = next(iter(params.values()))
+        train, val = self._sources(x_train, y_train, x_val, y_val, like)
+        batch_size, val_size = self._batch_sizes(len(train), len(val), config.estimator.steps)
+        seed = self.seed if self.seed is not None else int(torch.randint(2**62, ()).item())
+        devices = [like.device] if like.device.type == "cuda" else []
+        was_training = self.model.training
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            generator = torch.Generator().manual_seed(seed)
+            run = _Run(self, config, train, val, batch_size, val_size, generator, like)
+            try:
+                state, record, losses = run.loop(bo4sc_init(params, len(train), config))
+            finally:
+                self.model.train(was_training)
+        with torch.no_grad():
+            for name, value in state.params.items():
+                params[name].copy_(value)
+        self.weights_ = state.weights
+        self.outer_losses_ = torch.stack(losses)
+        self.weight_history_ = torch.stack(record.history) if self.record_weights else None
+        self.history_rows_ = record.rows
+        self.weight_quantiles_ = torch.stack(record.quantiles)
+        self.quantile_levels_ = record.levels
+        self.beta_ = config.beta
+        return self
+
+    def predict_confidence(self, x: ArrayLike, smooth: bool = True) -> torch.Tensor:
+        """Confidence of the fitted model (evaluation mode) on ``x``: the Boltzmann confidence
+        ``p_hat`` used in training (``smooth=True``) or the hard maximum probability."""
+        if not hasattr(self, "weights_"):
+            raise NotFittedError("BO4SC is not fitted yet; call fit() first")
+        like = next(iter(self._params().values()))
+        x = _features(x, "x", like)
+        with _mode(self.model, training=False), torch.no_grad():
+            probs = torch.cat([torch.softmax(self.model(c.to(like.device)), dim=-1)
+                               for c in x.split(PREDICT_CHUNK)])
+        return boltzmann_confidence(probs, self.beta_) if smooth else probs.amax(dim=-1)
+
+
+class _Run:
+    """One :meth:`BO4SC.fit`: draws each iteration's batches and steps the functional core."""
+
+    def __init__(self, owner: BO4SC, config: BO4SCConfig, train: Rows, val: Rows,
+                 batch_size: int | None, val_size: int, generator: torch.Generator,
+                 like: torch.Tensor) -> None:
+        self.owner, self.config, self.train, self.val = owner, config, train, val
+        self.steps = config.estimator.steps
+        self.device, self.dtype = like.device, like.dtype
+        self.train_sampler = None if batch_size is None else \
+            EpochSampler(len(train), batch_size, generator)
+        self.val_sampler = None if val_size == len(val) else \
+            EpochSampler(len(val), val_size, generator)
+        self.all_train = None if batch_size is not None else \
+            train.take(torch.arange(len(train)), like.device, like.dtype)
+        self.all_val = None if self.val_sampler is not None else \
+            val.take(torch.arange(len(val)), like.device, like.dtype)
+        n, wanted = len(train), owner.history_rows
+        self.history_rows = torch.arange(n) if n <= wanted else \
+            torch.sort(torch.randperm(n, generator=generator)[:wanted]).values
+
+    def loop(self, state: BO4SCState) -> tuple[BO4SCState, WeightRecord, list[torch.Tensor]]:
+        record = WeightRecord(state.weights, self.history_rows, self.config.constraint == "clip")
+        losses = []
+        with _progress(self.owner.progress, self.owner.outer_iterations) as advance:
+            for _ in range(self.owner.outer_iterations):
+                state, info, changed, before = self.step(state)
+                record.record(state.weights, changed, before)
+                losses.append(info.outer_loss)
+                advance(info)
+        return state, record, losses
+
+    def step(self, state: BO4SCState
+             ) -> tuple[BO4SCState, BO4SCInfo | BO4SCBatchInfo, Any, torch.Tensor]:
+        """One outer iteration; also the rows it may change (``None``: all) and their weights
+        before it."""
+        x_val, y_val = self.all_val if self.all_val is not None else \
+            self.val.take(self.val_sampler.draw(1)[0], self.device, self.dtype)  # type: ignore[union-attr]
+        if self.train_sampler is None:
+            x, y = self.all_train  # type: ignore[misc]
+            x = self._augment(x)
+            update_running_stats(self.owner.model, state.params, [x] * self.steps)
+            before = state.weights
+            state, info = bo4sc_step(self.owner.model, state, BO4SCData(x, y, x_val, y_val),
+                                     self.config)
+            return state, info, None, before
+        rows = self.train_sampler.draw(self.steps)
+        x, y = self.train.take(rows.reshape(-1), self.device, self.dtype)
+        x = torch.stack([self._augment(b) for b in x.unflatten(0, rows.shape)])
+        update_running_stats(self.owner.model, state.params, x)
+        rows = rows.to(self.device)
+        changed = torch.unique(rows)
+        before = state.weights[changed]
+        batch = BO4SCBatch(x, y.view(rows.shape), rows, x_val, y_val)
+        state, info = bo4sc_minibatch_step(self.owner.model, state, batch, self.config)
+        return state, info, changed, before
+
+    def _augment(self, x: torch.Tensor) -> torch.Tensor:
+        transform = self.owner.batch_transform
+        if transform is None:
+            return x
+        out = transform(x)
+        if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+            raise ValueError("batch_transform must return a tensor of the batch's shape")
+        return out
+
+
+def _check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _features(x: ArrayLike, name: str, like: torch.Tensor) -> torch.Tensor:
+    """``x`` as a tensor of the model's dtype (on its own device), with rows and finite."""
+    x = to_tensor(x, name)
+    if x.ndim < 1 or x.shape[0] < 1:
+        raise ValueError(f"{name} must have at least one row, got shape {tuple(x.shape)}")
+    x = x.to(dtype=like.dtype)
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return x
+
+
+@contextlib.contextmanager
+def _mode(model: nn.Module, training: bool) -> Iterator[None]:
+    was_training = model.training
+    model.train(training)
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@contextlib.contextmanager
+def _progress(show: bool, total: int) -> Iterator[Callable[[Any], None]]:
+    """``advance(info)`` after each outer iteration: a rich progress bar with the outer loss on
+    stderr when ``show``, else nothing."""
+    if not show:
+        yield lambda info: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress("BO4SC", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  "{task.fields[loss]}", console=Console(stderr=True)) as bar:
+        task = bar.add_task("outer", total=total, loss="")
+        yield lambda info: bar.update(task, advance=1,
+                                      loss=f"outer loss {float(info.outer_loss):.4f}")
