@@ -204,6 +204,24 @@ def test_weight_record_samples_rows_and_tracks_quantiles():
     torch.testing.assert_close(unclipped.weight_quantiles_[-1], ordered[torch.tensor(ranks) - 1])
 
 
+def test_inner_lr_schedule_scales_the_inner_steps():
+    """A schedule of 1 changes nothing; a schedule that is 0 after the first iteration freezes
+    the parameters from then on (the momentum state is carried, but a zero lr moves nothing)."""
+    x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=120, n_val=30)
+
+    def fit(schedule, iterations=3):
+        model = mlp()
+        BO4SC(model, batch_size=20, inner_steps=2, outer_iterations=iterations,
+              inner_optimizer=SGD(0.1, momentum=0.9), inner_lr_schedule=schedule,
+              seed=0).fit(x_train, y_train, x_val, y_val)
+        return params_of(model)
+
+    plain, ones = fit(None), fit(lambda i: 1.0)
+    assert all(torch.equal(plain[k], ones[k]) for k in plain)
+    first, frozen = fit(None, iterations=1), fit(lambda i: 1.0 if i == 0 else 0.0)
+    assert all(torch.equal(first[k], frozen[k]) for k in first)
+
+
 def test_progress_bar_reports_on_stderr(capsys):
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=60, n_val=20)
     BO4SC(mlp(), batch_size=10, inner_steps=1, outer_iterations=2, progress=True).fit(

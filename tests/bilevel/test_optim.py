@@ -73,6 +73,25 @@ def test_sgd_matches_torch_optim(kwargs):
     assert_same_trajectory(ours, ref, 1e-12)
 
 
+@pytest.mark.parametrize("max_norm", [0.05, 100.0])
+def test_sgd_clipping_matches_clip_grad_norm_then_torch_sgd(max_norm):
+    """``SGD(max_norm=c)`` = ``clip_grad_norm_(params, c)`` before ``torch.optim.SGD.step``
+    (0.05 clips every step of this problem, 100 none)."""
+    params, loss = quadratic_problem()
+    leaves = {k: v.clone().requires_grad_() for k, v in params.items()}
+    optim = torch.optim.SGD(list(leaves.values()), lr=0.1, momentum=0.9, weight_decay=0.01)
+    ours = SGD(0.1, momentum=0.9, weight_decay=0.01, max_norm=max_norm)
+    mine, state = params, ours.init(params)
+    for _ in range(20):
+        optim.zero_grad()
+        loss(leaves).backward()
+        torch.nn.utils.clip_grad_norm_(list(leaves.values()), max_norm)
+        optim.step()
+        mine, state = ours.step(mine, torch.func.grad(loss)(mine), state)
+        for k in leaves:
+            torch.testing.assert_close(mine[k], leaves[k].detach(), atol=1e-12, rtol=0)
+
+
 def test_eps_root_changes_the_update_by_its_size_only():
     params, loss = quadratic_problem()
     plain = functional_trajectory(Adam(lr=0.05, eps_root=0.0), params, loss)

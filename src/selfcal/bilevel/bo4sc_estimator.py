@@ -11,6 +11,7 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -60,7 +61,9 @@ class BO4SC:
     ``inner_steps`` (``T``, default 10) and ``inner_lr`` (default 1e-2, Adam) are shortcuts
     for ``estimator=Unrolled(inner_steps)`` and ``inner_optimizer=Adam(inner_lr)``; pass
     either the shortcut or the object, not both. ``batch_transform(x) -> x`` augments each
-    training batch (not the validation batch). ``seed`` fixes the shuffling and the random
+    training batch (not the validation batch). ``inner_lr_schedule(i)`` multiplies the inner
+    optimizer's learning rate at outer iteration ``i`` (0-based; e.g. a step decay), its state
+    carried over unchanged. ``seed`` fixes the shuffling and the random
     number generators during :meth:`fit` (dropout, augmentation; the global generators are
     restored afterwards); without it the shuffling is drawn from torch's global generator.
     ``progress`` shows a progress bar with the outer loss on stderr.
@@ -82,6 +85,7 @@ class BO4SC:
                  constraint: Constraint = "clip", initial_weight: float = 1.0,
                  record_weights: bool = True, history_rows: int = 1000,
                  batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 inner_lr_schedule: Callable[[int], float] | None = None,
                  progress: bool = False, seed: int | None = None) -> None:
         self.model = model
         self.batch_size = batch_size
@@ -98,6 +102,7 @@ class BO4SC:
         self.record_weights = record_weights
         self.history_rows = history_rows
         self.batch_transform = batch_transform
+        self.inner_lr_schedule = inner_lr_schedule
         self.progress = progress
         self.seed = seed
 
@@ -242,14 +247,23 @@ class _Run:
         record = WeightRecord(state.weights, self.history_rows, self.config.constraint == "clip")
         losses = []
         with _progress(self.owner.progress, self.owner.outer_iterations) as advance:
-            for _ in range(self.owner.outer_iterations):
-                state, info, changed, before = self.step(state)
+            for iteration in range(self.owner.outer_iterations):
+                state, info, changed, before = self.step(state, self.config_at(iteration))
                 record.record(state.weights, changed, before)
                 losses.append(info.outer_loss)
                 advance(info)
         return state, record, losses
 
-    def step(self, state: BO4SCState
+    def config_at(self, iteration: int) -> BO4SCConfig:
+        """The configuration of outer iteration ``iteration`` (the scheduled inner lr)."""
+        schedule = self.owner.inner_lr_schedule
+        if schedule is None:
+            return self.config
+        optimizer: Any = self.config.inner_optimizer
+        scaled = dataclasses.replace(optimizer, lr=optimizer.lr * schedule(iteration))
+        return dataclasses.replace(self.config, inner_optimizer=scaled)
+
+    def step(self, state: BO4SCState, config: BO4SCConfig
              ) -> tuple[BO4SCState, BO4SCInfo | BO4SCBatchInfo, Any, torch.Tensor]:
         """One outer iteration; also the rows it may change (``None``: all) and their weights
         before it."""
@@ -261,7 +275,7 @@ class _Run:
             update_running_stats(self.owner.model, state.params, [x] * self.steps)
             before = state.weights
             state, info = bo4sc_step(self.owner.model, state, BO4SCData(x, y, x_val, y_val),
-                                     self.config)
+                                     config)
             return state, info, None, before
         rows = self.train_sampler.draw(self.steps)
         x, y = self.train.take(rows.reshape(-1), self.device, self.dtype)
@@ -271,7 +285,7 @@ class _Run:
         changed = torch.unique(rows)
         before = state.weights[changed]
         batch = BO4SCBatch(x, y.view(rows.shape), rows, x_val, y_val)
-        state, info = bo4sc_minibatch_step(self.owner.model, state, batch, self.config)
+        state, info = bo4sc_minibatch_step(self.owner.model, state, batch, config)
         return state, info, changed, before
 
     def _augment(self, x: torch.Tensor) -> torch.Tensor:

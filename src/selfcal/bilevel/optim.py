@@ -84,22 +84,35 @@ class SGDState(NamedTuple):
     momentum: Params
 
 
+def clip_grad_norm(grads: Params, max_norm: Hyper) -> Params:
+    """``g * min(1, max_norm / (||g|| + 1e-6))`` with ``||g||`` the global 2-norm over every
+    tensor: ``torch.nn.utils.clip_grad_norm_``, out of place and differentiable."""
+    norm = torch.sqrt(sum(torch.sum(g * g) for g in grads.values()))
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    return {k: g * coef for k, g in grads.items()}
+
+
 @dataclass(frozen=True)
 class SGD:
-    """Gradient descent with heavy-ball momentum and L2 weight decay.
+    """Gradient descent with heavy-ball momentum, L2 weight decay and optional clipping.
 
-    ``g <- g + wd theta``; ``b <- momentum b + g`` (``b_0 = 0``, so the first buffer is ``g``,
-    as in ``torch.optim.SGD`` without dampening); ``theta <- theta - lr b``.
+    ``g <- clip(g)`` (``max_norm``: :func:`clip_grad_norm`, as ``clip_grad_norm_`` before
+    ``optimizer.step()``; ``None``: no clipping); ``g <- g + wd theta``; ``b <- momentum b + g``
+    (``b_0 = 0``, so the first buffer is ``g``, as in ``torch.optim.SGD`` without dampening);
+    ``theta <- theta - lr b``.
     """
 
     lr: Hyper
     momentum: Hyper = 0.0
     weight_decay: Hyper = 0.0
+    max_norm: Hyper | None = None
 
     def __post_init__(self) -> None:
         _check_hyper("lr", self.lr, 0.0)
         _check_hyper("momentum", self.momentum, 0.0, 1.0, high_open=True)
         _check_hyper("weight_decay", self.weight_decay, 0.0)
+        if self.max_norm is not None:
+            _check_hyper("max_norm", self.max_norm, 0.0)
 
     @property
     def _uses_momentum(self) -> bool:
@@ -112,6 +125,8 @@ class SGD:
         return SGDState({k: torch.zeros_like(p) for k, p in params.items()})
 
     def step(self, params: Params, grads: Params, state: SGDState) -> tuple[Params, SGDState]:
+        if self.max_norm is not None:
+            grads = clip_grad_norm(grads, self.max_norm)
         grads = _with_weight_decay(grads, params, self.weight_decay)
         if self._uses_momentum:
             grads = {k: self.momentum * state.momentum[k] + g for k, g in grads.items()}

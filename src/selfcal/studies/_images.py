@@ -125,6 +125,33 @@ def load(protocol: ImageProtocol, dataset: str, seed: int, **options: Any) -> An
     return load_dataset(dataset, seed, **options)
 
 
+def meta_split(data: Any, seed: int) -> tuple[tuple, tuple]:
+    """``(train, meta_val)``: a stratified, seeded 1/9 of the training split held out."""
+    from selfcal.data.core import child_rngs, stratified_split_indices
+
+    y = data.train.y.numpy()
+    n_meta = round(len(y) / 9)
+    keep, meta, _ = stratified_split_indices(y, (len(y) - n_meta, n_meta, 0),
+                                             child_rngs(seed, 2)[1])
+    keep, meta = torch.from_numpy(np.sort(keep)), torch.from_numpy(np.sort(meta))
+    x = data.train.x
+    return (x[keep], data.train.y[keep]), (x[meta], data.train.y[meta])
+
+
+def load_splits(protocol: ImageProtocol, dataset: str, seed: int) -> tuple[Any, tuple, tuple]:
+    """``(data, train, meta_val)``: the loader's splits and a meta-validation set carved from
+    the training split (a stratified, seeded 1/9 of it: the 8:1:1 of the meta-learning papers
+    between train and meta-validation); every method of a study trains on the same reduced
+    training set. CIFAR: the reference 40k / 5k / 5k split of the 50k training images
+    (``split="meta"``), test = the official 10k."""
+    if dataset in CIFAR:
+        data = load(protocol, dataset, seed, split="meta")
+        meta = data.split("meta_val")
+        return data, (data.train.x, data.train.y), (meta.x, meta.y)
+    data = load(protocol, dataset, seed)
+    return data, *meta_split(data, seed)
+
+
 def augmentation(data: Any, dataset: str) -> Any:
     """CIFAR: RandomCrop(32, padding 4) + horizontal flip, padding with black as the reference
     code (which pads before normalising); nothing elsewhere."""

@@ -14,40 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.experiments.study import TEST_LABELS, TEST_LOGITS
 from selfcal.studies import _images
+from selfcal.studies._images import load_splits, meta_split  # noqa: F401  (the study's splits)
 from selfcal.studies.meta_reg.protocol import BIN_COUNTS, METHODS, MODELS, MetaRegProtocol
 
 
 def execute(protocol: MetaRegProtocol, group: list[RunSpec]) -> list[RunResult]:
     return [run(protocol, spec) for spec in group]
-
-
-def meta_split(data: Any, seed: int) -> tuple[tuple, tuple]:
-    """``(train, meta_val)``: a stratified, seeded 1/9 of the training split held out."""
-    from selfcal.data.core import child_rngs, stratified_split_indices
-
-    y = data.train.y.numpy()
-    n_meta = round(len(y) / 9)
-    keep, meta, _ = stratified_split_indices(y, (len(y) - n_meta, n_meta, 0),
-                                             child_rngs(seed, 2)[1])
-    keep, meta = torch.from_numpy(np.sort(keep)), torch.from_numpy(np.sort(meta))
-    x = data.train.x
-    return (x[keep], data.train.y[keep]), (x[meta], data.train.y[meta])
-
-
-def load_splits(protocol: MetaRegProtocol, dataset: str, seed: int) -> tuple[Any, tuple, tuple]:
-    """``(data, train, meta_val)`` (module doc)."""
-    if dataset in _images.CIFAR:
-        data = _images.load(protocol, dataset, seed, split="meta")
-        meta = data.split("meta_val")
-        return data, (data.train.x, data.train.y), (meta.x, meta.y)
-    data = _images.load(protocol, dataset, seed)
-    return data, *meta_split(data, seed)
 
 
 def run(protocol: MetaRegProtocol, spec: RunSpec) -> RunResult:

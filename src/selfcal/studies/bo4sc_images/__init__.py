@@ -1,0 +1,28 @@
+"""``selfcal reproduce bo4sc-images``: minibatch BO4SC on the image studies' data -- MNIST-1D
+(1-D CNN) and digits as 8x8 images (2-D CNN), the CIFAR rows (ResNet-18) when the data is
+present -- against cross-entropy and cross-entropy + temperature scaling, with the same
+backbone, recipe and epoch budget, BO4SC's weight step and unroll length selected per seed on
+validation, in a short and a long (memorising) regime, 10 seeds."""
+
+from __future__ import annotations
+
+from selfcal.experiments.study import Study, register_study
+from selfcal.studies import _images
+from selfcal.studies.bo4sc_images.protocol import PROTOCOLS, SELECTION, BO4SCImagesProtocol
+
+
+@register_study
+class BO4SCImages(Study):
+    name = "bo4sc-images"
+    title = "BO4SC on images: minibatch BO4SC against CE and CE + TS"
+    help = ("Minibatch BO4SC against cross-entropy (raw and temperature-scaled) on MNIST-1D and "
+            "digits (CIFAR when present), the image studies' recipe and epoch budgets, eta_w "
+            "and T selected on validation, a short and a long schedule, 10 seeds; weight "
+            "figures as [BO4SC] Fig. 3.")
+    version = 1
+    protocols = PROTOCOLS
+    selection = SELECTION
+
+    def specs(self, protocol: BO4SCImagesProtocol):
+        return _images.regime_specs(self, protocol, protocol.methods,
+                                    _images.sweep_datasets(protocol))
