@@ -217,9 +217,11 @@ def memory_child(row: str, steps: int) -> None:
     print(json.dumps({"delta": status_bytes("VmHWM") - before}))
 
 
-def memory_delta(row: str, steps: int) -> float:
+def memory_delta(row: str, steps: int, script: str = __file__) -> float:
+    """MiB: the peak-RSS increase ``script --memory-child ROW T`` prints from a fresh process
+    (one thread, every tensor over 64 KiB served by ``mmap``)."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, __file__, "--memory-child", row, str(steps)],
+    out = subprocess.run([sys.executable, script, "--memory-child", row, str(steps)],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["delta"] / 2**20
 

@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from _timing import interleaved_medians, write_report
-from bench_bilevel import status_bytes
+from bench_bilevel import memory_delta, status_bytes
 from torch import nn
 
 import selfcal
@@ -140,13 +137,6 @@ def memory_child(row: str, steps: int) -> None:
     print(json.dumps({"delta": status_bytes("VmHWM") - before}))
 
 
-def memory_delta(row: str, steps: int) -> float:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, __file__, "--memory-child", row, str(steps)],
-                         env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["delta"] / 2**20
-
-
 def cuda_peak(model_name: str, row: str, steps: int, batch: int) -> float:
     """Peak CUDA memory (MiB) allocated during one call, above what was allocated before."""
     fn = runner(model_name, row, steps, batch, "cuda")
@@ -209,7 +199,7 @@ def main() -> None:
     cnn = time_rows("cnn1d", [1, 5, 10, 20], 128, "cpu", args.repeats, tuple(ESTIMATORS))
     resnet = time_rows("resnet18", [1, 3], 32, "cpu", max(2, args.repeats // 2),
                        ("unrolled", "lookahead"))
-    memory = {t: {r: memory_delta(r, t) for r in ("plain", "unrolled", "implicit")}
+    memory = {t: {r: memory_delta(r, t, __file__) for r in ("plain", "unrolled", "implicit")}
               for t in (1, 5, 10, 20)}
     scaling = {n: per_iteration_seconds(n, args.iterations) for n in N_ROWS}
 
