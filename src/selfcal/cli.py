@@ -351,9 +351,12 @@ def _study_command(study: Any) -> Any:
             REPORT_ROOT / study.name),
         workers: Annotated[int, typer.Option("--workers", min=0, help="Parallel processes "
                                              "(0: CPU cores, at most 4).")] = 0,
+        retry_failed: Annotated[bool, typer.Option(
+            "--retry-failed", help="Run again the specs stored as failed (e.g. after a fix); "
+            "by default a stored failure is kept and reported.")] = False,
     ) -> None:
         with _errors():
-            _reproduce(study, quick, protocol, as_json, store, out, workers)
+            _reproduce(study, quick, protocol, as_json, store, out, workers, retry_failed)
 
     command.__doc__ = study.help
     single = typer.Typer()
@@ -362,7 +365,7 @@ def _study_command(study: Any) -> Any:
 
 
 def _reproduce(study: Any, quick: bool, protocol_name: str | None, as_json: bool, store: Path,
-               out: Path, workers: int) -> None:
+               out: Path, workers: int, retry_failed: bool = False) -> None:
     """Run the study's sweep (resuming from ``store``), write its report to ``out``, and print
     the summary (or the JSON payload)."""
     import time
@@ -379,7 +382,8 @@ def _reproduce(study: Any, quick: bool, protocol_name: str | None, as_json: bool
     with ResultsStore(store) as results_store:
         summary = run_study(study, protocol, results_store,
                             workers=workers or min(4, os.cpu_count() or 1),
-                            progress=sys.stderr.isatty() and not as_json)
+                            progress=sys.stderr.isatty() and not as_json,
+                            retry_failed=retry_failed)
         seconds = time.perf_counter() - start
         command = reproduce_command(
             study, protocol.name, None if store == Path(DEFAULT_PATH) else str(store),

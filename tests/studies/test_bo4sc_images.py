@@ -3,6 +3,7 @@ schedule, and the weight record of a run."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -52,5 +53,6 @@ def test_a_bo4sc_run_spends_the_epoch_budget_and_records_every_row():
     artefacts, metrics = execute.weight_record(model, fitted, train)
     assert artefacts["train_weight"].shape == artefacts["train_loss"].shape == (len(train[0]),)
     assert 0.0 <= metrics["weight_mean"] <= 1.0 and metrics["weight_mean"] < 1.0
-    assert set(metrics) == {"weight_mean", "weight_below_half", "weight_mean_correct",
-                            "weight_mean_wrong"}
+    wrong = int((~torch.as_tensor(artefacts["train_correct"])).sum())
+    assert ("weight_mean_wrong" in metrics) == (wrong > 0)
+    assert all(np.isfinite(v) for v in metrics.values())

@@ -272,10 +272,12 @@ def _group_id(spec: RunSpec) -> Hashable:
 
 
 def run_study(study: Study, protocol: StudyProtocol, store: ResultsStore, *,
-              workers: int = 1, progress: bool = False) -> SweepSummary:
-    """Run (or resume) every spec of ``protocol`` not yet in ``store``."""
+              workers: int = 1, progress: bool = False,
+              retry_failed: bool = False) -> SweepSummary:
+    """Run (or resume) every spec of ``protocol`` not yet in ``store`` (nor stored as failed,
+    unless ``retry_failed``)."""
     return run_sweep(study.specs(protocol), execute_group, store=store, workers=workers,
-                     batch_by=_group_id, progress=progress)
+                     batch_by=_group_id, progress=progress, retry_failed=retry_failed)
 
 
 # ----------------------------------------------------------------------------- results

@@ -91,18 +91,20 @@ def train_bo4sc(protocol: BO4SCImagesProtocol, regime: _images.Regime, seed: int
 def weight_record(model: torch.nn.Module, fitted: Any, train: tuple
                   ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Every training row's final weight, final cross-entropy and correctness (artefacts), and
-    their summaries (metrics): the mean weight, the mean weight of the rows the final model
-    misclassifies and of those it classifies correctly, the fraction of weights below 0.5."""
+    their summaries (metrics): the mean weight, the share of weights below 0.5, and the mean
+    weight of the rows the final model classifies correctly and (when there are any) of those
+    it misclassifies."""
     import torch.nn.functional as F
 
     z = _images.logits(model, train[0])
     loss = F.cross_entropy(z, train[1], reduction="none")
     correct = z.argmax(1) == train[1]
     w = fitted.weights_.detach().double().cpu()
-    metrics = {"weight_mean": float(w.mean()), "weight_below_half": float((w < 0.5).double()
-                                                                          .mean()),
-               "weight_mean_correct": float(w[correct].mean()) if correct.any() else np.nan,
-               "weight_mean_wrong": float(w[~correct].mean()) if (~correct).any() else np.nan}
+    metrics = {"weight_mean": float(w.mean()),
+               "weight_below_half": float((w < 0.5).double().mean())}
+    for name, rows in (("weight_mean_correct", correct), ("weight_mean_wrong", ~correct)):
+        if rows.any():  # a memorised training set has no misclassified row
+            metrics[name] = float(w[rows].mean())
     artefacts = {"train_weight": w.float().numpy(), "train_loss": loss.float().numpy(),
                  "train_correct": correct.numpy(),
                  "weight_quantiles": fitted.weight_quantiles_.numpy()}

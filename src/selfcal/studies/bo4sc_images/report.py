@@ -25,7 +25,7 @@ AFTER_TS = {"nll": "nll_ts", "ece": "ece_ts", "adaece": "adaece_ts",
 fitted temperature are the same run's)."""
 WEIGHTS = (("mean weight", "weight_mean"), ("weight < 0.5 (share)", "weight_below_half"),
            ("mean weight, rows the final model gets right", "weight_mean_correct"),
-           ("mean weight, rows it gets wrong", "weight_mean_wrong"))
+           ("mean weight, rows it gets wrong (seeds with any)", "weight_mean_wrong"))
 
 
 def table(results: StudyResults, dataset: str, regime: str) -> list[str]:
