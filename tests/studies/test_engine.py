@@ -73,3 +73,26 @@ def test_selection_ignores_the_test_metrics(tiny_study, tmp_path):
         assert {r.spec.seed: hyperparameters(r)["scale"]
                 for r in StudyResults.load(tiny_study, protocol, store).runs(
                     "normal", "shrunk")} == chosen
+
+
+def test_retry_failed_reruns_the_stored_failures_only(tiny_study, tmp_path, capsys,
+                                                       monkeypatch):
+    """A run that returned a NaN is stored as failed and kept by a plain rerun; after a fix,
+    ``--retry-failed`` runs it again (and only it)."""
+    args = ["reproduce", "tiny", "--quick", "--workers", "1", "--store",
+            str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "report")]
+    execute = type(tiny_study).execute
+
+    def broken(self, protocol, group):
+        results = execute(self, protocol, group)
+        if group[0].method == "raw" and group[0].seed == 0:
+            results[0].metrics["error"] = float("nan")
+        return results
+
+    monkeypatch.setattr(type(tiny_study), "execute", broken)
+    assert "11 runs done, 0 already stored, 1 failed" in run(args, capsys)
+    assert "0 runs done, 12 already stored, 0 failed" in run(args, capsys)
+    assert "Failed runs (1;" in (tmp_path / "report" / "README.md").read_text()
+    monkeypatch.setattr(type(tiny_study), "execute", execute)
+    assert "1 runs done, 11 already stored, 0 failed" in run([*args, "--retry-failed"], capsys)
+    assert "Failed runs" not in (tmp_path / "report" / "README.md").read_text()
