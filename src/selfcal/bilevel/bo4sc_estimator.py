@@ -267,17 +267,26 @@ class _Run:
              ) -> tuple[BO4SCState, BO4SCInfo | BO4SCBatchInfo, Any, torch.Tensor]:
         """One outer iteration; also the rows it may change (``None``: all) and their weights
         before it."""
-        x_val, y_val = self.all_val if self.all_val is not None else \
-            self.val.take(self.val_sampler.draw(1)[0], self.device, self.dtype)  # type: ignore[union-attr]
+        if self.val_sampler is None:
+            x_val, y_val = self.all_val  # type: ignore[misc]
+        else:
+            x_val, y_val = self.val.take(self.val_sampler.draw(1)[0], self.device, self.dtype)
         if self.train_sampler is None:
-            x, y = self.all_train  # type: ignore[misc]
-            x = self._augment(x)
-            update_running_stats(self.owner.model, state.params, [x] * self.steps)
-            before = state.weights
-            state, info = bo4sc_step(self.owner.model, state, BO4SCData(x, y, x_val, y_val),
-                                     config)
-            return state, info, None, before
-        rows = self.train_sampler.draw(self.steps)
+            return self._full_batch_step(state, config, x_val, y_val)
+        return self._minibatch_step(state, config, self.train_sampler, x_val, y_val)
+
+    def _full_batch_step(self, state: BO4SCState, config: BO4SCConfig, x_val: torch.Tensor,
+                         y_val: torch.Tensor) -> tuple[BO4SCState, BO4SCInfo, None, torch.Tensor]:
+        x, y = self.all_train  # type: ignore[misc]
+        x = self._augment(x)
+        update_running_stats(self.owner.model, state.params, [x] * self.steps)
+        new, info = bo4sc_step(self.owner.model, state, BO4SCData(x, y, x_val, y_val), config)
+        return new, info, None, state.weights
+
+    def _minibatch_step(self, state: BO4SCState, config: BO4SCConfig, sampler: EpochSampler,
+                        x_val: torch.Tensor, y_val: torch.Tensor
+                        ) -> tuple[BO4SCState, BO4SCBatchInfo, torch.Tensor, torch.Tensor]:
+        rows = sampler.draw(self.steps)
         x, y = self.train.take(rows.reshape(-1), self.device, self.dtype)
         x = torch.stack([self._augment(b) for b in x.unflatten(0, rows.shape)])
         update_running_stats(self.owner.model, state.params, x)
