@@ -186,6 +186,27 @@ def test_batchnorm_dropout_augmented_fit_is_seeded_and_finite():
     assert torch.equal(datasets.weights_, first.weights_)
 
 
+def test_an_interrupted_fit_leaves_the_model_as_it_was():
+    """Parameters, BatchNorm running statistics and the mode are those from before the fit
+    when it raises midway (here the augmentation, on its fourth batch)."""
+    x, y = sequences(128)
+    model = BatchNormNet().eval()
+    before = {k: t.clone() for k, t in model.state_dict().items()}
+    calls = []
+
+    def failing(batch: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return batch
+
+    with pytest.raises(KeyboardInterrupt):
+        BO4SC(model, batch_size=16, inner_steps=3, outer_iterations=3, batch_transform=failing,
+              inner_optimizer=SGD(0.1)).fit(x, y, x[:32], y[:32])
+    assert len(calls) == 4 and not model.training
+    assert all(torch.equal(t, before[k]) for k, t in model.state_dict().items())
+
+
 def test_weight_record_samples_rows_and_tracks_quantiles():
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=500, n_val=60)
     fitted = BO4SC(mlp(), batch_size=20, inner_steps=2, outer_iterations=6, weight_lr=100.0,

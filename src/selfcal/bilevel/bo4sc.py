@@ -279,8 +279,9 @@ def project_weights(weights: torch.Tensor, constraint: Constraint) -> torch.Tens
 def bo4sc_step(model: nn.Module, state: BO4SCState, data: BO4SCData,
                config: BO4SCConfig) -> tuple[BO4SCState, BO4SCInfo]:
     """One outer iteration: ``T`` inner steps from the warm start, the hypergradient, and
-    ``w <- Pi(w - eta_w dF/dw)``. Pure (``model`` is only evaluated through
-    ``torch.func.functional_call`` with the state's parameters), so it can be ``vmap``-ed."""
+    ``w <- Pi(w - eta_w dF/dw)``. Pure in the tensors (``model`` is only evaluated through
+    ``torch.func.functional_call`` with the state's parameters), so it can be ``vmap``-ed; it
+    leaves the model in evaluation mode (the outer loss's), which :class:`BO4SC` restores."""
     problem = bo4sc_problem(model, data, config)
     result = config.estimator(problem, state.weights, state.params, state.opt_state)
     weights = project_weights(state.weights - config.weight_lr * result.grad, config.constraint)

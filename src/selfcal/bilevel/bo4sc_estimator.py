@@ -66,6 +66,8 @@ class BO4SC:
     carried over unchanged. ``seed`` fixes the shuffling and the random
     number generators during :meth:`fit` (dropout, augmentation; the global generators are
     restored afterwards); without it the shuffling is drawn from torch's global generator.
+    The model's parameters are replaced only when the fit completes; a fit that raises (or is
+    interrupted) also restores the BatchNorm running statistics it had updated, and the mode.
     ``progress`` shows a progress bar with the outer loss on stderr.
 
     After :meth:`fit`: ``weights_`` ``[n_train]``; ``outer_losses_`` ``[outer_iterations]``
@@ -188,15 +190,18 @@ class BO4SC:
         batch_size, val_size = self._batch_sizes(len(train), len(val), config.estimator.steps)
         seed = self.seed if self.seed is not None else int(torch.randint(2**62, ()).item())
         devices = [like.device] if like.device.type == "cuda" else []
-        was_training = self.model.training
-        with torch.random.fork_rng(devices=devices):
+        buffers = {k: b.clone() for k, b in self.model.named_buffers()}
+        with torch.random.fork_rng(devices=devices), _mode(self.model, self.model.training):
             torch.manual_seed(seed)
             generator = torch.Generator().manual_seed(seed)
             run = _Run(self, config, train, val, batch_size, val_size, generator, like)
             try:
                 state, record, losses = run.loop(bo4sc_init(params, len(train), config))
-            finally:
-                self.model.train(was_training)
+            except BaseException:  # an interrupted fit leaves the model as it found it
+                with torch.no_grad():
+                    for name, value in self.model.named_buffers():
+                        value.copy_(buffers[name])
+                raise
         with torch.no_grad():
             for name, value in state.params.items():
                 params[name].copy_(value)
