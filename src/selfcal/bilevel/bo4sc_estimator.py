@@ -69,12 +69,18 @@ class BO4SC:
     The model's parameters are replaced only when the fit completes; a fit that raises (or is
     interrupted) also restores the BatchNorm running statistics it had updated, and the mode.
     ``progress`` shows a progress bar with the outer loss on stderr.
+    ``callback(iteration, params)`` runs after each outer iteration (0-based) with the current
+    parameters ``theta`` (a dict by name, on the model's device; read them, do not change
+    them; the model's own parameters are replaced only at the end) -- e.g. to keep the
+    checkpoint with the best validation score; returning ``True`` stops the fit there, which
+    then completes with the iterations run so far.
 
-    After :meth:`fit`: ``weights_`` ``[n_train]``; ``outer_losses_`` ``[outer_iterations]``
-    (validation outer loss at each ``theta_T``); ``weight_quantiles_`` ``[outer_iterations +
-    1, len(quantile_levels_)]`` (quantiles of the whole table after each iteration, see
-    :class:`~selfcal.bilevel._batches.WeightRecord`); ``weight_history_`` ``[outer_iterations
-    + 1, len(history_rows_)]``, the weights of ``history_rows_`` (every row when ``n_train <=
+    After :meth:`fit` (``I`` = the iterations run: ``outer_iterations`` unless ``callback``
+    stopped the fit): ``weights_`` ``[n_train]``; ``outer_losses_`` ``[I]`` (validation outer
+    loss at each ``theta_T``); ``weight_quantiles_`` ``[I + 1, len(quantile_levels_)]``
+    (quantiles of the whole table after each iteration, see
+    :class:`~selfcal.bilevel._batches.WeightRecord`); ``weight_history_`` ``[I + 1,
+    len(history_rows_)]``, the weights of ``history_rows_`` (every row when ``n_train <=
     history_rows``, else a seeded sample of ``history_rows`` of them; ``None`` unless
     ``record_weights``); and the model's parameters replaced in place by the final ``theta``.
     """
@@ -88,7 +94,8 @@ class BO4SC:
                  record_weights: bool = True, history_rows: int = 1000,
                  batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  inner_lr_schedule: Callable[[int], float] | None = None,
-                 progress: bool = False, seed: int | None = None) -> None:
+                 progress: bool = False, seed: int | None = None,
+                 callback: Callable[[int, Params], bool | None] | None = None) -> None:
         self.model = model
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size
@@ -107,6 +114,7 @@ class BO4SC:
         self.inner_lr_schedule = inner_lr_schedule
         self.progress = progress
         self.seed = seed
+        self.callback = callback
 
     # ------------------------------------------------------------- configuration
     def _config(self) -> BO4SCConfig:
@@ -257,6 +265,9 @@ class _Run:
                 record.record(state.weights, changed, before)
                 losses.append(info.outer_loss)
                 advance(info)
+                callback = self.owner.callback
+                if callback is not None and callback(iteration, state.params):
+                    break
         return state, record, losses
 
     def config_at(self, iteration: int) -> BO4SCConfig:

@@ -176,6 +176,30 @@ def train_config(protocol: ImageProtocol, regime: Regime, dataset: str, seed: in
                        device="cuda" if gpu else "cpu", **extra)
 
 
+def train_as(entry: tuple[str, str, dict[str, Any]], options: dict[str, Any],
+             model: torch.nn.Module, train: tuple, val: tuple | None, meta_val: tuple,
+             config: Any, on_epoch: Any = None, batch_transform: Any = None) -> Any:
+    """Train ``model`` in place as the method ``entry = (kind, name, fixed options)`` with the
+    candidate's ``options`` added; the history. ``kind``: ``"loss"`` (:func:`selfcal.training.fit`
+    with ``build_loss(name, **fixed, **options)``), ``"mixup"`` (``fit`` with the loss ``name``
+    and ``mixup_alpha = fixed["alpha"]``) or ``"meta"`` (:func:`selfcal.bilevel.fit_meta` with
+    ``method=name``, on ``meta_val``). ``on_epoch`` is the loop's callback: ``(epoch, model,
+    history)`` for ``fit``, ``(epoch, model, meta module)`` for ``fit_meta``."""
+    kind, name, fixed = entry
+    if kind == "meta":
+        from selfcal.bilevel import fit_meta
+
+        return fit_meta(model, train, val, meta_val, method=name, config=config,
+                        on_epoch=on_epoch, batch_transform=batch_transform, **fixed, **options)
+    from selfcal.losses import build_loss
+    from selfcal.training import fit
+
+    mixup = fixed["alpha"] if kind == "mixup" else 0.0
+    loss = build_loss(name, **({} if kind == "mixup" else {**fixed, **options}))
+    return fit(model, train, val, config=config, loss_fn=loss, on_epoch=on_epoch,
+               batch_transform=batch_transform, mixup_alpha=mixup)
+
+
 # ----------------------------------------------------------------------------- evaluation
 def logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Eval-mode logits in float64 on the CPU."""

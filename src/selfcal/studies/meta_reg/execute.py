@@ -52,23 +52,13 @@ def run(protocol: MetaRegProtocol, spec: RunSpec) -> RunResult:
 def train_method(method: str, options: dict[str, Any], model: torch.nn.Module, train: tuple,
                  val: tuple, meta_val: tuple, config: Any, curves: _images.Curves | None = None,
                  batch_transform: Any = None) -> Any:
-    """Train ``model`` in place as ``METHODS[method]`` with the candidate's ``options``
-    (``gamma`` / ``eps`` / ``lam`` of a loss; ``meta_lr`` of a meta-learner); the history."""
-    kind, name, fixed = METHODS[method]
-    if kind == "meta":
-        from selfcal.bilevel import fit_meta
-
-        return fit_meta(model, train, val, meta_val, method=name, config=config,
-                        on_epoch=None if curves is None else curves.after_meta_epoch,
-                        batch_transform=batch_transform, **fixed, **options)
-    from selfcal.losses import build_loss
-    from selfcal.training import fit
-
-    mixup = fixed["alpha"] if kind == "mixup" else 0.0
-    loss = build_loss(name, **({} if kind == "mixup" else {**fixed, **options}))
-    return fit(model, train, val, config=config, loss_fn=loss,
-               on_epoch=None if curves is None else curves.after_epoch,
-               batch_transform=batch_transform, mixup_alpha=mixup)
+    """Train ``model`` in place as ``METHODS[method]`` (:func:`selfcal.studies._images.train_as`)
+    with the candidate's ``options``, recording ``curves``; the history."""
+    entry = METHODS[method]
+    on_epoch = None if curves is None else (
+        curves.after_meta_epoch if entry[0] == "meta" else curves.after_epoch)
+    return _images.train_as(entry, options, model, train, val, meta_val, config, on_epoch,
+                            batch_transform)
 
 
 def bin_sweep(z: torch.Tensor, y: torch.Tensor) -> dict[str, float]:

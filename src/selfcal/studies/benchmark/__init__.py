@@ -1,0 +1,50 @@
+"""``selfcal reproduce benchmark``: every method of the three papers on the same data, backbone,
+initialisation and epoch budget -- cross-entropy, Brier, MMCE, label smoothing, mixup, focal,
+FLSD-53, dual focal, BSCE, BSCE-GRA, CE-DECE (meta-calibration), FLγ-SECE (γ-Net) and BO4SC --
+each scored raw, after temperature scaling and after isotonic regression, in a memorising and
+an early-stopped regime, 10 seeds: one leaderboard per dataset and regime that answers *does
+any of them beat cross-entropy followed by temperature scaling?*"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from selfcal.experiments.study import Study, register_study
+from selfcal.studies import _images
+from selfcal.studies.benchmark.protocol import (
+    METHODS,
+    PROTOCOLS,
+    RECIPES,
+    REGIMES,
+    SELECTION,
+    BenchmarkProtocol,
+)
+
+
+@register_study
+class Benchmark(Study):
+    name = "benchmark"
+    title = "Benchmark: every method of the three papers on the same data, one leaderboard"
+    help = ("All 13 training methods of the three papers (CE, Brier, MMCE, label smoothing, "
+            "mixup, focal, FLSD-53, DFL, BSCE, BSCE-GRA, CE-DECE, FLγ-SECE, BO4SC) on MNIST-1D, "
+            "digits, Blobs 1.7, Spiral 3.5 and breast cancer (CIFAR when present), raw / after "
+            "TS / after isotonic regression, memorising and early-stopped, 10 seeds; a "
+            "leaderboard with paired intervals against CE and CE + TS.")
+    version = 1
+    protocols = PROTOCOLS
+    selection = SELECTION
+
+    def fingerprint_extras(self):
+        return {"methods": METHODS, "recipes": {k: repr(v) for k, v in RECIPES.items()}}
+
+    def specs(self, protocol: BenchmarkProtocol):
+        datasets = tuple(protocol.datasets) + (
+            _images.available_cifar() if protocol.name == "full" else ())
+        return [self.spec(protocol, d, m, seed, regime=r, config=c)
+                for d in datasets for m in protocol.methods
+                for c in protocol.candidates(d, m) for seed in protocol.seeds for r in REGIMES]
+
+    def batch_by(self, spec) -> Hashable:
+        """Both regimes of one (dataset, method, candidate, seed) come from one run."""
+        hp = tuple(sorted((k, v) for k, v in spec.hparams.items() if k != "regime"))
+        return spec.dataset, spec.method, spec.seed, hp

@@ -1,0 +1,204 @@
+"""One training run of the benchmark gives both regimes' records: a method candidate trained
+once from its seed's initialisation on the seed's data, then evaluated at the last iterate
+(``memorise``) and at the checkpoint with the lowest validation NLL (``early-stop``).
+
+Every method trains on the same reduced training set: the loader's training split less a
+stratified, seeded 1/9 held out as the meta-validation set that CE-DECE, FLγ-SECE and BO4SC
+learn from (the meta-learning papers' 8:1:1; :func:`selfcal.studies._images.load_splits`).
+The validation split picks the checkpoint, selects the candidates, and fits the post-hoc
+calibrators; the test split is scored once per record and read by nothing else.
+
+Each regime's model is scored raw, after temperature scaling (a single ``T`` fitted by
+validation NLL, Guo et al.'s, ``*_ts``; the predicted class is unchanged) and after top-label
+isotonic regression fitted on validation (``*_iso``: the top-label confidence is remapped, the
+class unchanged, so only top-label metrics exist). ``train_seconds`` is the training time
+(the per-epoch validation pass of the checkpointing included, the same for every method).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+import selfcal.metrics as M
+from selfcal import Predictions
+from selfcal.bilevel import BO4SC, SGD, Adam, Unrolled
+from selfcal.experiments import RunResult, RunSpec
+from selfcal.metrics.calibration import top_label_bins
+from selfcal.models import build_model
+from selfcal.posthoc import IsotonicCalibration, TemperatureScaling
+from selfcal.studies import _images
+from selfcal.studies.benchmark.protocol import METHODS, BenchmarkProtocol, Recipe
+from selfcal.training import TrainConfig
+
+# Everything is imported at the top, so no training clock pays an import (a worker's first run
+# would, and its time relative to CE would be off).
+
+DECAY = 0.1
+"""The recipes' learning-rate factor at each milestone."""
+
+
+def execute(protocol: BenchmarkProtocol, group: list[RunSpec]) -> list[RunResult]:
+    """``group``: the regimes of one (dataset, method, candidate, seed), trained once."""
+    results = train_and_evaluate(protocol, group[0])
+    return [results[str(spec.hparams["regime"])] for spec in group]
+
+
+def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, RunResult]:
+    recipe = protocol.recipe(spec.dataset)
+    data, train, meta_val = _images.load_splits(protocol, spec.dataset, spec.seed)
+    model = build(recipe, data, spec.seed)
+    device = "cuda" if spec.dataset in _images.CIFAR and torch.cuda.is_available() else "cpu"
+    model.to(device)
+    checkpoint = BestCheckpoint(data.val.x.to(device), data.val.y.to(device))
+    options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
+    transform = _images.augmentation(data, spec.dataset)
+    start = time.perf_counter()
+    extra: dict[str, float] = {}
+    if spec.method == "bo4sc":
+        extra = train_bo4sc(protocol, recipe, model, train, meta_val, options, transform,
+                            spec.seed, checkpoint)
+    else:
+        config = train_config(recipe, spec.seed, device)
+        _images.train_as(METHODS[spec.method], options, model, train, None, meta_val, config,
+                         checkpoint.after_epoch, transform)
+    extra["train_seconds"] = time.perf_counter() - start
+    last = evaluate(protocol, model, data)
+    last.metrics.update({**extra, "hp.epochs": float(recipe.epochs)})
+    checkpoint.restore(model)
+    best = evaluate(protocol, model, data)
+    best.metrics.update({**extra, "hp.epochs": float(checkpoint.epoch + 1)})
+    return {"memorise": last, "early-stop": best}
+
+
+def build(recipe: Recipe, data: Any, seed: int) -> torch.nn.Module:
+    """The recipe's backbone, initialised from ``seed``."""
+    if recipe.model == "mlp":
+        return build_model("mlp", seed=seed, n_features=data.n_features,
+                           n_classes=data.n_classes, hidden=recipe.hidden)
+    return build_model(recipe.model, seed=seed, n_classes=data.n_classes)
+
+
+def train_config(recipe: Recipe, seed: int, device: str) -> Any:
+    return TrainConfig(epochs=recipe.epochs, optimizer=recipe.optimizer, lr=recipe.lr,
+                       momentum=recipe.momentum, weight_decay=recipe.weight_decay,
+                       batch_size=recipe.batch_size, milestones=recipe.milestones,
+                       grad_clip=recipe.grad_clip, seed=seed, device=device)
+
+
+# ----------------------------------------------------------------------------- BO4SC
+def train_bo4sc(protocol: BenchmarkProtocol, recipe: Recipe, model: torch.nn.Module,
+                train: tuple, meta_val: tuple, options: dict[str, Any], transform: Any,
+                seed: int, checkpoint: BestCheckpoint) -> dict[str, float]:
+    """BO4SC with the recipe's optimizer as its inner step and the recipe's budget of
+    ``epochs x steps per epoch`` inner steps, ``T`` (``options["inner_steps"]``) per outer
+    iteration. The recipe's losses are sums over a batch of ``B`` rows and BO4SC's is the mean,
+    so SGD's learning rate, weight decay and clipping norm become ``B lr``, ``wd / B`` and
+    ``c / B`` (the same step; Adam is invariant to the loss scale). The checkpoint is offered
+    after the outer iteration that completes each epoch. Returns the weights' summaries."""
+    steps, n = int(options["inner_steps"]), len(train[0])
+    rows = n if recipe.batch_size is None else recipe.batch_size
+    per_epoch = n // rows
+    milestones = [m * per_epoch // steps for m in recipe.milestones]
+    inner: Any = Adam(recipe.lr, weight_decay=recipe.weight_decay) \
+        if recipe.optimizer == "adam" else \
+        SGD(recipe.lr * rows, momentum=recipe.momentum, weight_decay=recipe.weight_decay / rows,
+            max_norm=None if recipe.grad_clip is None else recipe.grad_clip / rows)
+
+    def offer(iteration: int, params: Any) -> bool:
+        done, before = (iteration + 1) * steps // per_epoch, iteration * steps // per_epoch
+        if done > before:
+            checkpoint.offer(done - 1, model, params)
+        return False
+
+    fitted = BO4SC(model, batch_size=recipe.batch_size,
+                   val_batch_size=None if recipe.batch_size is None else
+                   min(len(meta_val[0]), protocol.val_batch_size),
+                   estimator=Unrolled(steps), inner_optimizer=inner,
+                   outer_iterations=recipe.epochs * per_epoch // steps,
+                   weight_lr=float(options["weight_lr"]), beta=float(options["beta"]),
+                   inner_lr_schedule=lambda i: DECAY ** sum(i >= m for m in milestones),
+                   batch_transform=transform, record_weights=False, seed=seed,
+                   callback=offer).fit(*train, *meta_val)
+    w = fitted.weights_.detach().double().cpu()
+    return {"weight_mean": float(w.mean()), "weight_below_half": float((w < 0.5).double().mean())}
+
+
+# ----------------------------------------------------------------------------- checkpoint
+class BestCheckpoint:
+    """The state with the lowest validation NLL offered so far (the first of equals; a
+    non-finite NLL is never kept): early stopping with unlimited patience, without stopping.
+    ``after_epoch`` is :func:`selfcal.training.fit`'s and :func:`selfcal.bilevel.fit_meta`'s
+    callback; :meth:`offer` takes functional parameters too (BO4SC's ``theta``, with the
+    module's buffers)."""
+
+    def __init__(self, x_val: torch.Tensor, y_val: torch.Tensor) -> None:
+        self.x, self.y = x_val, y_val
+        self.nll, self.epoch, self.state = math.inf, -1, None
+
+    def after_epoch(self, epoch: int, model: torch.nn.Module, _: Any = None) -> bool:
+        self.offer(epoch, model)
+        return False
+
+    def offer(self, epoch: int, model: torch.nn.Module, params: Any = None) -> None:
+        nll = float(torch.nn.functional.cross_entropy(self._logits(model, params).double(),
+                                                      self.y))
+        if nll < self.nll:
+            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            state.update({k: v.detach().clone() for k, v in (params or {}).items()})
+            self.nll, self.epoch, self.state = nll, epoch, state
+
+    def restore(self, model: torch.nn.Module) -> None:
+        if self.state is None:
+            raise RuntimeError("no checkpoint had a finite validation NLL")
+        model.load_state_dict(self.state)
+
+    def _logits(self, model: torch.nn.Module, params: Any) -> torch.Tensor:
+        from torch.func import functional_call
+
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                return torch.cat([model(c) if params is None else
+                                  functional_call(model, params, (c,))
+                                  for c in self.x.split(_images.EVAL_CHUNK)])
+        finally:
+            model.train(was_training)
+
+
+# ----------------------------------------------------------------------------- evaluation
+def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> RunResult:
+    """Validation scores (selection), the training error, and the test scores raw, after
+    temperature scaling and after isotonic regression, with their reliability bins."""
+    z_val, z = _images.logits(model, data.val.x), _images.logits(model, data.test.x)
+    val = Predictions.from_logits(z_val, data.val.y)
+    temperature = float(TemperatureScaling().fit(logits=z_val, labels=data.val.y).temperature_)
+    iso = IsotonicCalibration().fit(logits=z_val, labels=data.val.y)
+    raw = Predictions.from_logits(z, data.test.y)
+    calibrated = {"": raw, "_ts": Predictions.from_logits(z / temperature, data.test.y),
+                  "_iso": raw.with_confidence(iso.predict_confidence(logits=z))}
+    bins = protocol.n_bins
+    metrics = {"val_nll": float(M.nll(val)), "val_ece": float(M.ece(val, n_bins=bins)),
+               "val_accuracy": float(M.accuracy(val)), "temperature": temperature,
+               "train_error": float(M.error(logits=_images.logits(model, data.train.x),
+                                            labels=data.train.y)),
+               "accuracy": float(M.accuracy(raw)), "aurc": float(M.aurc(raw))}
+    metrics.update(_images.scores(raw, bins))
+    metrics.update({f"{k}_ts": v for k, v in _images.scores(calibrated["_ts"], bins).items()})
+    metrics.update({"ece_iso": float(M.ece(calibrated["_iso"], n_bins=bins)),
+                    "adaece_iso": float(M.adaece(calibrated["_iso"], n_bins=bins)),
+                    "mce_iso": float(M.mce(calibrated["_iso"], n_bins=bins))})
+    return RunResult(metrics=metrics, artefacts={f"bins{suffix or '_raw'}": bin_sums(pred, bins)
+                                                 for suffix, pred in calibrated.items()})
+
+
+def bin_sums(pred: Any, n_bins: int) -> np.ndarray:
+    """``[3, n_bins]``: per equal-width bin, the count and the sums of top-label confidence
+    and correctness (what a pooled reliability diagram needs)."""
+    stats = top_label_bins(pred, n_bins, "uniform")
+    return torch.stack([stats.count, stats.confidence_sum, stats.accuracy_sum]).double().numpy()

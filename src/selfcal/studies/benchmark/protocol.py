@@ -1,0 +1,183 @@
+"""The benchmark's protocol: the methods, the training recipe of each dataset, the two regimes,
+and the hyperparameter candidates -- reused from a paper study where the dataset and the
+backbone are the same, a grid of the study engine where they are not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from selfcal.experiments.selection import VAL_ECE, Candidates, Grid
+from selfcal.experiments.study import StudyProtocol
+from selfcal.studies._images import CIFAR
+
+METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "ce": ("loss", "ce", {}),
+    "brier": ("loss", "brier", {}),
+    "mmce": ("loss", "mmce", {}),
+    "label-smoothing": ("loss", "ls", {}),
+    "mixup": ("mixup", "ce", {"alpha": 1.0}),
+    "focal": ("loss", "focal", {}),
+    "flsd-53": ("loss", "flsd53", {}),
+    "dfl": ("loss", "dfl", {}),
+    "bsce": ("loss", "bsce", {}),
+    "bsce-gra": ("loss", "bsce-gra", {}),
+    "ce-dece": ("meta", "unit-l2", {"meta_objective": "dece"}),
+    "flγ-sece": ("meta", "gamma-net", {"meta_objective": "sece"}),
+    "bo4sc": ("bo4sc", "bo4sc", {}),
+}
+"""method -> (kind, loss or meta method, fixed options), as
+:func:`selfcal.studies._images.train_as` reads it; ``"bo4sc"``: minibatch (or full-batch)
+:class:`selfcal.bilevel.BO4SC` with the recipe's optimizer as its inner step."""
+LABELS = {"ce": "CE", "brier": "Brier", "mmce": "MMCE", "label-smoothing": "Label smoothing",
+          "mixup": "Mixup α=1", "focal": "Focal", "flsd-53": "FLSD-53", "dfl": "Dual focal",
+          "bsce": "BSCE", "bsce-gra": "BSCE-GRA", "ce-dece": "CE-DECE", "flγ-sece": "FLγ-SECE",
+          "bo4sc": "BO4SC"}
+REGIMES = ("memorise", "early-stop")
+REGIMES_DOC = """\
+* `memorise`: the last iterate of the whole schedule, long enough that cross-entropy drives
+  the training error to (near) zero and becomes over-confident.
+* `early-stop`: the same run's checkpoint with the lowest validation NLL (early stopping with
+  unlimited patience; checked after every epoch, for BO4SC after the outer iteration that ends
+  each epoch). Both regimes come from one training run per (method, candidate, seed)."""
+SELECTION = VAL_ECE
+"""Among a method's candidates: the lowest validation ECE (before temperature scaling) of the
+regime's model, per seed -- the image studies' criterion."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How every method trains on a dataset: the backbone (``hidden``: the MLP's widths) and
+    the optimizer and schedule (:class:`selfcal.training.TrainConfig`'s fields;
+    ``batch_size=None``: full batch)."""
+
+    model: str
+    epochs: int
+    optimizer: str
+    lr: float
+    batch_size: int | None
+    milestones: tuple[int, ...] = ()
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    grad_clip: float | None = None
+    hidden: tuple[int, ...] | None = None
+
+
+def image_recipe(model: str, epochs: int = 105, milestones: tuple[int, ...] = (45, 75)) -> Recipe:
+    """The papers' SGD recipe (:mod:`selfcal.studies._images`): momentum 0.9, weight decay
+    5e-4, learning rate 0.1 x0.1 at the milestones, batch 128, sum-reduced losses, clipping at
+    2; by default the image studies' ``long`` schedule (105 epochs, the one in which CE
+    memorises MNIST-1D and digits)."""
+    return Recipe(model, epochs, "sgd", 0.1, 128, milestones, 0.9, 5e-4, 2.0)
+
+
+TABULAR = Recipe("mlp", 400, "adam", 1e-2, None, hidden=(64, 64, 64))
+"""The BO4SC study's ``overfit`` regime: a 3 x 64 MLP, full-batch Adam at 1e-2 for 400 epochs
+(where Standard over-fits Blobs 1.7 and Spiral 3.5; results/bo4sc)."""
+RECIPES = {"mnist1d": image_recipe("cnn1d"), "digits-images": image_recipe("cnn2d"),
+           "cifar10": image_recipe("resnet18", 350, (150, 250)),
+           "cifar100": image_recipe("resnet18", 350, (150, 250))}
+"""Every other dataset trains with :data:`TABULAR`. CIFAR: ResNet-18 with the papers' own
+350-epoch schedule, on the GPU when present."""
+
+# ----------------------------------------------------------------------------- candidates
+CANDIDATES_DOC = """\
+Hyperparameters. On MNIST-1D and digits the paper studies already trained these methods with
+the same data, backbone, recipe and 105-epoch schedule and selected their tuned values per seed
+on validation (meta-reg: focal γ, label smoothing ε, MMCE λ, the meta learning rates;
+bsce-gra: dual focal γ, BSCE / BSCE-GRA γ and norm; bo4sc-images: BO4SC's η_w and T, β = 20).
+The benchmark reuses, per method, the candidate with the lowest validation ECE averaged over
+that study's seeds in its `long` regime (no test metric read; derived by
+`python -m selfcal.studies.benchmark.reuse`), so each method has one candidate there. On the
+tabular sets no paper study trained these methods: each tuned method's grid is run and
+selected per seed -- focal γ ∈ {1, 2, 3}, ε ∈ {0.05, 0.1}, MMCE λ ∈ {1, 2, 4}, dual focal γ ∈
+{1, 3, 5}, BSCE / BSCE-GRA γ ∈ {1, 3, 5} × norm ∈ {1, 2}, meta learning rate ∈ {1e-5, 1e-4,
+1e-3} -- except BO4SC, which keeps the BO4SC study's pilot choice for this network and recipe
+(T = 10, η_w = 100, β = 10). CIFAR: the papers' stated values."""
+REUSED = {
+    "mnist1d": {
+        "focal": {"gamma": 3.0}, "label-smoothing": {"eps": 0.05}, "mmce": {"lam": 1.0},
+        "dfl": {"gamma": 5.0}, "bsce": {"gamma": 4.0, "norm": 2},
+        "bsce-gra": {"gamma": 4.0, "norm": 1}, "ce-dece": {"meta_lr": 1e-4},
+        "flγ-sece": {"meta_lr": 1e-5}, "bo4sc": {"beta": 20.0, "inner_steps": 10,
+                                                 "weight_lr": 3.0}},
+    "digits-images": {
+        "focal": {"gamma": 2.0}, "label-smoothing": {"eps": 0.05}, "mmce": {"lam": 4.0},
+        "dfl": {"gamma": 4.0}, "bsce": {"gamma": 2.0, "norm": 2},
+        "bsce-gra": {"gamma": 2.0, "norm": 1}, "ce-dece": {"meta_lr": 1e-5},
+        "flγ-sece": {"meta_lr": 1e-3}, "bo4sc": {"beta": 20.0, "inner_steps": 5,
+                                                 "weight_lr": 300.0}},
+}
+"""MNIST-1D and digits: the paper studies ran these methods on the same data, split (the
+meta-learning split, except BSCE-GRA's study, which trained on the whole training split) and
+backbone with the same recipe and its 105-epoch ``long`` schedule, selecting per seed from their
+grids. Reused here: for each method, the candidate with the lowest validation ECE averaged over
+that study's seeds in the ``long`` regime -- focal, label smoothing, MMCE and the meta-learning
+rates from meta-reg (5 seeds), dual focal, BSCE and BSCE-GRA from bsce-gra (5 seeds), BO4SC
+from bo4sc-images (10 seeds). No test metric was read. Derived with
+``python -m selfcal.studies.benchmark.reuse`` from those studies' stores."""
+PAPER_VALUES = {
+    "focal": {"gamma": 1.0}, "label-smoothing": {"eps": 0.05}, "mmce": {"lam": 2.0},
+    "dfl": {"gamma": 5.0}, "bsce": {"gamma": 4.0, "norm": 2}, "bsce-gra": {"gamma": 4.0, "norm": 2},
+    "ce-dece": {"meta_lr": 1e-3}, "flγ-sece": {"meta_lr": 1e-3},
+    "bo4sc": {"beta": 20.0, "inner_steps": 10, "weight_lr": 30.0}}
+"""CIFAR (350 GPU epochs a candidate): the papers' stated values (the reference code's for
+BSCE, DFL and MMCE), Meta-Calibration's meta learning rate, and bo4sc-images' CIFAR point."""
+GAMMAS = (1.0, 3.0, 5.0)
+META_LRS = (1e-5, 1e-4, 1e-3)
+TABULAR_GRIDS = (
+    Grid("focal", gamma=(1.0, 2.0, 3.0)), Grid("label-smoothing", eps=(0.05, 0.1)),
+    Grid("mmce", lam=(1.0, 2.0, 4.0)), Grid("dfl", gamma=GAMMAS),
+    Grid("bsce", gamma=GAMMAS, norm=(1, 2)), Grid("bsce-gra", gamma=GAMMAS, norm=(1, 2)),
+    Grid("ce-dece", meta_lr=META_LRS), Grid("flγ-sece", meta_lr=META_LRS),
+    Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10, "weight_lr": 100.0}]),
+)
+"""The tabular sets (no paper study trained these methods there): the meta-reg grids (focal
+γ, ε, MMCE λ, the meta learning rate) and the bsce-gra grids thinned to γ ∈ {1, 3, 5}; BO4SC
+reuses the BO4SC study's pilot choice for this 3 x 64 network and recipe (results/bo4sc)."""
+
+
+@dataclass(frozen=True)
+class BenchmarkProtocol(StudyProtocol):
+    """Datasets, methods, the tabular recipe and grids, and what every run evaluates;
+    ``val_batch_size``: the most meta-validation rows one BO4SC outer loss reads."""
+
+    seeds: tuple[int, ...] = tuple(range(10))
+    datasets: tuple[str, ...] = ("mnist1d", "digits-images", "blobs-1.7", "spiral-3.5",
+                                 "breast-cancer")
+    methods: tuple[str, ...] = tuple(METHODS)
+    mnist1d_sizes: tuple[int, int, int] = (4000, 2000, 10000)
+    tabular: Recipe = TABULAR
+    tabular_grids: tuple[Grid | Candidates, ...] = TABULAR_GRIDS
+    n_bins: int = 15
+    val_batch_size: int = 1000
+
+    def recipe(self, dataset: str) -> Recipe:
+        return RECIPES.get(dataset, self.tabular)
+
+    def candidates(self, dataset: str, method: str) -> list[dict[str, Any]]:
+        """The reused point (MNIST-1D, digits), the papers' (CIFAR), else the grid."""
+        if dataset in REUSED or dataset in CIFAR:
+            reused = REUSED.get(dataset, PAPER_VALUES)
+            return [dict(reused.get(method, {}))]
+        for grid in self.tabular_grids:
+            if grid.method == method:
+                return grid.configs()
+        return [{}]
+
+
+FULL = BenchmarkProtocol("full")
+QUICK = BenchmarkProtocol(
+    "quick", seeds=(0, 1), datasets=("blobs-1.7",),
+    tabular=Recipe("mlp", 60, "adam", 1e-2, None, hidden=(32, 32)),
+    tabular_grids=(Grid("focal", gamma=(2.0,)), Grid("label-smoothing", eps=(0.05,)),
+                   Grid("mmce", lam=(2.0,)), Grid("dfl", gamma=(3.0,)),
+                   Grid("bsce", gamma=(3.0,), norm=(2,)),
+                   Grid("bsce-gra", gamma=(3.0,), norm=(2,)),
+                   Grid("ce-dece", meta_lr=(1e-3,)), Grid("flγ-sece", meta_lr=(1e-3,)),
+                   Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10,
+                                         "weight_lr": 100.0}])),
+    notes=("--quick: Blobs 1.7 only, two seeds, a 2 x 32 MLP for 60 epochs, one candidate "
+           "per method; every method and both regimes, for tests and a first look, not for "
+           "conclusions.",))
+PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
