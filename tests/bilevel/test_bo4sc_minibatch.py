@@ -243,6 +243,32 @@ def test_inner_lr_schedule_scales_the_inner_steps():
     assert all(torch.equal(first[k], frozen[k]) for k in first)
 
 
+def test_callback_sees_every_iterate_and_can_stop_the_fit():
+    """``callback(i, theta)`` after each outer iteration: the last call's ``theta`` is the fitted
+    model's; a fit stopped at iteration 2 equals a 3-iteration fit and records 3 iterations."""
+    x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=120, n_val=30)
+    seen = []
+
+    def fit(iterations, callback):
+        model = mlp()
+        fitted = BO4SC(model, batch_size=20, inner_steps=2, outer_iterations=iterations,
+                       weight_lr=100.0, seed=0, callback=callback
+                       ).fit(x_train, y_train, x_val, y_val)
+        return model, fitted
+
+    model, fitted = fit(5, lambda i, theta: seen.append(
+        (i, {k: v.detach().clone() for k, v in theta.items()})))
+    assert [i for i, _ in seen] == [0, 1, 2, 3, 4]
+    assert all(torch.equal(seen[-1][1][k], v) for k, v in params_of(model).items())
+    assert not torch.equal(seen[0][1]["0.weight"], seen[-1][1]["0.weight"])
+    stopped_model, stopped = fit(5, lambda i, theta: i == 2)
+    three_model, three = fit(3, None)
+    assert stopped.outer_losses_.shape == (3,) and stopped.weight_quantiles_.shape[0] == 4
+    assert torch.equal(stopped.weights_, three.weights_)
+    assert all(torch.equal(v, params_of(three_model)[k])
+               for k, v in params_of(stopped_model).items())
+
+
 def test_progress_bar_reports_on_stderr(capsys):
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=60, n_val=20)
     BO4SC(mlp(), batch_size=10, inner_steps=1, outer_iterations=2, progress=True).fit(
