@@ -102,29 +102,37 @@ def verdicts(results: StudyResults, regime: str, column: int, verdict: str
     return out
 
 
-def listing(found: list[tuple[str, str, Difference]]) -> str:
+def listing(results: StudyResults, regime: str,
+            found: list[tuple[str, str, Difference]]) -> str:
+    """``LABEL on DATASET (ECE difference; accuracy difference against CE)``, or ``none``."""
     if not found:
         return "none"
-    return "; ".join(f"{LABELS[m]} on {d} ({diff.format(100.0, 2)} points)"
-                     for d, m, diff in found)
+    out = []
+    for d, m, diff in found:
+        accuracy = compare(results, d, (m, "accuracy"), ("ce", "accuracy"), regime)
+        out.append(f"{LABELS[m]} on {d} ({diff.format(100.0, 2)}; accuracy "
+                   f"{'—' if accuracy is None else accuracy.format(100.0, 2)})")
+    return "; ".join(out)
 
 
 def summary_lines(results: StudyResults) -> list[str]:
     """Per regime: who beats CE + TS without and with TS, who beats raw CE, how many are worse
-    than CE + TS."""
+    than CE + TS, and how many "better" verdicts chance alone would give."""
     lines = []
     for regime in regime_names(results):
         pairs = sum(len(entries(results, d, regime)) - 1 for d in results.datasets)
         worse = verdicts(results, regime, 2, "worse")
-        lines += [f"**{regime} regime** ({pairs} method × dataset pairs against CE; ECE "
-                  "differences in points, paired 95% CI over seeds):", "",
-                  f"- better than CE + TS without post-hoc calibration: "
-                  f"{listing(verdicts(results, regime, 1, 'better'))}.",
-                  f"- better than CE + TS with TS applied to them too: "
-                  f"{listing(verdicts(results, regime, 2, 'better'))}.",
+        better = [listing(results, regime, verdicts(results, regime, column, "better"))
+                  for column in range(len(RIVALS))]
+        lines += [f"**{regime} regime** ({pairs} method × dataset pairs against CE; "
+                  "differences in points, method − CE, paired 95% CI over seeds):", "",
+                  f"- better than CE + TS without post-hoc calibration: {better[1]}.",
+                  f"- better than CE + TS with TS applied to them too: {better[2]}.",
                   f"- worse than CE + TS with TS applied to them too: {len(worse)} of {pairs}.",
-                  f"- better than raw CE (no post-hoc calibration on either): "
-                  f"{listing(verdicts(results, regime, 0, 'better'))}.", ""]
+                  f"- better than raw CE (no post-hoc calibration on either): {better[0]}.",
+                  f"- chance: with {pairs} uncorrected comparisons per line, about "
+                  f"{0.025 * pairs:.1f} \"better\" verdicts per line are expected even if no "
+                  "method differed from CE.", ""]
     return lines
 
 
