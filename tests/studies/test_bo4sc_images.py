@@ -7,7 +7,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from selfcal.bilevel import SGD
 from selfcal.models import build_model
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images import execute
@@ -15,15 +14,16 @@ from selfcal.studies.bo4sc_images.protocol import QUICK
 
 
 def test_inner_steps_on_the_mean_equal_the_recipe_on_the_sum():
-    """The module doc's equivalence: torch's SGD on the summed CE with lr, wd and clipping at
-    c equals our SGD on the mean CE with B lr, wd / B and c / B, step after step."""
+    """``mean_loss_sgd``'s equivalence (used by bo4sc-images and the benchmark): torch's SGD on
+    the summed CE with lr, wd and clipping at c equals our SGD on the mean CE with B lr, wd / B
+    and c / B, step after step."""
     data, (x, y), _ = _images.load_splits(QUICK, "digits-images", 0)
     batch = QUICK.batch_size
     model = build_model("cnn2d", seed=0, n_classes=10).double()
     theirs = torch.optim.SGD(model.parameters(), lr=QUICK.lr, momentum=QUICK.momentum,
                              weight_decay=QUICK.weight_decay)
-    ours = SGD(QUICK.lr * batch, momentum=QUICK.momentum, weight_decay=QUICK.weight_decay / batch,
-               max_norm=QUICK.grad_clip / batch)
+    ours = _images.mean_loss_sgd(QUICK.lr, QUICK.momentum, QUICK.weight_decay, QUICK.grad_clip,
+                                 batch)
     params = {k: p.detach().clone() for k, p in model.named_parameters()}
     state = ours.init(params)
 

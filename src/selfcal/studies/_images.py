@@ -200,6 +200,17 @@ def train_as(entry: tuple[str, str, dict[str, Any]], options: dict[str, Any],
                batch_transform=batch_transform, mixup_alpha=mixup)
 
 
+def mean_loss_sgd(lr: float, momentum: float, weight_decay: float, grad_clip: float | None,
+                  rows: int) -> Any:
+    """The recipe's SGD step on a loss summed over ``rows`` rows, rewritten for the mean of that
+    loss (BO4SC's inner loss): learning rate ``rows lr``, weight decay ``wd / rows`` and clipping
+    at ``c / rows`` give the same step (a differentiable :class:`selfcal.bilevel.SGD`)."""
+    from selfcal.bilevel import SGD
+
+    return SGD(lr * rows, momentum=momentum, weight_decay=weight_decay / rows,
+               max_norm=None if grad_clip is None else grad_clip / rows)
+
+
 # ----------------------------------------------------------------------------- evaluation
 def logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Eval-mode logits in float64 on the CPU."""

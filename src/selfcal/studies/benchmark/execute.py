@@ -26,7 +26,7 @@ import torch
 
 import selfcal.metrics as M
 from selfcal import Predictions
-from selfcal.bilevel import BO4SC, SGD, Adam, Unrolled
+from selfcal.bilevel import BO4SC, Adam, Unrolled
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.metrics.calibration import top_label_bins
 from selfcal.models import build_model
@@ -106,8 +106,8 @@ def train_bo4sc(protocol: BenchmarkProtocol, recipe: Recipe, model: torch.nn.Mod
     milestones = [m * per_epoch // steps for m in recipe.milestones]
     inner: Any = Adam(recipe.lr, weight_decay=recipe.weight_decay) \
         if recipe.optimizer == "adam" else \
-        SGD(recipe.lr * rows, momentum=recipe.momentum, weight_decay=recipe.weight_decay / rows,
-            max_norm=None if recipe.grad_clip is None else recipe.grad_clip / rows)
+        _images.mean_loss_sgd(recipe.lr, recipe.momentum, recipe.weight_decay, recipe.grad_clip,
+                              rows)
 
     def offer(iteration: int, params: Any) -> bool:
         done, before = (iteration + 1) * steps // per_epoch, iteration * steps // per_epoch

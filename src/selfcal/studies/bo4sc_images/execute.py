@@ -71,13 +71,13 @@ def train_bo4sc(protocol: BO4SCImagesProtocol, regime: _images.Regime, seed: int
                 transform: Any) -> Any:
     """Minibatch BO4SC with the recipe's steps (module doc); ``options``: ``weight_lr``,
     ``inner_steps``, ``beta``."""
-    from selfcal.bilevel import BO4SC, SGD, Unrolled
+    from selfcal.bilevel import BO4SC, Unrolled
 
     batch, steps = protocol.batch_size, int(options["inner_steps"])
     per_epoch = len(train[0]) // batch
     milestones = [m * per_epoch // steps for m in regime.milestones]
-    inner = SGD(protocol.lr * batch, momentum=protocol.momentum,
-                weight_decay=protocol.weight_decay / batch, max_norm=protocol.grad_clip / batch)
+    inner = _images.mean_loss_sgd(protocol.lr, protocol.momentum, protocol.weight_decay,
+                                  protocol.grad_clip, batch)
     return BO4SC(model, batch_size=batch,
                  val_batch_size=min(len(meta_val[0]), protocol.val_batch_size),
                  estimator=Unrolled(steps), inner_optimizer=inner,
