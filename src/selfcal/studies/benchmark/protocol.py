@@ -108,14 +108,8 @@ REUSED = {
         "flγ-sece": {"meta_lr": 1e-3}, "bo4sc": {"beta": 20.0, "inner_steps": 5,
                                                  "weight_lr": 300.0}},
 }
-"""MNIST-1D and digits: the paper studies ran these methods on the same data, split (the
-meta-learning split, except BSCE-GRA's study, which trained on the whole training split) and
-backbone with the same recipe and its 105-epoch ``long`` schedule, selecting per seed from their
-grids. Reused here: for each method, the candidate with the lowest validation ECE averaged over
-that study's seeds in the ``long`` regime -- focal, label smoothing, MMCE and the meta-learning
-rates from meta-reg (5 seeds), dual focal, BSCE and BSCE-GRA from bsce-gra (5 seeds), BO4SC
-from bo4sc-images (10 seeds). No test metric was read. Derived with
-``python -m selfcal.studies.benchmark.reuse`` from those studies' stores."""
+"""The reused candidate of each tuned method on MNIST-1D and digits (:data:`CANDIDATES_DOC`;
+bsce-gra's study trained on the whole training split, the others on the benchmark's split)."""
 PAPER_VALUES = {
     "focal": {"gamma": 1.0}, "label-smoothing": {"eps": 0.05}, "mmce": {"lam": 2.0},
     "dfl": {"gamma": 5.0}, "bsce": {"gamma": 4.0, "norm": 2}, "bsce-gra": {"gamma": 4.0, "norm": 2},
@@ -132,9 +126,8 @@ TABULAR_GRIDS = (
     Grid("ce-dece", meta_lr=META_LRS), Grid("flγ-sece", meta_lr=META_LRS),
     Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10, "weight_lr": 100.0}]),
 )
-"""The tabular sets (no paper study trained these methods there): the meta-reg grids (focal
-γ, ε, MMCE λ, the meta learning rate) and the bsce-gra grids thinned to γ ∈ {1, 3, 5}; BO4SC
-reuses the BO4SC study's pilot choice for this 3 x 64 network and recipe (results/bo4sc)."""
+"""The tabular sets' candidates (:data:`CANDIDATES_DOC`): meta-reg's grids, bsce-gra's thinned
+to γ ∈ {1, 3, 5}, and the BO4SC study's pilot point for this network (results/bo4sc)."""
 
 
 @dataclass(frozen=True)
