@@ -76,8 +76,9 @@ LABELS = {
 # ------------------------------------------------------------------------- problem
 def make_model(seed: int) -> nn.Module:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                         nn.Linear(64, 5))
+    return nn.Sequential(
+        nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5)
+    )
 
 
 def make_data(seed: int, n_train: int = 700, n_val: int = 300) -> BO4SCData:
@@ -103,8 +104,12 @@ def estimator_for(row: str, steps: int):
 
 def selfcal_runner(row: str, steps: int, data: BO4SCData) -> Callable[[], object]:
     model = make_model(0)
-    config = BO4SCConfig(estimator=estimator_for(row, steps), inner_optimizer=Adam(
-        INNER_LR, eps_root=EPS_ROOT), weight_lr=WEIGHT_LR, beta=BETA)
+    config = BO4SCConfig(
+        estimator=estimator_for(row, steps),
+        inner_optimizer=Adam(INNER_LR, eps_root=EPS_ROOT),
+        weight_lr=WEIGHT_LR,
+        beta=BETA,
+    )
     params = {k: p.detach() for k, p in model.named_parameters()}
     state = bo4sc_init(params, data.x_train.shape[0], config)
     return lambda: bo4sc_step(model, state, data, config)
@@ -129,8 +134,7 @@ def torchopt_runner(steps: int, data: BO4SCData) -> Callable[[], torch.Tensor]:
     import torchopt
 
     model = make_model(0)
-    inner_opt = torchopt.MetaAdam(model, lr=INNER_LR, eps_root=EPS_ROOT,
-                                  moment_requires_grad=True)
+    inner_opt = torchopt.MetaAdam(model, lr=INNER_LR, eps_root=EPS_ROOT, moment_requires_grad=True)
     weights = torch.ones(data.x_train.shape[0])
 
     def run() -> torch.Tensor:
@@ -174,9 +178,12 @@ def vmap_comparison(steps: int, n_problems: int, repeats: int) -> dict[str, floa
     """``vmap`` of one outer step over ``n_problems`` stacked problems vs a Python loop."""
     model = make_model(0)
     datasets = [make_data(seed) for seed in range(n_problems)]
-    config = BO4SCConfig(estimator=Unrolled(steps), inner_optimizer=Adam(INNER_LR,
-                                                                         eps_root=EPS_ROOT),
-                         weight_lr=WEIGHT_LR, beta=BETA)
+    config = BO4SCConfig(
+        estimator=Unrolled(steps),
+        inner_optimizer=Adam(INNER_LR, eps_root=EPS_ROOT),
+        weight_lr=WEIGHT_LR,
+        beta=BETA,
+    )
     states = []
     for seed in range(n_problems):
         params = {k: p.detach() for k, p in make_model(seed).named_parameters()}
@@ -184,15 +191,21 @@ def vmap_comparison(steps: int, n_problems: int, repeats: int) -> dict[str, floa
     stacked_data = BO4SCData(*(torch.stack(parts) for parts in zip(*datasets, strict=True)))
     stacked_state = BO4SCState(
         {k: torch.stack([s.params[k] for s in states]) for k in states[0].params},
-        type(states[0].opt_state)(*(torch.stack(parts) for parts in
-                                    zip(*(s.opt_state for s in states), strict=True))),
-        torch.stack([s.weights for s in states]))
+        type(states[0].opt_state)(
+            *(torch.stack(parts) for parts in zip(*(s.opt_state for s in states), strict=True))
+        ),
+        torch.stack([s.weights for s in states]),
+    )
     batched = vmap(lambda state, data: bo4sc_step(model, state, data, config))
-    return interleaved_medians({
-        "vmap": lambda: batched(stacked_state, stacked_data),
-        "loop": lambda: [bo4sc_step(model, s, d, config)
-                         for s, d in zip(states, datasets, strict=True)],
-    }, repeats)
+    return interleaved_medians(
+        {
+            "vmap": lambda: batched(stacked_state, stacked_data),
+            "loop": lambda: [
+                bo4sc_step(model, s, d, config) for s, d in zip(states, datasets, strict=True)
+            ],
+        },
+        repeats,
+    )
 
 
 # -------------------------------------------------------------------------- memory
@@ -221,8 +234,13 @@ def memory_delta(row: str, steps: int, script: str = __file__) -> float:
     """MiB: the peak-RSS increase ``script --memory-child ROW T`` prints from a fresh process
     (one thread, every tensor over 64 KiB served by ``mmap``)."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, script, "--memory-child", row, str(steps)],
-                         env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, script, "--memory-child", row, str(steps)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["delta"] / 2**20
 
 
@@ -233,8 +251,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--vmap-problems", type=int, default=25)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "bilevel.md")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "bilevel.md"
+    )
     parser.add_argument("--memory-child", nargs=2, metavar=("ROW", "T"))
     args = parser.parse_args()
     if args.memory_child:
@@ -271,23 +290,29 @@ def main() -> None:
         "",
         "## Time of one outer step / time of T plain steps",
         "",
-        header, rule,
+        header,
+        rule,
         "| T plain steps, absolute (ms) | "
-        + " | ".join(f"{times[s]['plain'] * 1e3:.1f}" for s in steps_list) + " |",
+        + " | ".join(f"{times[s]['plain'] * 1e3:.1f}" for s in steps_list)
+        + " |",
     ]
     for row in ROWS:
-        lines.append(f"| {LABELS[row]} | "
-                     + " | ".join(f"{times[s][row] / times[s]['plain']:.2f}x"
-                                  for s in steps_list) + " |")
+        lines.append(
+            f"| {LABELS[row]} | "
+            + " | ".join(f"{times[s][row] / times[s]['plain']:.2f}x" for s in steps_list)
+            + " |"
+        )
     lines += [
         "",
         "## Peak memory increase of one call (MiB; peak RSS delta in a fresh process)",
         "",
-        header, rule,
+        header,
+        rule,
     ]
     for row in ("plain", *ROWS):
-        lines.append(f"| {LABELS[row]} | "
-                     + " | ".join(f"{memory[s][row]:.1f}" for s in steps_list) + " |")
+        lines.append(
+            f"| {LABELS[row]} | " + " | ".join(f"{memory[s][row]:.1f}" for s in steps_list) + " |"
+        )
     lines += [
         "",
         f"## {args.vmap_problems} problems, Unrolled(10): one vmapped step vs a Python loop",

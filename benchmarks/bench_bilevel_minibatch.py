@@ -58,15 +58,18 @@ LR, MOMENTUM = 0.1, 0.9
 ESTIMATORS = {
     "unrolled": ("selfcal Unrolled(T)", lambda t: Unrolled(t)),
     "lookahead": ("selfcal OneStepLookahead(T)", lambda t: OneStepLookahead(t)),
-    "implicit": ("selfcal Implicit(T, ConjugateGradient(5))",
-                 lambda t: Implicit(t, ConjugateGradient(5))),
+    "implicit": (
+        "selfcal Implicit(T, ConjugateGradient(5))",
+        lambda t: Implicit(t, ConjugateGradient(5)),
+    ),
 }
 SHAPES = {"cnn1d": (40,), "resnet18": (3, 32, 32)}
 N_ROWS = (10_000, 20_000, 200_000, 1_000_000)
 
 
-def problem(model_name: str, steps: int, batch: int, device: str
-            ) -> tuple[nn.Module, BO4SCBatch, int]:
+def problem(
+    model_name: str, steps: int, batch: int, device: str
+) -> tuple[nn.Module, BO4SCBatch, int]:
     """The model (seeded) and one iteration's T batches of random inputs, 10 classes."""
     gen = torch.Generator().manual_seed(0)
     n = steps * batch
@@ -76,16 +79,21 @@ def problem(model_name: str, steps: int, batch: int, device: str
     x_val = torch.randn(batch, *SHAPES[model_name], generator=gen)
     y_val = torch.randint(0, 10, (batch,), generator=gen)
     model = build_model(model_name, seed=0, n_classes=10).to(device)
-    data = BO4SCBatch(x[rows].to(device), y[rows].to(device), rows.to(device),
-                      x_val.to(device), y_val.to(device))
+    data = BO4SCBatch(
+        x[rows].to(device), y[rows].to(device), rows.to(device), x_val.to(device), y_val.to(device)
+    )
     return model, data, n
 
 
-def bo4sc_runner(model_name: str, row: str, steps: int, batch: int, device: str
-                 ) -> Callable[[], object]:
+def bo4sc_runner(
+    model_name: str, row: str, steps: int, batch: int, device: str
+) -> Callable[[], object]:
     model, data, n = problem(model_name, steps, batch, device)
-    config = BO4SCConfig(estimator=ESTIMATORS[row][1](steps),
-                         inner_optimizer=SGD(LR, momentum=MOMENTUM), weight_lr=1.0)
+    config = BO4SCConfig(
+        estimator=ESTIMATORS[row][1](steps),
+        inner_optimizer=SGD(LR, momentum=MOMENTUM),
+        weight_lr=1.0,
+    )
     state = bo4sc_init({k: p.detach() for k, p in model.named_parameters()}, n, config)
     return lambda: _sync(bo4sc_minibatch_step(model, state, data, config)[1].outer_loss)
 
@@ -112,17 +120,26 @@ def _sync(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
-def runner(model_name: str, row: str, steps: int, batch: int, device: str
-           ) -> Callable[[], object]:
+def runner(model_name: str, row: str, steps: int, batch: int, device: str) -> Callable[[], object]:
     if row == "plain":
         return plain_runner(model_name, steps, batch, device)
     return bo4sc_runner(model_name, row, steps, batch, device)
 
 
-def time_rows(model_name: str, steps_list: list[int], batch: int, device: str, repeats: int,
-              rows: tuple[str, ...]) -> dict[int, dict[str, float]]:
-    return {t: interleaved_medians({r: runner(model_name, r, t, batch, device)
-                                    for r in ("plain", *rows)}, repeats) for t in steps_list}
+def time_rows(
+    model_name: str,
+    steps_list: list[int],
+    batch: int,
+    device: str,
+    repeats: int,
+    rows: tuple[str, ...],
+) -> dict[int, dict[str, float]]:
+    return {
+        t: interleaved_medians(
+            {r: runner(model_name, r, t, batch, device) for r in ("plain", *rows)}, repeats
+        )
+        for t in steps_list
+    }
 
 
 # ---------------------------------------------------------------------------- memory
@@ -157,11 +174,13 @@ def per_iteration_seconds(n_rows: int, iterations: int) -> float:
 
     def fit(count: int) -> float:
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                              nn.Linear(64, 10))
+        model = nn.Sequential(
+            nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)
+        )
         start = time.perf_counter()
-        fitted = BO4SC(model, batch_size=256, inner_steps=10, outer_iterations=count,
-                       weight_lr=1.0, seed=0).fit(x, y, x_val, y_val)
+        fitted = BO4SC(
+            model, batch_size=256, inner_steps=10, outer_iterations=count, weight_lr=1.0, seed=0
+        ).fit(x, y, x_val, y_val)
         assert fitted.weights_.shape == (n_rows,)
         return time.perf_counter() - start
 
@@ -172,14 +191,19 @@ def per_iteration_seconds(n_rows: int, iterations: int) -> float:
 # ------------------------------------------------------------------------------ main
 def ratio_table(times: dict[int, dict[str, float]], rows: tuple[str, ...]) -> list[str]:
     steps = list(times)
-    lines = ["| computation | " + " | ".join(f"T = {t}" for t in steps) + " |",
-             "|---|" + "---|" * len(steps),
-             "| T plain SGD steps, absolute (ms) | "
-             + " | ".join(f"{times[t]['plain'] * 1e3:.1f}" for t in steps) + " |"]
+    lines = [
+        "| computation | " + " | ".join(f"T = {t}" for t in steps) + " |",
+        "|---|" + "---|" * len(steps),
+        "| T plain SGD steps, absolute (ms) | "
+        + " | ".join(f"{times[t]['plain'] * 1e3:.1f}" for t in steps)
+        + " |",
+    ]
     for row in rows:
-        lines.append(f"| {ESTIMATORS[row][0]} | "
-                     + " | ".join(f"{times[t][row] / times[t]['plain']:.2f}x" for t in steps)
-                     + " |")
+        lines.append(
+            f"| {ESTIMATORS[row][0]} | "
+            + " | ".join(f"{times[t][row] / times[t]['plain']:.2f}x" for t in steps)
+            + " |"
+        )
     return lines
 
 
@@ -188,8 +212,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--iterations", type=int, default=23)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "bilevel-minibatch.md")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "bilevel-minibatch.md"
+    )
     parser.add_argument("--memory-child", nargs=2, metavar=("ROW", "T"))
     args = parser.parse_args()
     if args.memory_child:
@@ -197,10 +222,13 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     cnn = time_rows("cnn1d", [1, 5, 10, 20], 128, "cpu", args.repeats, tuple(ESTIMATORS))
-    resnet = time_rows("resnet18", [1, 3], 32, "cpu", max(2, args.repeats // 2),
-                       ("unrolled", "lookahead"))
-    memory = {t: {r: memory_delta(r, t, __file__) for r in ("plain", "unrolled", "implicit")}
-              for t in (1, 5, 10, 20)}
+    resnet = time_rows(
+        "resnet18", [1, 3], 32, "cpu", max(2, args.repeats // 2), ("unrolled", "lookahead")
+    )
+    memory = {
+        t: {r: memory_delta(r, t, __file__) for r in ("plain", "unrolled", "implicit")}
+        for t in (1, 5, 10, 20)
+    }
     scaling = {n: per_iteration_seconds(n, args.iterations) for n in N_ROWS}
 
     lines = [
@@ -214,37 +242,61 @@ def main() -> None:
         "(the cost does not depend on the values).",
         "",
         "## MNIST-1D CNN (cnn1d), batch 128, CPU: time / T plain steps",
-        "", *ratio_table(cnn, tuple(ESTIMATORS)), "",
+        "",
+        *ratio_table(cnn, tuple(ESTIMATORS)),
+        "",
         "## CIFAR ResNet-18 (resnet18, 3x32x32), batch 32, CPU: time / T plain steps",
-        "", *ratio_table(resnet, ("unrolled", "lookahead")), "",
-        "## Peak memory increase of one call, cnn1d, batch 128 (MiB; fresh process)", "",
-        "| computation | T = 1 | T = 5 | T = 10 | T = 20 |", "|---|---|---|---|---|",
+        "",
+        *ratio_table(resnet, ("unrolled", "lookahead")),
+        "",
+        "## Peak memory increase of one call, cnn1d, batch 128 (MiB; fresh process)",
+        "",
+        "| computation | T = 1 | T = 5 | T = 10 | T = 20 |",
+        "|---|---|---|---|---|",
     ]
-    labels = {"plain": "torch.optim.SGD, T plain steps (reference)", "unrolled":
-              ESTIMATORS["unrolled"][0], "implicit": ESTIMATORS["implicit"][0]}
+    labels = {
+        "plain": "torch.optim.SGD, T plain steps (reference)",
+        "unrolled": ESTIMATORS["unrolled"][0],
+        "implicit": ESTIMATORS["implicit"][0],
+    }
     for row, label in labels.items():
-        lines.append(f"| {label} | " + " | ".join(f"{memory[t][row]:.1f}" for t in memory)
-                     + " |")
+        lines.append(f"| {label} | " + " | ".join(f"{memory[t][row]:.1f}" for t in memory) + " |")
     base = scaling[N_ROWS[0]]
-    lines += ["", "## One more outer iteration against the number of training rows", "",
-              "`BO4SC(model, batch_size=256, inner_steps=10)`, MLP 20-64-64-10, CPU; the "
-              f"difference of a {args.iterations}- and a 3-iteration fit, per iteration.", "",
-              "| rows N | seconds / iteration | vs N = 10^4 |", "|---|---|---|"]
+    lines += [
+        "",
+        "## One more outer iteration against the number of training rows",
+        "",
+        "`BO4SC(model, batch_size=256, inner_steps=10)`, MLP 20-64-64-10, CPU; the "
+        f"difference of a {args.iterations}- and a 3-iteration fit, per iteration.",
+        "",
+        "| rows N | seconds / iteration | vs N = 10^4 |",
+        "|---|---|---|",
+    ]
     lines += [f"| {n:,} | {s:.4f} | {s / base:.2f}x |" for n, s in scaling.items()]
     lines += ["", "## GPU", ""]
     if torch.cuda.is_available():
-        gpu = time_rows("resnet18", [1, 5, 10], 128, "cuda", args.repeats,
-                        ("unrolled", "lookahead"))
-        lines += [f"{torch.cuda.get_device_name()}, ResNet-18, batch 128:", "",
-                  *ratio_table(gpu, ("unrolled", "lookahead")), "",
-                  "| peak CUDA memory of one call (MiB) | T = 1 | T = 5 | T = 10 |",
-                  "|---|---|---|---|"]
+        gpu = time_rows(
+            "resnet18", [1, 5, 10], 128, "cuda", args.repeats, ("unrolled", "lookahead")
+        )
+        lines += [
+            f"{torch.cuda.get_device_name()}, ResNet-18, batch 128:",
+            "",
+            *ratio_table(gpu, ("unrolled", "lookahead")),
+            "",
+            "| peak CUDA memory of one call (MiB) | T = 1 | T = 5 | T = 10 |",
+            "|---|---|---|---|",
+        ]
         for row in ("plain", "unrolled", "lookahead"):
-            lines.append(f"| {row} | " + " | ".join(
-                f"{cuda_peak('resnet18', row, t, 128):.0f}" for t in (1, 5, 10)) + " |")
+            lines.append(
+                f"| {row} | "
+                + " | ".join(f"{cuda_peak('resnet18', row, t, 128):.0f}" for t in (1, 5, 10))
+                + " |"
+            )
     else:
-        lines.append("Not run: no CUDA device on the machine that produced this report (the "
-                     "ResNet-18 rows run on the GPU when `torch.cuda.is_available()`).")
+        lines.append(
+            "Not run: no CUDA device on the machine that produced this report (the "
+            "ResNet-18 rows run on the GPU when `torch.cuda.is_available()`)."
+        )
     write_report("\n".join(lines) + "\n", args.out)
 
 

@@ -38,8 +38,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "evaluate.md")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "evaluate.md"
+    )
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -64,19 +65,27 @@ def main() -> None:
             runs.append(timed(evaluate))
     seconds = statistics.median(runs)
     ratio = statistics.median(r / m for r, m in zip(runs, refs, strict=True))
-    text = "\n".join([
-        f"# `selfcal evaluate` on {args.n:,} rows x {args.classes} classes (float32 logits, .npz)",
-        "",
-        f"selfcal {selfcal.__version__}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, {platform.machine()}; median of {args.repeats}.",
-        f"Command: `python benchmarks/bench_evaluate.py --n {args.n} --repeats {args.repeats}`",
-        "",
-        "| quantity | value |",
-        "|---|---|",
-        f"| wall time, all 12 metrics + {default_resamples(args.n)} bootstrap resamples | "
-        f"{seconds:.1f} s |",
-        f"| the same / one torch.max(dim=1) pass over the logits | {ratio:.0f}x |",
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                f"# `selfcal evaluate` on {args.n:,} rows x {args.classes} classes "
+                "(float32 logits, .npz)",
+                "",
+                f"selfcal {selfcal.__version__}, torch {torch.__version__}, "
+                f"{torch.get_num_threads()} threads, {platform.machine()}; "
+                f"median of {args.repeats}.",
+                "Command: `python benchmarks/bench_evaluate.py "
+                f"--n {args.n} --repeats {args.repeats}`",
+                "",
+                "| quantity | value |",
+                "|---|---|",
+                f"| wall time, all 12 metrics + {default_resamples(args.n)} bootstrap resamples | "
+                f"{seconds:.1f} s |",
+                f"| the same / one torch.max(dim=1) pass over the logits | {ratio:.0f}x |",
+            ]
+        )
+        + "\n"
+    )
     write_report(text, args.out)
 
 

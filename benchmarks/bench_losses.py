@@ -62,15 +62,22 @@ REFERENCE = "torch nn.CrossEntropyLoss(sum)"
 def make_model(kind: str, n_features: int, n_classes: int) -> nn.Module:
     if kind == "mlp":
         return nn.Sequential(
-            nn.Linear(n_features, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+            nn.Linear(n_features, 256),
+            nn.ReLU(),
+            nn.Linear(256, 256),
+            nn.ReLU(),
             nn.Linear(256, n_classes),
         )
     return nn.Sequential(
         nn.Unflatten(1, (1, n_features)),
-        nn.Conv1d(1, 32, 5, padding=2), nn.ReLU(),
-        nn.Conv1d(32, 32, 5, padding=2, stride=2), nn.ReLU(),
-        nn.Conv1d(32, 32, 5, padding=2, stride=2), nn.ReLU(),
-        nn.Flatten(), nn.Linear(32 * ((n_features + 3) // 4), n_classes),
+        nn.Conv1d(1, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.Conv1d(32, 32, 5, padding=2, stride=2),
+        nn.ReLU(),
+        nn.Conv1d(32, 32, 5, padding=2, stride=2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(32 * ((n_features + 3) // 4), n_classes),
     )
 
 
@@ -85,8 +92,9 @@ class Trainer:
 
     def reset(self) -> None:
         self.model.load_state_dict(self.initial)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9,
-                                         weight_decay=5e-4)
+        self.optimizer = torch.optim.SGD(
+            self.model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4
+        )
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """One SGD step; returns its wall time in seconds."""
@@ -98,8 +106,9 @@ class Trainer:
         return time.perf_counter() - start
 
 
-def time_losses(kind: str, x: torch.Tensor, y: torch.Tensor, batch: int,
-                repeats: int) -> tuple[dict[str, float], float]:
+def time_losses(
+    kind: str, x: torch.Tensor, y: torch.Tensor, batch: int, repeats: int
+) -> tuple[dict[str, float], float]:
     """Median over rounds of (epoch time of a loss) / (epoch time of the reference in the same
     round). The losses are interleaved step by step -- batch ``i`` of every loss runs before
     batch ``i + 1`` of any -- so a load change on a shared machine hits all of them alike."""
@@ -171,8 +180,12 @@ def main() -> None:
     for name in results[settings[0]][0]:
         ratios = [results[setting][0][name] for setting in settings]
         lines.append(f"| {name} | " + " | ".join(f"{r:.3f}x" for r in ratios) + " |")
-    lines += ["", "Reference (CE) epoch: " + ", ".join(
-        f"{c} {results[s][1] * 1e3:.1f} ms" for c, s in zip(columns, settings)) + "."]
+    lines += [
+        "",
+        "Reference (CE) epoch: "
+        + ", ".join(f"{c} {results[s][1] * 1e3:.1f} ms" for c, s in zip(columns, settings))
+        + ".",
+    ]
     text = "\n".join(lines) + "\n"
     write_report(text, args.out)
 

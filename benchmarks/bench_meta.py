@@ -48,13 +48,17 @@ from selfcal.bilevel.meta_calibration import make_meta_module
 from selfcal.models import build_model
 from selfcal.training import TrainConfig, make_optimizer
 
-CONFIG = TrainConfig(optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=5e-4,
-                     batch_size=128, grad_clip=2.0)
+CONFIG = TrainConfig(
+    optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=5e-4, batch_size=128, grad_clip=2.0
+)
 BATCH = 128
 N_CLASSES = 10
 PLAIN = "plain CE step (reference)"
-METHODS = {"gamma-net + SECE": ("gamma-net", "sece"), "gamma-net + DECE": ("gamma-net", "dece"),
-           "CE-DECE (unit-wise L2)": ("unit-l2", "dece")}
+METHODS = {
+    "gamma-net + SECE": ("gamma-net", "sece"),
+    "gamma-net + DECE": ("gamma-net", "dece"),
+    "CE-DECE (unit-wise L2)": ("unit-l2", "dece"),
+}
 TARGET = 1.5
 
 
@@ -67,18 +71,23 @@ class Backbone:
 
 
 BACKBONES = {
-    "resnet18": Backbone("resnet18", (3, 32, 32),
-                         "CIFAR ResNet-18 (11.2M parameters, head 512 x 10), CIFAR-shaped "
-                         "random inputs 3x32x32", 5),
-    "cnn2d": Backbone("cnn2d", (1, 8, 8),
-                      "tiny cnn2d (head 128 x 10), 8x8 digit-shaped random inputs", 100),
+    "resnet18": Backbone(
+        "resnet18",
+        (3, 32, 32),
+        "CIFAR ResNet-18 (11.2M parameters, head 512 x 10), CIFAR-shaped random inputs 3x32x32",
+        5,
+    ),
+    "cnn2d": Backbone(
+        "cnn2d", (1, 8, 8), "tiny cnn2d (head 128 x 10), 8x8 digit-shaped random inputs", 100
+    ),
 }
 
 Step = Callable[[], object]
 
 
-def plain_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-               y: torch.Tensor) -> None:
+def plain_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> None:
     optimizer.zero_grad(set_to_none=True)
     F.cross_entropy(model(x), y, reduction="sum").backward()
     nn.utils.clip_grad_norm_(model.parameters(), 2.0)
@@ -100,16 +109,19 @@ def component_steps(name: str, data: tuple[torch.Tensor, ...]) -> dict[str, Step
     model = build_model(name, seed=0, n_classes=N_CLASSES)
     meta, objective = make_meta_module(model, "gamma-net"), meta_objective("sece")
     with torch.no_grad():
-        features = model.features(x)             # train mode, as in the step
+        features = model.features(x)  # train mode, as in the step
         batch = MetaBatch(x, y, features, xm, ym, eval_features(model, xm))
 
     def hypergradient(estimator: AutogradLookahead | OneStepLookahead) -> Step:
-        return lambda: meta_hypergradient(model, meta, batch, lr=CONFIG.lr,
-                                          objective=objective, estimator=estimator)
+        return lambda: meta_hypergradient(
+            model, meta, batch, lr=CONFIG.lr, objective=objective, estimator=estimator
+        )
 
-    return {"meta-val forward (eval mode, no grad)": lambda: eval_features(model, xm),
-            "hypergradient, autograd fast path (default)": hypergradient(AutogradLookahead()),
-            "hypergradient, torch.func engine (reference)": hypergradient(OneStepLookahead())}
+    return {
+        "meta-val forward (eval mode, no grad)": lambda: eval_features(model, xm),
+        "hypergradient, autograd fast path (default)": hypergradient(AutogradLookahead()),
+        "hypergradient, torch.func engine (reference)": hypergradient(OneStepLookahead()),
+    }
 
 
 def eval_features(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -138,26 +150,39 @@ def run_backbone(spec: Backbone, repeats: int) -> tuple[dict[str, float], list[s
     components = component_steps(spec.name, data)
     medians = interleaved_medians(steps | components, repeats)
     reference = medians[PLAIN]
-    lines = [f"## {spec.name}: {spec.description}", "",
-             f"Median of {repeats} interleaved repeats.", "",
-             "| step | median (ms) | ratio to plain |", "|---|---|---|"]
+    lines = [
+        f"## {spec.name}: {spec.description}",
+        "",
+        f"Median of {repeats} interleaved repeats.",
+        "",
+        "| step | median (ms) | ratio to plain |",
+        "|---|---|---|",
+    ]
     for name in (*steps, *components):
         if name == next(iter(components)):
-            lines += ["", "Components of the γ-Net + SECE meta step, timed alone:", "",
-                      "| component | median (ms) | ratio to plain |", "|---|---|---|"]
-        lines.append(f"| {name} | {1e3 * medians[name]:.3f} | "
-                     f"{medians[name] / reference:.2f}x |")
+            lines += [
+                "",
+                "Components of the γ-Net + SECE meta step, timed alone:",
+                "",
+                "| component | median (ms) | ratio to plain |",
+                "|---|---|---|",
+            ]
+        lines.append(f"| {name} | {1e3 * medians[name]:.3f} | {medians[name] / reference:.2f}x |")
     return {name: medians[name] / reference for name in medians}, lines
 
 
 def summary(ratios: dict[str, dict[str, float]]) -> list[str]:
     """One generated sentence per backbone: the meta-step ratios and what they consist of."""
-    lines = ["## Summary", "",
-             "A meta step is a plain step (its train forward is shared with the real step) "
-             "plus an eval-mode, no-grad forward of the meta-val batch (the outer loss needs "
-             "its features), the head-sized lookahead hypergradient, γ-Net and Adam on phi. "
-             "The forward is backbone-sized and cannot be dropped without changing the method; "
-             "the rest is fixed and small, so it dominates only on a tiny backbone.", ""]
+    lines = [
+        "## Summary",
+        "",
+        "A meta step is a plain step (its train forward is shared with the real step) "
+        "plus an eval-mode, no-grad forward of the meta-val batch (the outer loss needs "
+        "its features), the head-sized lookahead hypergradient, γ-Net and Adam on phi. "
+        "The forward is backbone-sized and cannot be dropped without changing the method; "
+        "the rest is fixed and small, so it dominates only on a tiny backbone.",
+        "",
+    ]
     for name, r in ratios.items():
         worst = max(r[row] for row in METHODS)
         verdict = "met" if worst <= TARGET else "NOT met"
@@ -169,20 +194,27 @@ def summary(ratios: dict[str, dict[str, float]]) -> list[str]:
             f"({r['gamma-net + SECE'] - 1:.2f}x), the eval-mode meta-val forward is "
             f"{r['meta-val forward (eval mode, no grad)']:.2f}x and the hypergradient "
             f"{fast:.2f}x (the torch.func engine: {engine:.2f}x); the remainder is γ-Net, "
-            f"Adam on phi, the focal loss in place of CE and timing noise.")
+            f"Adam on phi, the focal loss in place of CE and timing noise."
+        )
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backbones", default=",".join(BACKBONES),
-                        help=f"comma-separated subset of {', '.join(BACKBONES)}")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="repeats for every backbone (default: "
-                             + ", ".join(f"{b.name} {b.repeats}" for b in BACKBONES.values())
-                             + ")")
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "meta.md")
+    parser.add_argument(
+        "--backbones",
+        default=",".join(BACKBONES),
+        help=f"comma-separated subset of {', '.join(BACKBONES)}",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repeats for every backbone (default: "
+        + ", ".join(f"{b.name} {b.repeats}" for b in BACKBONES.values())
+        + ")",
+    )
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "meta.md")
     args = parser.parse_args()
     names = [n.strip() for n in args.backbones.split(",") if n.strip()]
     unknown = sorted(set(names) - set(BACKBONES))
@@ -190,12 +222,17 @@ def main() -> None:
         parser.error(f"--backbones: unknown {unknown}; choose from {list(BACKBONES)}")
     torch.set_num_threads(1)
     command = f"python benchmarks/bench_meta.py --backbones {','.join(names)}" + (
-        f" --repeats {args.repeats}" if args.repeats is not None else "")
-    lines = ["# One meta-learning iteration vs one plain CE step", "",
-             f"Train batch {BATCH} + meta batch {BATCH}, {N_CLASSES} classes, 1 intra-op "
-             f"thread; torch {torch.__version__}, {platform.processor() or platform.machine()}"
-             ", shared machine (ratios of interleaved medians; absolute times are noisy).",
-             f"Command: `{command}`", ""]
+        f" --repeats {args.repeats}" if args.repeats is not None else ""
+    )
+    lines = [
+        "# One meta-learning iteration vs one plain CE step",
+        "",
+        f"Train batch {BATCH} + meta batch {BATCH}, {N_CLASSES} classes, 1 intra-op "
+        f"thread; torch {torch.__version__}, {platform.processor() or platform.machine()}"
+        ", shared machine (ratios of interleaved medians; absolute times are noisy).",
+        f"Command: `{command}`",
+        "",
+    ]
     ratios = {}
     for name in names:
         spec = BACKBONES[name]

@@ -38,12 +38,14 @@ def round_ratio(times: dict[str, list[float]], num: str, den: str) -> str:
 
 def kernels_off(fn):
     """``fn`` run on the plain torch path (what a user without numba gets)."""
+
     def run():
         os.environ["SELFCAL_KERNELS"] = "0"
         try:
             return fn()
         finally:
             del os.environ["SELFCAL_KERNELS"]
+
     return run
 
 
@@ -52,8 +54,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000_000)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "metrics.md")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "metrics.md"
+    )
     args = parser.parse_args()
 
     gen = torch.Generator().manual_seed(0)
@@ -65,8 +68,9 @@ def main() -> None:
     def tm(norm: str):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return tmf.calibration_error(probs, labels, task="multiclass",
-                                         num_classes=args.classes, n_bins=15, norm=norm)
+            return tmf.calibration_error(
+                probs, labels, task="multiclass", num_classes=args.classes, n_bins=15, norm=norm
+            )
 
     pred = Predictions.from_probs(probs, labels)
     rows = {
@@ -77,16 +81,21 @@ def main() -> None:
         "selfcal adaece": lambda: adaece(probs=probs, labels=labels),
         "selfcal ece (pre-validated Predictions)": lambda: ece(pred),
         "selfcal adaece (pre-validated Predictions)": lambda: adaece(pred),
-        "selfcal ece, torch path (SELFCAL_KERNELS=0)":
-            kernels_off(lambda: ece(probs=probs, labels=labels)),
-        "selfcal adaece, torch path (SELFCAL_KERNELS=0)":
-            kernels_off(lambda: adaece(probs=probs, labels=labels)),
+        "selfcal ece, torch path (SELFCAL_KERNELS=0)": kernels_off(
+            lambda: ece(probs=probs, labels=labels)
+        ),
+        "selfcal adaece, torch path (SELFCAL_KERNELS=0)": kernels_off(
+            lambda: adaece(probs=probs, labels=labels)
+        ),
         "torchmetrics ECE (l1)": lambda: tm("l1"),
         "torchmetrics MCE (max)": lambda: tm("max"),
     }
-    peers = {"selfcal ece": "torchmetrics ECE (l1)", "selfcal mce": "torchmetrics MCE (max)",
-             "selfcal ece (pre-validated Predictions)": "torchmetrics ECE (l1)",
-             "selfcal ece, torch path (SELFCAL_KERNELS=0)": "torchmetrics ECE (l1)"}
+    peers = {
+        "selfcal ece": "torchmetrics ECE (l1)",
+        "selfcal mce": "torchmetrics MCE (max)",
+        "selfcal ece (pre-validated Predictions)": "torchmetrics ECE (l1)",
+        "selfcal ece, torch path (SELFCAL_KERNELS=0)": "torchmetrics ECE (l1)",
+    }
     ref_name = "torch.max(dim=1) (reference)"
     times = interleaved_times(rows, args.repeats)
     numba = importlib.util.find_spec("numba") is not None

@@ -64,7 +64,11 @@ def fit_lbfgs(logits: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype) ->
     log_t = torch.zeros((), dtype=dtype, requires_grad=True)
     tol = 1e-12 if dtype == torch.float64 else 1e-9
     opt = torch.optim.LBFGS(
-        [log_t], lr=1.0, max_iter=100, tolerance_grad=1e-9, tolerance_change=tol,
+        [log_t],
+        lr=1.0,
+        max_iter=100,
+        tolerance_grad=1e-9,
+        tolerance_change=tol,
         line_search_fn="strong_wolfe",
     )
 
@@ -149,7 +153,8 @@ def contenders(logits, labels, user_configs: bool) -> dict:
     }
     if user_configs:
         out["LBFGS T, torch-uncertainty defaults"] = lambda: fit_lbfgs_on_t(
-            logits, labels, 1.0, 0.1, 100)
+            logits, labels, 1.0, 0.1, 100
+        )
         out["LBFGS T, Guo et al. code"] = lambda: fit_lbfgs_on_t(logits, labels, 1.5, 0.01, 50)
     return out
 
@@ -191,19 +196,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="torch intra-op threads for every contender (default 1: on a shared, "
         "oversubscribed machine multi-threaded kernels stall unpredictably)",
     )
     parser.add_argument(
-        "--user-configs", action="store_true",
+        "--user-configs",
+        action="store_true",
         help="also time the LBFGS calls of torch-uncertainty and of the Guo et al. code "
         "(LBFGS on T without line search; ~10 s per fit here)",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    command = (f"python benchmarks/bench_temperature.py --repeats {args.repeats} "
-               f"--threads {args.threads}" + (" --user-configs" if args.user_configs else ""))
+    command = (
+        f"python benchmarks/bench_temperature.py --repeats {args.repeats} "
+        f"--threads {args.threads}" + (" --user-configs" if args.user_configs else "")
+    )
     table = run(args.repeats, args.user_configs, command)
     write_report(table, RESULTS)
 

@@ -116,9 +116,7 @@ def validate_labels(
     lo, hi = torch.aminmax(y)
     if bool((lo < 0) | (hi >= n_classes)):
         i = _first_row((y < 0) | (y >= n_classes))
-        raise ValueError(
-            f"labels must lie in [0, {n_classes}); row {i} has label {int(y[i])}"
-        )
+        raise ValueError(f"labels must lie in [0, {n_classes}); row {i} has label {int(y[i])}")
     return y
 
 
@@ -138,14 +136,15 @@ def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor
     device = scores.device
     conf = torch.empty(n, dtype=torch.float64, device=device)
     pred = torch.empty(n, dtype=torch.long, device=device)
-    row_sum = torch.empty(n, dtype=scores.dtype if kind == "probs" else torch.float64,
-                          device=device)
+    row_sum = torch.empty(
+        n, dtype=scores.dtype if kind == "probs" else torch.float64, device=device
+    )
     chunk_min = []
     rows = CHUNK_ROWS if device.type == "cpu" else n
     top = torch.empty(min(rows, n), dtype=scores.dtype, device=device)
     ones = torch.ones(n_classes, dtype=row_sum.dtype, device=device)
     for start in range(0, n, rows):
-        chunk = scores[start:start + rows]
+        chunk = scores[start : start + rows]
         span = slice(start, start + chunk.shape[0])
         chunk_top = top[: chunk.shape[0]]
         torch.max(chunk, dim=1, out=(chunk_top, pred[span]))
@@ -317,15 +316,17 @@ class Predictions:
         if bool(bad.any()):
             i = _first_row(bad)
             raise ValueError(f"confidence must lie in [0, 1]; row {i} has {c[i].item()!r}")
-        return Predictions(
-            self.scores, self.kind, self.labels, c, self.predicted, self.from_numpy
-        )
+        return Predictions(self.scores, self.kind, self.labels, c, self.predicted, self.from_numpy)
 
     def subset(self, index: torch.Tensor) -> Predictions:
         """Rows ``index`` (no re-validation needed)."""
         y = None if self.labels is None else self.labels[index]
         return Predictions(
-            self.scores[index], self.kind, y, self.confidence[index], self.predicted[index],
+            self.scores[index],
+            self.kind,
+            y,
+            self.confidence[index],
+            self.predicted[index],
             self.from_numpy,
         )
 
@@ -365,8 +366,12 @@ def as_predictions(
                 labels, predictions.n_samples, predictions.n_classes, predictions.device
             )
             predictions = Predictions(
-                predictions.scores, predictions.kind, y, predictions.confidence,
-                predictions.predicted, predictions.from_numpy,
+                predictions.scores,
+                predictions.kind,
+                y,
+                predictions.confidence,
+                predictions.predicted,
+                predictions.from_numpy,
             )
         out = predictions
     elif logits is not None:

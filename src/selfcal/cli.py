@@ -121,9 +121,12 @@ def _progress(enabled: bool, total: int) -> Iterator[Any]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(
-        TextColumn("[progress.description]{task.description}"), BarColumn(),
-        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-        console=_stderr(), transient=True,
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=_stderr(),
+        transient=True,
     )
     with bar:
         task = bar.add_task("metrics", total=total)
@@ -177,14 +180,21 @@ def evaluate(
     ] = None,
     resamples: Annotated[
         int | None,
-        typer.Option("--resamples", min=1, help="Bootstrap resamples [default: 5e6 // (rows + "
-                     "2e4), between 10 and 1000]."),
+        typer.Option(
+            "--resamples",
+            min=1,
+            help="Bootstrap resamples [default: 5e6 // (rows + 2e4), between 10 and 1000].",
+        ),
     ] = None,
     confidence: Annotated[float, typer.Option("--confidence", help="CI level.")] = 0.95,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
     interval: Annotated[
-        str, typer.Option("--interval", help="Bootstrap interval: 'percentile' or 'basic' "
-                          "(bias-reflected; see selfcal.metrics.bootstrap).")
+        str,
+        typer.Option(
+            "--interval",
+            help="Bootstrap interval: 'percentile' or 'basic' "
+            "(bias-reflected; see selfcal.metrics.bootstrap).",
+        ),
     ] = "percentile",
     kind: KindOpt = None,
     label_column: LabelOpt = "label",
@@ -204,16 +214,25 @@ def evaluate(
         n_res = resamples or default_resamples(pred.n_samples)
         show = pred.n_samples >= PROGRESS_MIN_ROWS or sys.stderr.isatty()
         with _progress(show, len(METRICS)) as advance:
-            results = run(pred, n_bins=bins, n_resamples=n_res, confidence=confidence,
-                          seed=seed, interval=interval, progress=advance)
+            results = run(
+                pred,
+                n_bins=bins,
+                n_resamples=n_res,
+                confidence=confidence,
+                seed=seed,
+                interval=interval,
+                progress=advance,
+            )
         if plot is not None:
             from selfcal.plots import save_figures
 
             written = save_figures(pred, plot, n_bins=bins)
             _stderr().print(f"wrote {len(written)} figure(s) to {plot}")
         if as_json:
-            payload = {k: {"value": _finite(iv.value), "ci": [_finite(iv.low), _finite(iv.high)]}
-                       for k, iv in results.items()}
+            payload = {
+                k: {"value": _finite(iv.value), "ci": [_finite(iv.low), _finite(iv.high)]}
+                for k, iv in results.items()
+            }
             sys.stdout.write(json.dumps(payload) + "\n")
         else:
             _stdout().print(_evaluate_table(results, confidence, pred.n_samples, n_res, interval))
@@ -251,11 +270,17 @@ def _calibrate_table(before: dict, after: dict, n: int) -> Table:
 def calibrate(
     fit: Annotated[str, typer.Option("--fit", help="File to fit the calibrator on (labels).")],
     apply: Annotated[str, typer.Option("--apply", help="File to calibrate.")],
-    out: Annotated[Path, typer.Option("--out", help="Output (.npz, .csv, .parquet, "
-                                      "NAME.probs.npy).")],
-    method: Annotated[str, typer.Option("--method", help="Calibrator: ts, ts-grid, vector, "
-                                        "matrix, platt, isotonic, isotonic-ovr, histogram.")]
-    = "ts",
+    out: Annotated[
+        Path, typer.Option("--out", help="Output (.npz, .csv, .parquet, NAME.probs.npy).")
+    ],
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="Calibrator: ts, ts-grid, vector, "
+            "matrix, platt, isotonic, isotonic-ovr, histogram.",
+        ),
+    ] = "ts",
     save_calibrator: Annotated[
         Path | None, typer.Option("--save-calibrator", help="Save the fitted calibrator (JSON).")
     ] = None,
@@ -272,8 +297,7 @@ def calibrate(
 
         calibrator = _calibrator(method)
         train = load_predictions(fit, kind=kind, label_column=label_column)
-        test = load_predictions(apply, kind=kind, label_column=label_column,
-                                require_labels=False)
+        test = load_predictions(apply, kind=kind, label_column=label_column, require_labels=False)
         calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
         probs = _as_numpy(calibrator.predict_proba(**{test.kind: _as_numpy(test.scores)}))
         labels = None if test.labels is None else _as_numpy(test.labels)
@@ -325,7 +349,7 @@ class _StudyGroup(typer.core.TyperGroup):
 reproduce_app = typer.Typer(
     cls=_StudyGroup,
     help="Reproduce a study: a paper's tables and figures, with hyperparameters selected on "
-         "validation and paired confidence intervals (runs are stored; reruns resume).",
+    "validation and paired confidence intervals (runs are stored; reruns resume).",
     no_args_is_help=True,
 )
 app.add_typer(reproduce_app, name="reproduce")
@@ -338,22 +362,42 @@ def _study_command(study: Any) -> Any:
     names = ", ".join(study.protocols)
 
     def command(
-        quick: Annotated[bool, typer.Option("--quick", help="The 'quick' protocol: a small "
-                                            "version for tests and a first look.")] = False,
+        quick: Annotated[
+            bool,
+            typer.Option(
+                "--quick", help="The 'quick' protocol: a small version for tests and a first look."
+            ),
+        ] = False,
         protocol: str | None = typer.Option(
-            None, "--protocol", help=f"A named protocol of the study: {names}."),
-        as_json: Annotated[bool, typer.Option("--json", help="Print every run, the selected "
-                                              "hyperparameters and the aggregates as one "
-                                              "JSON object.")] = False,
+            None, "--protocol", help=f"A named protocol of the study: {names}."
+        ),
+        as_json: Annotated[
+            bool,
+            typer.Option(
+                "--json",
+                help="Print every run, the selected "
+                "hyperparameters and the aggregates as one "
+                "JSON object.",
+            ),
+        ] = False,
         store: Annotated[Path, typer.Option("--store", help="SQLite results store.")] = Path(
-            DEFAULT_PATH),
+            DEFAULT_PATH
+        ),
         out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
-            REPORT_ROOT / study.name),
-        workers: Annotated[int, typer.Option("--workers", min=0, help="Parallel processes "
-                                             "(0: CPU cores, at most 4).")] = 0,
-        retry_failed: Annotated[bool, typer.Option(
-            "--retry-failed", help="Run again the specs stored as failed (e.g. after a fix); "
-            "by default a stored failure is kept and reported.")] = False,
+            REPORT_ROOT / study.name
+        ),
+        workers: Annotated[
+            int,
+            typer.Option("--workers", min=0, help="Parallel processes (0: CPU cores, at most 4)."),
+        ] = 0,
+        retry_failed: Annotated[
+            bool,
+            typer.Option(
+                "--retry-failed",
+                help="Run again the specs stored as failed (e.g. after a fix); "
+                "by default a stored failure is kept and reported.",
+            ),
+        ] = False,
     ) -> None:
         with _errors():
             _reproduce(study, quick, protocol, as_json, store, out, workers, retry_failed)
@@ -364,8 +408,16 @@ def _study_command(study: Any) -> Any:
     return typer.main.get_command(single)
 
 
-def _reproduce(study: Any, quick: bool, protocol_name: str | None, as_json: bool, store: Path,
-               out: Path, workers: int, retry_failed: bool = False) -> None:
+def _reproduce(
+    study: Any,
+    quick: bool,
+    protocol_name: str | None,
+    as_json: bool,
+    store: Path,
+    out: Path,
+    workers: int,
+    retry_failed: bool = False,
+) -> None:
     """Run the study's sweep (resuming from ``store``), write its report to ``out``, and print
     the summary (or the JSON payload)."""
     import time
@@ -380,22 +432,34 @@ def _reproduce(study: Any, quick: bool, protocol_name: str | None, as_json: bool
     protocol = study.protocol("quick" if quick else protocol_name)
     start = time.perf_counter()
     with ResultsStore(store) as results_store:
-        summary = run_study(study, protocol, results_store,
-                            workers=workers or min(4, os.cpu_count() or 1),
-                            progress=sys.stderr.isatty() and not as_json,
-                            retry_failed=retry_failed)
+        summary = run_study(
+            study,
+            protocol,
+            results_store,
+            workers=workers or min(4, os.cpu_count() or 1),
+            progress=sys.stderr.isatty() and not as_json,
+            retry_failed=retry_failed,
+        )
         seconds = time.perf_counter() - start
         command = reproduce_command(
-            study, protocol.name, None if store == Path(DEFAULT_PATH) else str(store),
-            None if out == REPORT_ROOT / study.name else str(out))
+            study,
+            protocol.name,
+            None if store == Path(DEFAULT_PATH) else str(store),
+            None if out == REPORT_ROOT / study.name else str(out),
+        )
         results = StudyResults.load(study, protocol, results_store)
         path = write_report(results, out, command=command, seconds=seconds)
         if as_json:
             sys.stdout.write(json.dumps(json_payload(results)) + "\n")
             return
-        text = [f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
-                f"failed ({seconds:.0f} s); store {store}", "",
-                *study.summary(results), "", f"report: {path}"]
+        text = [
+            f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
+            f"failed ({seconds:.0f} s); store {store}",
+            "",
+            *study.summary(results),
+            "",
+            f"report: {path}",
+        ]
         sys.stdout.write("\n".join(text) + "\n")
 
 

@@ -96,8 +96,14 @@ def evaluate(
     for key in METRICS:
         metric = load_metric(key)
         out[key] = bootstrap_ci(
-            metric, pred, n_resamples=n_resamples, confidence=confidence, seed=seed,
-            method=interval, resamples=resamples, **_options(metric, n_bins),
+            metric,
+            pred,
+            n_resamples=n_resamples,
+            confidence=confidence,
+            seed=seed,
+            method=interval,
+            resamples=resamples,
+            **_options(metric, n_bins),
         )
         if progress is not None:
             progress(key)

@@ -209,8 +209,12 @@ def _column_array(table: Any, name: str) -> np.ndarray:
     import pyarrow as pa
 
     col = table.column(name)
-    if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
-            or pa.types.is_boolean(col.type) or pa.types.is_null(col.type)):
+    if not (
+        pa.types.is_integer(col.type)
+        or pa.types.is_floating(col.type)
+        or pa.types.is_boolean(col.type)
+        or pa.types.is_null(col.type)
+    ):
         raise ValueError(f"column {name!r} must be numeric, got {col.type}")
     if col.null_count or pa.types.is_null(col.type):
         col = col.cast(pa.float64())
@@ -269,8 +273,10 @@ def load_predictions(
     path = resolve_path(path)
     kind, scores, labels = read_arrays(path, kind=kind, label_column=label_column)
     if labels is None and require_labels:
-        where = f"column {label_column!r}" if path.suffix.lower() in TABULAR + (".pq",) else (
-            "array 'labels'" if path.suffix.lower() == ".npz" else "a NAME.labels.npy file"
+        where = (
+            f"column {label_column!r}"
+            if path.suffix.lower() in TABULAR + (".pq",)
+            else ("array 'labels'" if path.suffix.lower() == ".npz" else "a NAME.labels.npy file")
         )
         raise ValueError(f"{path}: no labels ({where} not found)")
     try:

@@ -32,15 +32,15 @@ def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: p.detach().clone() for k, p in model.named_parameters()}
 
 
-def weighted_ce_problem(model: nn.Module, data, optimizer: Optimizer,
-                        ridge: float = 0.0) -> BilevelProblem:
+def weighted_ce_problem(
+    model: nn.Module, data, optimizer: Optimizer, ridge: float = 0.0
+) -> BilevelProblem:
     """Inner: ``mean(w * CE) + ridge * |theta|^2`` on train; outer: mean CE on validation
     (smooth in theta, no direct dependence on w)."""
     x_train, y_train, x_val, y_val = data
 
     def inner_loss(theta, w):
-        ce = F.cross_entropy(functional_call(model, theta, (x_train,)), y_train,
-                             reduction="none")
+        ce = F.cross_entropy(functional_call(model, theta, (x_train,)), y_train, reduction="none")
         penalty = sum(torch.sum(p * p) for p in theta.values())
         return torch.mean(w * ce) + ridge * penalty
 

@@ -42,8 +42,9 @@ def outer_after_steps(model, batch, config, params, table):
     """``F(w)``: the outer loss after the ``T`` inner steps with the rows' weights from
     ``table``."""
     problem = bo4sc_problem(model, batch, config)
-    theta, _ = problem.run_inner(params, table[batch.rows], config.inner_optimizer.init(params),
-                                 batch.rows.shape[0])
+    theta, _ = problem.run_inner(
+        params, table[batch.rows], config.inner_optimizer.init(params), batch.rows.shape[0]
+    )
     return problem.outer_loss(theta, table[batch.rows])
 
 
@@ -55,11 +56,11 @@ def test_minibatch_hypergradient_equals_central_differences(optimizer):
     batch, n = tiny_batch(rows)
     model = tanh_net()
     params = params_of(model)
-    config = BO4SCConfig(estimator=Unrolled(3), inner_optimizer=optimizer, weight_lr=0.5,
-                         beta=5.0)
+    config = BO4SCConfig(estimator=Unrolled(3), inner_optimizer=optimizer, weight_lr=0.5, beta=5.0)
     table = torch.linspace(0.2, 0.9, n, dtype=torch.float64)
     expected = central_differences(
-        lambda w: outer_after_steps(model, batch, config, params, w), table.clone())
+        lambda w: outer_after_steps(model, batch, config, params, w), table.clone()
+    )
     state = bo4sc_init(params, n, config)
     state = state._replace(weights=table.clone())
     new, info = bo4sc_minibatch_step(model, state, batch, config)
@@ -70,9 +71,9 @@ def test_minibatch_hypergradient_equals_central_differences(optimizer):
     untouched[drawn] = False
     assert int(untouched.sum()) == 1 and float(expected[untouched].abs().max()) == 0.0
     assert torch.equal(new.weights[untouched], table[untouched])
-    torch.testing.assert_close(new.weights[drawn],
-                               (table[drawn] - 0.5 * expected[drawn]).clamp(0, 1),
-                               rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(
+        new.weights[drawn], (table[drawn] - 0.5 * expected[drawn]).clamp(0, 1), rtol=1e-6, atol=1e-9
+    )
 
 
 def test_every_estimator_takes_one_minibatch_per_step():
@@ -101,7 +102,8 @@ def test_full_batch_reproduces_e513caa_bit_for_bit():
     for name, extra in {"unrolled": {}, "lookahead": {"estimator": OneStepLookahead(3)}}.items():
         model = mlp()
         fitted = BO4SC(model, outer_iterations=12, weight_lr=10.0, **extra).fit(
-            x_train, y_train, x_val, y_val)
+            x_train, y_train, x_val, y_val
+        )
         expected = golden[name]
         assert torch.equal(fitted.weights_, expected["weights"])
         assert torch.equal(fitted.outer_losses_, expected["outer_losses"])
@@ -112,8 +114,9 @@ def test_full_batch_reproduces_e513caa_bit_for_bit():
 
 def test_only_drawn_rows_change_through_the_estimator_face():
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=300, n_val=60)
-    fitted = BO4SC(mlp(), batch_size=8, inner_steps=2, outer_iterations=1, weight_lr=50.0,
-                   seed=0).fit(x_train, y_train, x_val, y_val)
+    fitted = BO4SC(
+        mlp(), batch_size=8, inner_steps=2, outer_iterations=1, weight_lr=50.0, seed=0
+    ).fit(x_train, y_train, x_val, y_val)
     changed = int((fitted.weights_ != 1.0).sum())
     assert 0 < changed <= 16
     assert fitted.weights_.shape == (300,) and fitted.outer_losses_.shape == (1,)
@@ -125,8 +128,14 @@ class BatchNormNet(nn.Module):
     def __init__(self, seed: int = 0, dropout: float = 0.2) -> None:
         super().__init__()
         torch.manual_seed(seed)
-        self.body = nn.Sequential(nn.Conv1d(1, 4, 3, padding=1), nn.BatchNorm1d(4), nn.ReLU(),
-                                  nn.Flatten(), nn.Dropout(dropout), nn.Linear(64, 3))
+        self.body = nn.Sequential(
+            nn.Conv1d(1, 4, 3, padding=1),
+            nn.BatchNorm1d(4),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Dropout(dropout),
+            nn.Linear(64, 3),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
@@ -172,9 +181,17 @@ def test_batchnorm_dropout_augmented_fit_is_seeded_and_finite():
     def fit(seed: int, data=None) -> BO4SC:
         model = BatchNormNet()
         args = data if data is not None else (x, y, x_val, y_val)
-        return BO4SC(model, batch_size=32, val_batch_size=32, inner_steps=3,
-                     outer_iterations=4, weight_lr=5.0, inner_optimizer=SGD(0.05, 0.9),
-                     batch_transform=jitter, seed=seed).fit(*args)
+        return BO4SC(
+            model,
+            batch_size=32,
+            val_batch_size=32,
+            inner_steps=3,
+            outer_iterations=4,
+            weight_lr=5.0,
+            inner_optimizer=SGD(0.05, 0.9),
+            batch_transform=jitter,
+            seed=seed,
+        ).fit(*args)
 
     first, again, other = fit(3), fit(3), fit(4)
     assert torch.equal(first.weights_, again.weights_)
@@ -201,16 +218,29 @@ def test_an_interrupted_fit_leaves_the_model_as_it_was():
         return batch
 
     with pytest.raises(KeyboardInterrupt):
-        BO4SC(model, batch_size=16, inner_steps=3, outer_iterations=3, batch_transform=failing,
-              inner_optimizer=SGD(0.1)).fit(x, y, x[:32], y[:32])
+        BO4SC(
+            model,
+            batch_size=16,
+            inner_steps=3,
+            outer_iterations=3,
+            batch_transform=failing,
+            inner_optimizer=SGD(0.1),
+        ).fit(x, y, x[:32], y[:32])
     assert len(calls) == 4 and not model.training
     assert all(torch.equal(t, before[k]) for k, t in model.state_dict().items())
 
 
 def test_weight_record_samples_rows_and_tracks_quantiles():
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=500, n_val=60)
-    fitted = BO4SC(mlp(), batch_size=20, inner_steps=2, outer_iterations=6, weight_lr=100.0,
-                   history_rows=50, seed=1).fit(x_train, y_train, x_val, y_val)
+    fitted = BO4SC(
+        mlp(),
+        batch_size=20,
+        inner_steps=2,
+        outer_iterations=6,
+        weight_lr=100.0,
+        history_rows=50,
+        seed=1,
+    ).fit(x_train, y_train, x_val, y_val)
     assert fitted.weight_history_.shape == (7, 50) and fitted.history_rows_.shape == (50,)
     torch.testing.assert_close(fitted.weight_history_[-1], fitted.weights_[fitted.history_rows_])
     assert fitted.weight_quantiles_.shape == (7, len(QUANTILE_LEVELS))
@@ -219,8 +249,15 @@ def test_weight_record_samples_rows_and_tracks_quantiles():
     exact = torch.floor(ordered[torch.tensor(ranks) - 1] * 1000) / 1000
     torch.testing.assert_close(fitted.weight_quantiles_[-1], exact)
     assert float(fitted.weight_quantiles_[-1, 0]) < 1.0 == float(fitted.weight_quantiles_[0, 0])
-    unclipped = BO4SC(mlp(), batch_size=20, inner_steps=2, outer_iterations=3, weight_lr=100.0,
-                      constraint="none", seed=1).fit(x_train, y_train, x_val, y_val)
+    unclipped = BO4SC(
+        mlp(),
+        batch_size=20,
+        inner_steps=2,
+        outer_iterations=3,
+        weight_lr=100.0,
+        constraint="none",
+        seed=1,
+    ).fit(x_train, y_train, x_val, y_val)
     ordered = torch.sort(unclipped.weights_.double()).values
     torch.testing.assert_close(unclipped.weight_quantiles_[-1], ordered[torch.tensor(ranks) - 1])
 
@@ -232,9 +269,15 @@ def test_inner_lr_schedule_scales_the_inner_steps():
 
     def fit(schedule, iterations=3):
         model = mlp()
-        BO4SC(model, batch_size=20, inner_steps=2, outer_iterations=iterations,
-              inner_optimizer=SGD(0.1, momentum=0.9), inner_lr_schedule=schedule,
-              seed=0).fit(x_train, y_train, x_val, y_val)
+        BO4SC(
+            model,
+            batch_size=20,
+            inner_steps=2,
+            outer_iterations=iterations,
+            inner_optimizer=SGD(0.1, momentum=0.9),
+            inner_lr_schedule=schedule,
+            seed=0,
+        ).fit(x_train, y_train, x_val, y_val)
         return params_of(model)
 
     plain, ones = fit(None), fit(lambda i: 1.0)
@@ -251,13 +294,20 @@ def test_callback_sees_every_iterate_and_can_stop_the_fit():
 
     def fit(iterations, callback):
         model = mlp()
-        fitted = BO4SC(model, batch_size=20, inner_steps=2, outer_iterations=iterations,
-                       weight_lr=100.0, seed=0, callback=callback
-                       ).fit(x_train, y_train, x_val, y_val)
+        fitted = BO4SC(
+            model,
+            batch_size=20,
+            inner_steps=2,
+            outer_iterations=iterations,
+            weight_lr=100.0,
+            seed=0,
+            callback=callback,
+        ).fit(x_train, y_train, x_val, y_val)
         return model, fitted
 
-    model, fitted = fit(5, lambda i, theta: seen.append(
-        (i, {k: v.detach().clone() for k, v in theta.items()})))
+    model, fitted = fit(
+        5, lambda i, theta: seen.append((i, {k: v.detach().clone() for k, v in theta.items()}))
+    )
     assert [i for i, _ in seen] == [0, 1, 2, 3, 4]
     assert all(torch.equal(seen[-1][1][k], v) for k, v in params_of(model).items())
     assert not torch.equal(seen[0][1]["0.weight"], seen[-1][1]["0.weight"])
@@ -265,14 +315,16 @@ def test_callback_sees_every_iterate_and_can_stop_the_fit():
     three_model, three = fit(3, None)
     assert stopped.outer_losses_.shape == (3,) and stopped.weight_quantiles_.shape[0] == 4
     assert torch.equal(stopped.weights_, three.weights_)
-    assert all(torch.equal(v, params_of(three_model)[k])
-               for k, v in params_of(stopped_model).items())
+    assert all(
+        torch.equal(v, params_of(three_model)[k]) for k, v in params_of(stopped_model).items()
+    )
 
 
 def test_progress_bar_reports_on_stderr(capsys):
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=60, n_val=20)
     BO4SC(mlp(), batch_size=10, inner_steps=1, outer_iterations=2, progress=True).fit(
-        x_train, y_train, x_val, y_val)
+        x_train, y_train, x_val, y_val
+    )
     assert "BO4SC" in capsys.readouterr().err
 
 
@@ -284,24 +336,31 @@ class PairsOfThree(Dataset):
         return torch.zeros(2), 0, 1
 
 
-@pytest.mark.parametrize("kwargs, data, match", [
-    ({"batch_size": 61}, None, "batch_size .61. exceeds the 60 training rows"),
-    ({"batch_size": 0}, None, "batch_size must be a positive int"),
-    ({"batch_size": 10, "val_batch_size": 21}, None, "val_batch_size .21. exceeds"),
-    ({"batch_size": 10, "estimator": Implicit(0)}, None, "at least one inner step"),
-    ({"batch_size": 10, "batch_transform": lambda x: x[:, :1]}, None, "batch_transform"),
-    ({"history_rows": 0}, None, "history_rows must be a positive int"),
-    ({"batch_size": 5}, "datasets", r"\(x, y\) pair"),
-    ({}, "mixed", r"fit\(train_dataset, val_dataset\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, data, match",
+    [
+        ({"batch_size": 61}, None, "batch_size .61. exceeds the 60 training rows"),
+        ({"batch_size": 0}, None, "batch_size must be a positive int"),
+        ({"batch_size": 10, "val_batch_size": 21}, None, "val_batch_size .21. exceeds"),
+        ({"batch_size": 10, "estimator": Implicit(0)}, None, "at least one inner step"),
+        ({"batch_size": 10, "batch_transform": lambda x: x[:, :1]}, None, "batch_transform"),
+        ({"history_rows": 0}, None, "history_rows must be a positive int"),
+        ({"batch_size": 5}, "datasets", r"\(x, y\) pair"),
+        ({}, "mixed", r"fit\(train_dataset, val_dataset\)"),
+    ],
+)
 def test_bad_input_gets_a_clear_error(kwargs, data, match):
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=60, n_val=20)
     args = (x_train, y_train, x_val, y_val)
     if data == "datasets":
         args = (PairsOfThree(), PairsOfThree())
     elif data == "mixed":
-        args = (TensorDataset(torch.as_tensor(x_train), torch.as_tensor(y_train)), None,
-                x_val, y_val)
+        args = (
+            TensorDataset(torch.as_tensor(x_train), torch.as_tensor(y_train)),
+            None,
+            x_val,
+            y_val,
+        )
     steps = {} if "estimator" in kwargs else {"inner_steps": 1}
     with pytest.raises(ValueError, match=match):
         BO4SC(mlp(), outer_iterations=1, **steps, **kwargs).fit(*args)
@@ -319,7 +378,8 @@ def test_dataset_labels_are_checked_batch_by_batch():
     y[7] = 9
     with pytest.raises(ValueError, match="label"):
         BO4SC(BatchNormNet(), batch_size=40, inner_steps=1, outer_iterations=1).fit(
-            TensorDataset(x, y), TensorDataset(x, y.clamp(max=2)))
+            TensorDataset(x, y), TensorDataset(x, y.clamp(max=2))
+        )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -329,9 +389,14 @@ def test_minibatch_fit_on_cuda_matches_the_cpu_closely():
     fits = {}
     for device in ("cpu", "cuda"):
         model = BatchNormNet(dropout=0.0).to(device)
-        fits[device] = BO4SC(model, batch_size=32, inner_steps=3, outer_iterations=4,
-                             weight_lr=5.0, inner_optimizer=SGD(0.05, 0.9), seed=0).fit(
-            x, y, x_val, y_val)
+        fits[device] = BO4SC(
+            model,
+            batch_size=32,
+            inner_steps=3,
+            outer_iterations=4,
+            weight_lr=5.0,
+            inner_optimizer=SGD(0.05, 0.9),
+            seed=0,
+        ).fit(x, y, x_val, y_val)
     assert fits["cuda"].weights_.device.type == "cuda"
-    torch.testing.assert_close(fits["cuda"].weights_.cpu(), fits["cpu"].weights_, atol=1e-4,
-                               rtol=0)
+    torch.testing.assert_close(fits["cuda"].weights_.cpu(), fits["cpu"].weights_, atol=1e-4, rtol=0)

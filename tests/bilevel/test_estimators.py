@@ -33,27 +33,33 @@ from selfcal.bilevel._tree import tree_leaves
 
 def unrolled_objective(problem, theta, state, steps):
     """``w -> f(theta_T(w), w)``, plain forward evaluation (for finite differences)."""
+
     def objective(w):
         theta_t, _ = problem.run_inner(theta, w, state, steps)
         return problem.outer_loss(theta_t, w)
+
     return objective
 
 
 def weights(n: int = 24, seed: int = 1) -> torch.Tensor:
-    return 0.5 + torch.rand(n, generator=torch.Generator().manual_seed(seed),
-                            dtype=torch.float64)
+    return 0.5 + torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-@pytest.mark.parametrize("optimizer", [SGD(lr=0.3, momentum=0.9, weight_decay=1e-3),
-                                       Adam(lr=0.05, eps_root=1e-12, weight_decay=1e-3)],
-                         ids=["sgd", "adam"])
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        SGD(lr=0.3, momentum=0.9, weight_decay=1e-3),
+        Adam(lr=0.05, eps_root=1e-12, weight_decay=1e-3),
+    ],
+    ids=["sgd", "adam"],
+)
 def test_unrolled_equals_finite_differences(optimizer):
     model, data = tanh_net(), classification_data()
     base = weighted_ce_problem(model, data, optimizer)
     # add a direct dependence of f on w, so both terms of dF/dw are exercised
-    problem = BilevelProblem(base.inner_loss,
-                             lambda th, w: base.outer_loss(th, w) + 0.01 * torch.sum(w ** 3),
-                             optimizer)
+    problem = BilevelProblem(
+        base.inner_loss, lambda th, w: base.outer_loss(th, w) + 0.01 * torch.sum(w**3), optimizer
+    )
     theta, w = params_of(model), weights()
     state = optimizer.init(theta)
     # warm start: a few steps in, so the optimizer state is not at its initial zeros
@@ -61,8 +67,7 @@ def test_unrolled_equals_finite_differences(optimizer):
     result = Unrolled(steps=6)(problem, w, theta, state)
     expected = central_differences(unrolled_objective(problem, theta, state, 6), w)
     assert relative_error(result.grad, expected) < 1e-6
-    torch.testing.assert_close(result.outer_loss,
-                               unrolled_objective(problem, theta, state, 6)(w))
+    torch.testing.assert_close(result.outer_loss, unrolled_objective(problem, theta, state, 6)(w))
 
 
 def autograd_truncated_hypergradient(problem, w, theta, state, steps, backprop_steps):
@@ -91,8 +96,12 @@ def test_backprop_steps_truncation_equals_explicit_detach():
     expected = autograd_truncated_hypergradient(problem, w, theta, state, 5, 2)
     torch.testing.assert_close(truncated, expected, atol=1e-12, rtol=1e-9)
     full = Unrolled(steps=5)(problem, w, theta, state).grad
-    torch.testing.assert_close(full, autograd_truncated_hypergradient(
-        problem, w, theta, state, 5, 5), atol=1e-12, rtol=1e-9)
+    torch.testing.assert_close(
+        full,
+        autograd_truncated_hypergradient(problem, w, theta, state, 5, 5),
+        atol=1e-12,
+        rtol=1e-9,
+    )
     assert relative_error(truncated, full) > 1e-3  # truncation really drops terms
 
 
@@ -103,7 +112,8 @@ def test_one_step_lookahead_is_last_step_backprop_and_matches_closed_form():
     state = optimizer.init(theta)
     torch.testing.assert_close(
         OneStepLookahead(steps=4)(problem, w, theta, state).grad,
-        Unrolled(steps=4, backprop_steps=1)(problem, w, theta, state).grad)
+        Unrolled(steps=4, backprop_steps=1)(problem, w, theta, state).grad,
+    )
     # SGD lookahead: theta' = theta - lr grad g(theta, w); dF/dw = -lr (d^2 g/dw dtheta)^T
     # grad f(theta'); the mixed term by autograd on <grad_theta g, v>
     result = OneStepLookahead()(problem, w, theta, state)
@@ -115,9 +125,15 @@ def test_one_step_lookahead_is_last_step_backprop_and_matches_closed_form():
     torch.testing.assert_close(result.grad, expected, atol=1e-12, rtol=1e-9)
 
 
-@pytest.mark.parametrize("optimizer", [SGD(lr=0.3), SGD(lr=0.3, momentum=0.9, weight_decay=1e-3),
-                                       Adam(lr=0.05, eps_root=1e-12, weight_decay=1e-3)],
-                         ids=["sgd", "sgd-momentum", "adam"])
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        SGD(lr=0.3),
+        SGD(lr=0.3, momentum=0.9, weight_decay=1e-3),
+        Adam(lr=0.05, eps_root=1e-12, weight_decay=1e-3),
+    ],
+    ids=["sgd", "sgd-momentum", "adam"],
+)
 @pytest.mark.parametrize("steps", [1, 3])
 def test_autograd_lookahead_equals_one_step_lookahead(optimizer, steps):
     """The plain-autograd fast path against the torch.func reference, optimizer state in the
@@ -125,9 +141,9 @@ def test_autograd_lookahead_equals_one_step_lookahead(optimizer, steps):
     a direct dependence of f on w; results carry no graph."""
     model, data = tanh_net(), classification_data()
     base = weighted_ce_problem(model, data, optimizer)
-    problem = BilevelProblem(base.inner_loss,
-                             lambda th, w: base.outer_loss(th, w) + 0.01 * torch.sum(w ** 3),
-                             optimizer)
+    problem = BilevelProblem(
+        base.inner_loss, lambda th, w: base.outer_loss(th, w) + 0.01 * torch.sum(w**3), optimizer
+    )
     theta, w = params_of(model), weights()
     theta, state = problem.run_inner(theta, w, optimizer.init(theta), 2)
     theta = {k: v.requires_grad_() for k, v in theta.items()}
@@ -142,8 +158,11 @@ def test_autograd_lookahead_equals_one_step_lookahead(optimizer, steps):
 def test_autograd_lookahead_gives_zero_for_an_unused_outer_parameter():
     model, data, optimizer = tanh_net(), classification_data(), SGD(lr=0.3)
     base = weighted_ce_problem(model, data, optimizer)
-    problem = BilevelProblem(lambda th, phi: base.inner_loss(th, phi["w"]),
-                             lambda th, phi: base.outer_loss(th, phi["w"]), optimizer)
+    problem = BilevelProblem(
+        lambda th, phi: base.inner_loss(th, phi["w"]),
+        lambda th, phi: base.outer_loss(th, phi["w"]),
+        optimizer,
+    )
     theta = params_of(model)
     phi = {"w": weights(), "unused": torch.ones(3, dtype=torch.float64)}
     fast = AutogradLookahead()(problem, phi, theta, optimizer.init(theta))
@@ -175,8 +194,11 @@ def ridge_problem(seed: int = 0, n: int = 20, dim: int = 4, ridge: float = 0.3):
     return inner_loss, outer_loss, closed_form_objective, dim
 
 
-@pytest.mark.parametrize("solver", [ConjugateGradient(iterations=4),
-                                    Neumann(alpha=0.2, iterations=400)], ids=["cg", "neumann"])
+@pytest.mark.parametrize(
+    "solver",
+    [ConjugateGradient(iterations=4), Neumann(alpha=0.2, iterations=400)],
+    ids=["cg", "neumann"],
+)
 def test_implicit_equals_closed_form_ridge_hypergradient(solver):
     inner_loss, outer_loss, closed_form, dim = ridge_problem()
     optimizer = SGD(lr=0.2)
@@ -197,8 +219,11 @@ def logistic_problem(optimizer, ridge=0.3):
     return model, weighted_ce_problem(model, data, optimizer, ridge=ridge)
 
 
-@pytest.mark.parametrize("solver", [ConjugateGradient(iterations=12),
-                                    Neumann(alpha=0.5, iterations=80)], ids=["cg", "neumann"])
+@pytest.mark.parametrize(
+    "solver",
+    [ConjugateGradient(iterations=12), Neumann(alpha=0.5, iterations=80)],
+    ids=["cg", "neumann"],
+)
 def test_implicit_matches_unrolled_to_convergence(solver):
     optimizer = SGD(lr=0.5)
     model, problem = logistic_problem(optimizer)
@@ -220,7 +245,8 @@ def test_neumann_implicit_at_the_optimum_equals_unrolled_gd_exactly():
     theta_star, state = problem.run_inner(theta, w, optimizer.init(theta), 400)
     unrolled = Unrolled(steps=7)(problem, w, theta_star, state)
     implicit = Implicit(steps=0, solver=Neumann(alpha=0.5, iterations=6))(
-        problem, w, theta_star, state)
+        problem, w, theta_star, state
+    )
     torch.testing.assert_close(implicit.grad, unrolled.grad, atol=1e-12, rtol=1e-8)
 
 
@@ -249,8 +275,13 @@ def test_hypergradient_finite_with_dead_relus_only_with_eps_root(estimator):
     assert torch.isnan(estimator(problem, w, theta, plain.init(theta)).grad).any()
 
 
-ESTIMATORS = [Unrolled(3), Unrolled(3, backprop_steps=1), OneStepLookahead(2),
-              Implicit(3, ConjugateGradient(5, damping=0.1)), Implicit(3, Neumann(0.1, 5))]
+ESTIMATORS = [
+    Unrolled(3),
+    Unrolled(3, backprop_steps=1),
+    OneStepLookahead(2),
+    Implicit(3, ConjugateGradient(5, damping=0.1)),
+    Implicit(3, Neumann(0.1, 5)),
+]
 IDS = ["unrolled", "truncated", "lookahead", "implicit-cg", "implicit-neumann"]
 
 
@@ -289,8 +320,7 @@ def test_vmap_over_stacked_problems_equals_loop(estimator):
     batched = vmap(one)(theta, w, lrs, *data)
     for i in range(3):
         single = one(thetas[i], w[i], lrs[i], *(d[i] for d in data))
-        for got, want in zip(tree_leaves(tuple(batched)), tree_leaves(tuple(single)),
-                             strict=True):
+        for got, want in zip(tree_leaves(tuple(batched)), tree_leaves(tuple(single)), strict=True):
             torch.testing.assert_close(got[i], want, atol=1e-12, rtol=1e-9)
 
 
@@ -301,8 +331,7 @@ def test_dict_outer_parameters():
     x_train, y_train, x_val, y_val = data
 
     def inner_loss(theta, phi):
-        ce = F.cross_entropy(functional_call(model, theta, (x_train,)), y_train,
-                             reduction="none")
+        ce = F.cross_entropy(functional_call(model, theta, (x_train,)), y_train, reduction="none")
         return phi["scale"] * torch.mean(torch.exp(phi["log_w"]) * ce)
 
     def outer_loss(theta, phi):
@@ -313,23 +342,28 @@ def test_dict_outer_parameters():
     phi = {"log_w": 0.1 * weights(), "scale": torch.tensor(1.5, dtype=torch.float64)}
     result = Unrolled(4)(problem, phi, theta, optimizer.init(theta))
     objective = unrolled_objective(problem, theta, optimizer.init(theta), 4)
-    fd_scale = central_differences(lambda s: objective({"log_w": phi["log_w"], "scale": s[0]}),
-                                   phi["scale"].reshape(1))
-    fd_w = central_differences(lambda lw: objective({"log_w": lw, "scale": phi["scale"]}),
-                               phi["log_w"])
+    fd_scale = central_differences(
+        lambda s: objective({"log_w": phi["log_w"], "scale": s[0]}), phi["scale"].reshape(1)
+    )
+    fd_w = central_differences(
+        lambda lw: objective({"log_w": lw, "scale": phi["scale"]}), phi["log_w"]
+    )
     assert relative_error(result.grad["log_w"], fd_w) < 1e-6
     assert relative_error(result.grad["scale"].reshape(1), fd_scale) < 1e-6
 
 
-@pytest.mark.parametrize("make", [
-    lambda: Unrolled(0),
-    lambda: Unrolled(3, backprop_steps=4),
-    lambda: Unrolled(3, backprop_steps=0),
-    lambda: OneStepLookahead(0),
-    lambda: AutogradLookahead(0),
-    lambda: Implicit(-1),
-    lambda: Unrolled(2.0),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Unrolled(0),
+        lambda: Unrolled(3, backprop_steps=4),
+        lambda: Unrolled(3, backprop_steps=0),
+        lambda: OneStepLookahead(0),
+        lambda: AutogradLookahead(0),
+        lambda: Implicit(-1),
+        lambda: Unrolled(2.0),
+    ],
+)
 def test_bad_estimator_settings_raise(make):
     with pytest.raises(ValueError):
         make()

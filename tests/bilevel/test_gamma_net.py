@@ -38,9 +38,14 @@ def test_forward_matches_numpy_formula_and_is_nonnegative():
     assert bool((gamma >= 0).all()) and bool((gamma > 0).any())
 
 
-@pytest.mark.parametrize("kwargs", [dict(feature_dim=0, n_classes=3),
-                                    dict(feature_dim=4, n_classes=1),
-                                    dict(feature_dim=4, n_classes=3, tau=0.0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(feature_dim=0, n_classes=3),
+        dict(feature_dim=4, n_classes=1),
+        dict(feature_dim=4, n_classes=3, tau=0.0),
+    ],
+)
 def test_bad_construction_raises(kwargs):
     with pytest.raises(ValueError):
         GammaNet(**kwargs)

@@ -58,8 +58,7 @@ def batch_for(model, train, meta_val, with_meta_features=True):
     return MetaBatch(*train, features, *meta_val, meta_features)
 
 
-def reference_meta_loss(model, meta, train, meta_val, objective, *, whole=False,
-                        backbone=None):
+def reference_meta_loss(model, meta, train, meta_val, objective, *, whole=False, backbone=None):
     """F = objective(meta-val logits at theta' = theta - LR grad g) by plain torch.autograd
     (create_graph), independent of torch.func and the engine; ``backbone`` overrides the
     body's parameters (for the leak)."""
@@ -80,7 +79,8 @@ def reference_meta_loss(model, meta, train, meta_val, objective, *, whole=False,
         loss = focal_loss(logits, train[1], meta(fixed_feats), reduction="sum")
     else:
         loss = F.cross_entropy(logits, train[1], reduction="sum") + sum(
-            (lam * params[f"head.{k}"] ** 2).sum() for k, lam in meta.named_parameters())
+            (lam * params[f"head.{k}"] ** 2).sum() for k, lam in meta.named_parameters()
+        )
     grads = torch.autograd.grad(loss, [params[k] for k in names], create_graph=True)
     stepped = dict(params)
     stepped.update({k: params[k] - LR * g for k, g in zip(names, grads)})
@@ -113,8 +113,10 @@ def assert_matches_fd(grads, params, fn):
     torch.testing.assert_close(flat, flat_fd, rtol=1e-5, atol=1e-8)
 
 
-@pytest.mark.parametrize("method,objective", [("gamma-net", "sece"), ("gamma-net", "dece"),
-                                              ("unit-l2", "dece"), ("unit-l2", "ce+dece")])
+@pytest.mark.parametrize(
+    "method,objective",
+    [("gamma-net", "sece"), ("gamma-net", "dece"), ("unit-l2", "dece"), ("unit-l2", "ce+dece")],
+)
 @pytest.mark.parametrize("lookahead", ["head", "all"])
 def test_hypergradient_matches_finite_differences(method, objective, lookahead):
     model, meta, train, meta_val = tiny_setup(method)
@@ -122,20 +124,26 @@ def test_hypergradient_matches_finite_differences(method, objective, lookahead):
     batch = batch_for(model, train, meta_val, with_meta_features=lookahead == "head")
     result = meta_hypergradient(model, meta, batch, lr=LR, objective=fn, lookahead=lookahead)
     names = [k for k, _ in meta.named_parameters()]
-    assert_matches_fd([result.grad[k] for k in names], list(meta.parameters()),
-                      lambda: reference_meta_loss(model, meta, train, meta_val, fn,
-                                                  whole=lookahead == "all"))
-    torch.testing.assert_close(result.outer_loss, reference_meta_loss(
-        model, meta, train, meta_val, fn, whole=lookahead == "all").detach())
+    assert_matches_fd(
+        [result.grad[k] for k in names],
+        list(meta.parameters()),
+        lambda: reference_meta_loss(model, meta, train, meta_val, fn, whole=lookahead == "all"),
+    )
+    torch.testing.assert_close(
+        result.outer_loss,
+        reference_meta_loss(model, meta, train, meta_val, fn, whole=lookahead == "all").detach(),
+    )
 
 
 def test_whole_network_and_head_lookahead_differ():
     model, meta, train, meta_val = tiny_setup("gamma-net")
     fn = meta_objective("sece")
-    head = meta_hypergradient(model, meta, batch_for(model, train, meta_val), lr=LR,
-                              objective=fn, lookahead="head")
-    whole = meta_hypergradient(model, meta, batch_for(model, train, meta_val, False), lr=LR,
-                               objective=fn, lookahead="all")
+    head = meta_hypergradient(
+        model, meta, batch_for(model, train, meta_val), lr=LR, objective=fn, lookahead="head"
+    )
+    whole = meta_hypergradient(
+        model, meta, batch_for(model, train, meta_val, False), lr=LR, objective=fn, lookahead="all"
+    )
     diff = (head.grad["readout.weight"] - whole.grad["readout.weight"]).abs().max()
     assert diff > 1e-6 * head.grad["readout.weight"].abs().max()
 
@@ -143,20 +151,30 @@ def test_whole_network_and_head_lookahead_differ():
 def test_backbone_leak_equals_finite_differences_of_meta_loss_in_backbone():
     model, meta, train, meta_val = tiny_setup("unit-l2")
     fn = meta_objective("dece")
-    result = meta_hypergradient(model, meta, batch_for(model, train, meta_val, False),
-                                lr=LR, objective=fn, backbone_leak=True)
-    backbone = {k: p.detach().clone() for k, p in model.named_parameters()
-                if not k.startswith("head.")}
-    assert_matches_fd([result.grad["backbone"][k] for k in backbone], list(backbone.values()),
-                      lambda: reference_meta_loss(model, meta, train, meta_val, fn,
-                                                  backbone=backbone))
-    plain = meta_hypergradient(model, meta, batch_for(model, train, meta_val), lr=LR,
-                               objective=fn)
+    result = meta_hypergradient(
+        model,
+        meta,
+        batch_for(model, train, meta_val, False),
+        lr=LR,
+        objective=fn,
+        backbone_leak=True,
+    )
+    backbone = {
+        k: p.detach().clone() for k, p in model.named_parameters() if not k.startswith("head.")
+    }
+    assert_matches_fd(
+        [result.grad["backbone"][k] for k in backbone],
+        list(backbone.values()),
+        lambda: reference_meta_loss(model, meta, train, meta_val, fn, backbone=backbone),
+    )
+    plain = meta_hypergradient(model, meta, batch_for(model, train, meta_val), lr=LR, objective=fn)
     torch.testing.assert_close(result.grad["meta"], plain.grad)
 
 
-@pytest.mark.parametrize("method,objective", [("gamma-net", "sece"), ("gamma-net", "dece"),
-                                              ("unit-l2", "dece"), ("unit-l2", "ce+dece")])
+@pytest.mark.parametrize(
+    "method,objective",
+    [("gamma-net", "sece"), ("gamma-net", "dece"), ("unit-l2", "dece"), ("unit-l2", "ce+dece")],
+)
 @pytest.mark.parametrize("leak", [False, True], ids=["plain", "leak"])
 def test_autograd_fast_path_equals_the_engine(method, objective, leak):
     """The head lookahead's fast path (plain autograd) against the engine's torch.func
@@ -173,8 +191,7 @@ def test_autograd_fast_path_equals_the_engine(method, objective, leak):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
-def test_head_lookahead_defaults_to_the_fast_path_and_whole_network_to_the_engine(
-        monkeypatch):
+def test_head_lookahead_defaults_to_the_fast_path_and_whole_network_to_the_engine(monkeypatch):
     calls = []
 
     class Spy(AutogradLookahead):
@@ -186,18 +203,28 @@ def test_head_lookahead_defaults_to_the_fast_path_and_whole_network_to_the_engin
     model, meta, train, meta_val = tiny_setup("gamma-net")
     fn = meta_objective("sece")
     meta_hypergradient(model, meta, batch_for(model, train, meta_val), lr=LR, objective=fn)
-    meta_hypergradient(model, meta, batch_for(model, train, meta_val, False), lr=LR,
-                       objective=fn, backbone_leak=True)
+    meta_hypergradient(
+        model,
+        meta,
+        batch_for(model, train, meta_val, False),
+        lr=LR,
+        objective=fn,
+        backbone_leak=True,
+    )
     assert len(calls) == 2
-    meta_hypergradient(model, meta, batch_for(model, train, meta_val, False), lr=LR,
-                       objective=fn, lookahead="all")
+    meta_hypergradient(
+        model, meta, batch_for(model, train, meta_val, False), lr=LR, objective=fn, lookahead="all"
+    )
     assert len(calls) == 2
 
 
 def one_step(quirks: bool):
     model, meta, train, meta_val = tiny_setup("gamma-net")
-    trainer = MetaCalibrationTrainer(meta_objective="sece", replicate_reference_quirks=quirks,
-                                     config=TrainConfig(optimizer="sgd", lr=LR))
+    trainer = MetaCalibrationTrainer(
+        meta_objective="sece",
+        replicate_reference_quirks=quirks,
+        config=TrainConfig(optimizer="sgd", lr=LR),
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     meta_optimizer = torch.optim.Adam(meta.parameters(), lr=1e-3)
     trainer.step(model, meta, *train, *meta_val, optimizer, meta_optimizer, LR)
@@ -219,8 +246,9 @@ def test_real_step_uses_detached_gamma_from_the_updated_gamma_net():
     model.zero_grad(set_to_none=True)
     features = model.features(train[0])
     logits = model.head(features)
-    loss = training_loss(meta, logits, train[1], features.detach(),
-                         dict(model.head.named_parameters()))
+    loss = training_loss(
+        meta, logits, train[1], features.detach(), dict(model.head.named_parameters())
+    )
     loss.backward()
     assert all(p.grad is None for p in meta.parameters())  # no path into γ-Net
     expected = focal_loss(logits, train[1], meta(features.detach()).detach(), reduction="sum")
@@ -258,8 +286,9 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="method"):
         MetaCalibrationTrainer(method="gamma", config=TrainConfig())
     with pytest.raises(ValueError, match="lookahead"):
-        MetaCalibrationTrainer(lookahead="all", replicate_reference_quirks=True,
-                               config=TrainConfig())
+        MetaCalibrationTrainer(
+            lookahead="all", replicate_reference_quirks=True, config=TrainConfig()
+        )
 
 
 def test_ce_objective_is_mean_cross_entropy_in_float64():
@@ -284,12 +313,24 @@ def test_short_training_run_on_digits(method, objective):
     data = load_dataset("digits-images", 0)
     half = len(data.val.y) // 2
     model = build_model("cnn2d", seed=0, n_classes=data.n_classes)
-    config = TrainConfig(epochs=2, optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=5e-4,
-                         batch_size=128, grad_clip=2.0)
-    history = fit_meta(model, (data.train.x, data.train.y),
-                       (data.val.x[half:], data.val.y[half:]),
-                       (data.val.x[:half], data.val.y[:half]), method=method,
-                       meta_objective=objective, config=config)
+    config = TrainConfig(
+        epochs=2,
+        optimizer="sgd",
+        lr=0.1,
+        momentum=0.9,
+        weight_decay=5e-4,
+        batch_size=128,
+        grad_clip=2.0,
+    )
+    history = fit_meta(
+        model,
+        (data.train.x, data.train.y),
+        (data.val.x[half:], data.val.y[half:]),
+        (data.val.x[:half], data.val.y[:half]),
+        method=method,
+        meta_objective=objective,
+        config=config,
+    )
     assert history.epochs_run == 2 and len(history.meta_loss) == 2
     assert all(math.isfinite(v) for v in history.train_loss + history.meta_loss)
     assert history.val_accuracy[-1] > 0.3
@@ -314,10 +355,25 @@ def test_gamma_net_dece_on_mnist1d_does_not_diverge():
     data = load_dataset("mnist1d", 0)
     train, meta = meta_split(data, 0)
     model = build_model("cnn1d", seed=0, n_classes=10)
-    config = TrainConfig(epochs=5, optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=5e-4,
-                         batch_size=128, grad_clip=2.0, seed=0)
-    history = fit_meta(model, train, (data.val.x, data.val.y), meta, method="gamma-net",
-                       meta_objective="dece", config=config)
+    config = TrainConfig(
+        epochs=5,
+        optimizer="sgd",
+        lr=0.1,
+        momentum=0.9,
+        weight_decay=5e-4,
+        batch_size=128,
+        grad_clip=2.0,
+        seed=0,
+    )
+    history = fit_meta(
+        model,
+        train,
+        (data.val.x, data.val.y),
+        meta,
+        method="gamma-net",
+        meta_objective="dece",
+        config=config,
+    )
     assert history.epochs_run == 5 and all(math.isfinite(g) for g in history.val_gamma_mean)
 
 
@@ -330,14 +386,27 @@ def test_hooks_on_epoch_and_batch_transform():
 
     data = load_dataset("digits-images", 0)
     half = len(data.val.y) // 2
-    config = TrainConfig(epochs=2, optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=5e-4,
-                         batch_size=128, grad_clip=2.0, seed=3)
+    config = TrainConfig(
+        epochs=2,
+        optimizer="sgd",
+        lr=0.1,
+        momentum=0.9,
+        weight_decay=5e-4,
+        batch_size=128,
+        grad_clip=2.0,
+        seed=3,
+    )
 
     def train(**hooks):
         model = build_model("cnn2d", seed=0, n_classes=data.n_classes)
-        history = fit_meta(model, (data.train.x, data.train.y),
-                           (data.val.x[half:], data.val.y[half:]),
-                           (data.val.x[:half], data.val.y[:half]), config=config, **hooks)
+        history = fit_meta(
+            model,
+            (data.train.x, data.train.y),
+            (data.val.x[half:], data.val.y[half:]),
+            (data.val.x[:half], data.val.y[:half]),
+            config=config,
+            **hooks,
+        )
         return model, history
 
     calls = []

@@ -13,8 +13,10 @@ def quadratic_problem(dtype=torch.float64, seed: int = 0):
     """Parameters and a loss with non-trivial, changing gradients (a small least squares
     with a tanh feature), so moments evolve over the 20 steps."""
     gen = torch.Generator().manual_seed(seed)
-    params = {"a": torch.randn(3, 4, generator=gen, dtype=dtype),
-              "b": torch.randn(4, generator=gen, dtype=dtype)}
+    params = {
+        "a": torch.randn(3, 4, generator=gen, dtype=dtype),
+        "b": torch.randn(4, generator=gen, dtype=dtype),
+    }
     x = torch.randn(10, 3, generator=gen, dtype=dtype)
     target = torch.randn(10, 4, generator=gen, dtype=dtype)
 
@@ -51,21 +53,24 @@ def assert_same_trajectory(ours, theirs, atol):
 
 
 @pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-6)])
-@pytest.mark.parametrize("kwargs", [
-    {},
-    {"betas": (0.5, 0.9), "eps": 1e-3},
-    {"weight_decay": 0.1},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"betas": (0.5, 0.9), "eps": 1e-3},
+        {"weight_decay": 0.1},
+    ],
+)
 def test_adam_matches_torch_optim(dtype, atol, kwargs):
     params, loss = quadratic_problem(dtype)
     ours = functional_trajectory(Adam(lr=0.05, eps_root=0.0, **kwargs), params, loss)
-    ref = torch_trajectory(lambda p: torch.optim.Adam(p, lr=0.05, foreach=False, **kwargs),
-                           params, loss)
+    ref = torch_trajectory(
+        lambda p: torch.optim.Adam(p, lr=0.05, foreach=False, **kwargs), params, loss
+    )
     assert_same_trajectory(ours, ref, atol)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"momentum": 0.9}, {"momentum": 0.5,
-                                                         "weight_decay": 0.05}])
+@pytest.mark.parametrize("kwargs", [{}, {"momentum": 0.9}, {"momentum": 0.5, "weight_decay": 0.05}])
 def test_sgd_matches_torch_optim(kwargs):
     params, loss = quadratic_problem()
     ours = functional_trajectory(SGD(lr=0.1, **kwargs), params, loss)
@@ -96,8 +101,9 @@ def test_eps_root_changes_the_update_by_its_size_only():
     params, loss = quadratic_problem()
     plain = functional_trajectory(Adam(lr=0.05, eps_root=0.0), params, loss)
     rooted = functional_trajectory(Adam(lr=0.05, eps_root=1e-12), params, loss)
-    diff = max(float((a[k] - b[k]).abs().max()) for a, b in zip(plain, rooted, strict=True)
-               for k in a)
+    diff = max(
+        float((a[k] - b[k]).abs().max()) for a, b in zip(plain, rooted, strict=True) for k in a
+    )
     assert 0 < diff < 1e-6
 
 
@@ -106,9 +112,14 @@ def test_tensor_hyperparameters_equal_floats_and_vmap_over_lr():
     as_float = functional_trajectory(Adam(lr=0.05, betas=(0.8, 0.99)), params, loss, 5)
     f64 = torch.float64
     as_tensor = functional_trajectory(
-        Adam(lr=torch.tensor(0.05, dtype=f64),
-             betas=(torch.tensor(0.8, dtype=f64), torch.tensor(0.99, dtype=f64))),
-        params, loss, 5)
+        Adam(
+            lr=torch.tensor(0.05, dtype=f64),
+            betas=(torch.tensor(0.8, dtype=f64), torch.tensor(0.99, dtype=f64)),
+        ),
+        params,
+        loss,
+        5,
+    )
     assert_same_trajectory(as_tensor, as_float, 1e-12)
 
     lrs = torch.tensor([0.01, 0.05, 0.2], dtype=torch.float64)
@@ -143,21 +154,23 @@ def test_adam_step_derivative_is_finite_at_zero_gradient_only_with_eps_root():
 def test_sgd_init_state():
     params = {"w": torch.ones(2)}
     assert SGD(0.1).init(params).momentum == {}
-    torch.testing.assert_close(SGD(0.1, momentum=0.9).init(params).momentum["w"],
-                               torch.zeros(2))
+    torch.testing.assert_close(SGD(0.1, momentum=0.9).init(params).momentum["w"], torch.zeros(2))
 
 
-@pytest.mark.parametrize("make", [
-    lambda: Adam(lr=-0.1),
-    lambda: Adam(lr=float("nan")),
-    lambda: Adam(lr=0.1, betas=(1.0, 0.999)),
-    lambda: Adam(lr=0.1, betas=(0.9,)),
-    lambda: Adam(lr=0.1, eps_root=-1.0),
-    lambda: Adam(lr=torch.ones(2)),
-    lambda: SGD(lr=0.1, momentum=1.0),
-    lambda: SGD(lr=0.1, weight_decay=-1e-3),
-    lambda: SGD(lr="0.1"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Adam(lr=-0.1),
+        lambda: Adam(lr=float("nan")),
+        lambda: Adam(lr=0.1, betas=(1.0, 0.999)),
+        lambda: Adam(lr=0.1, betas=(0.9,)),
+        lambda: Adam(lr=0.1, eps_root=-1.0),
+        lambda: Adam(lr=torch.ones(2)),
+        lambda: SGD(lr=0.1, momentum=1.0),
+        lambda: SGD(lr=0.1, weight_decay=-1e-3),
+        lambda: SGD(lr="0.1"),
+    ],
+)
 def test_bad_hyperparameters_raise(make):
     with pytest.raises(ValueError):
         make()

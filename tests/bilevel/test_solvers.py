@@ -14,8 +14,10 @@ def spd_system(dim: int = 6, seed: int = 0):
     q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
     eigenvalues = torch.linspace(0.5, 4.0, dim, dtype=torch.float64)
     matrix = q @ torch.diag(eigenvalues) @ q.T
-    b = {"u": torch.randn(dim - 2, generator=gen, dtype=torch.float64),
-         "v": torch.randn(2, generator=gen, dtype=torch.float64)}
+    b = {
+        "u": torch.randn(dim - 2, generator=gen, dtype=torch.float64),
+        "v": torch.randn(2, generator=gen, dtype=torch.float64),
+    }
     return matrix, b
 
 
@@ -24,6 +26,7 @@ def as_matvec(matrix):
         flat = torch.cat([tree["u"], tree["v"]])
         out = matrix @ flat
         return {"u": out[:-2], "v": out[-2:]}
+
     return matvec
 
 
@@ -61,32 +64,37 @@ def test_neumann_partial_sums_and_convergence():
     for _ in range(3):
         term = term - alpha * matrix @ term
         series = series + term
-    torch.testing.assert_close(flat(Neumann(alpha, iterations=3)(as_matvec(matrix), b)),
-                               series, atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        flat(Neumann(alpha, iterations=3)(as_matvec(matrix), b)), series, atol=1e-12, rtol=0
+    )
     converged = Neumann(alpha, iterations=200)(as_matvec(matrix), b)
-    torch.testing.assert_close(flat(converged), torch.linalg.solve(matrix, flat(b)),
-                               atol=1e-8, rtol=0)
+    torch.testing.assert_close(
+        flat(converged), torch.linalg.solve(matrix, flat(b)), atol=1e-8, rtol=0
+    )
 
 
 def test_solvers_vmap_over_right_hand_sides():
     matrix, _ = spd_system()
-    rhs = {"u": torch.randn(3, 4, dtype=torch.float64), "v": torch.randn(3, 2,
-                                                                          dtype=torch.float64)}
+    rhs = {"u": torch.randn(3, 4, dtype=torch.float64), "v": torch.randn(3, 2, dtype=torch.float64)}
     for solver in (ConjugateGradient(8), Neumann(0.4, 10)):
         batched = vmap(lambda b, solve=solver: solve(as_matvec(matrix), b))(rhs)
         for i in range(3):
             single = solver(as_matvec(matrix), {"u": rhs["u"][i], "v": rhs["v"][i]})
-            torch.testing.assert_close(flat({k: v[i] for k, v in batched.items()}),
-                                       flat(single), atol=1e-12, rtol=0)
+            torch.testing.assert_close(
+                flat({k: v[i] for k, v in batched.items()}), flat(single), atol=1e-12, rtol=0
+            )
 
 
-@pytest.mark.parametrize("make", [
-    lambda: ConjugateGradient(iterations=0),
-    lambda: ConjugateGradient(iterations=2.5),
-    lambda: ConjugateGradient(damping=-1.0),
-    lambda: Neumann(alpha=0.0),
-    lambda: Neumann(alpha=0.1, iterations=-1),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ConjugateGradient(iterations=0),
+        lambda: ConjugateGradient(iterations=2.5),
+        lambda: ConjugateGradient(damping=-1.0),
+        lambda: Neumann(alpha=0.0),
+        lambda: Neumann(alpha=0.1, iterations=-1),
+    ],
+)
 def test_bad_solver_settings_raise(make):
     with pytest.raises(ValueError):
         make()

@@ -22,8 +22,20 @@ from selfcal.cli import main
 from selfcal.evaluation import METRICS, load_metric
 from selfcal.io import load_predictions, save_probs
 
-KEYS = ["accuracy", "nll", "brier", "ece", "mce", "adaece", "classwise_ece", "sece", "kde_ece",
-        "smece", "debiased_ece", "aurc"]
+KEYS = [
+    "accuracy",
+    "nll",
+    "brier",
+    "ece",
+    "mce",
+    "adaece",
+    "classwise_ece",
+    "sece",
+    "kde_ece",
+    "smece",
+    "debiased_ece",
+    "aurc",
+]
 
 
 def make_data(n=300, c=4, seed=0, scale=3.0):
@@ -96,8 +108,12 @@ def test_nan_row_17_subprocess_no_traceback(tmp_path):
     z[17] = np.nan
     path = tmp_path / "bad.csv"
     write_tabular(path, {**{f"logit_{j}": z[:, j] for j in range(z.shape[1])}, "label": y})
-    proc = subprocess.run([sys.executable, "-m", "selfcal.cli", "evaluate", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "selfcal.cli", "evaluate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
@@ -130,9 +146,20 @@ def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "extension", "labels range", "probs sum",
-                                  "both arrays", "no labels", "npy naming", "unnamed columns",
-                                  "unknown example"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "extension",
+        "labels range",
+        "probs sum",
+        "both arrays",
+        "no labels",
+        "npy naming",
+        "unnamed columns",
+        "unknown example",
+    ],
+)
 def test_bad_input_one_line_errors(tmp_path, capsys, case):
     path, expected = bad_inputs(tmp_path)[case]
     code, out, err = run(capsys, "evaluate", path)
@@ -141,10 +168,17 @@ def test_bad_input_one_line_errors(tmp_path, capsys, case):
     assert expected in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("args", [["evaluate"], ["evaluate", "x.npz", "--bogus"],
-                                  ["evaluate", "x.npz", "--kind", "scores"],
-                                  ["evaluate", "x.npz", "--confidence", "2"],
-                                  ["evaluate", "x.npz", "--interval", "bca"], ["nonsense"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["evaluate"],
+        ["evaluate", "x.npz", "--bogus"],
+        ["evaluate", "x.npz", "--kind", "scores"],
+        ["evaluate", "x.npz", "--confidence", "2"],
+        ["evaluate", "x.npz", "--interval", "bca"],
+        ["nonsense"],
+    ],
+)
 def test_usage_errors_one_line(capsys, args):
     code, out, err = run(capsys, *args)
     assert code == 2 and out == ""
@@ -227,8 +261,10 @@ def _close(a: dict, b: dict) -> None:
     """Two ``--json`` results agree (values and interval ends)."""
     for key in KEYS:
         np.testing.assert_allclose(
-            [a[key]["value"], *a[key]["ci"]], [b[key]["value"], *b[key]["ci"]],
-            rtol=1e-9, atol=1e-12,
+            [a[key]["value"], *a[key]["ci"]],
+            [b[key]["value"], *b[key]["ci"]],
+            rtol=1e-9,
+            atol=1e-12,
         )
 
 
@@ -247,10 +283,12 @@ def test_binary_one_column_formats_agree(tmp_path, capsys, kind):
 
 def test_kind_option_for_unnamed_columns(tmp_path, capsys):
     z, y = make_data()
-    named = write_tabular(tmp_path / "named.csv",
-                          {**{f"logit_{j}": z[:, j] for j in range(4)}, "label": y})
-    plain = write_tabular(tmp_path / "plain.csv",
-                          {"target": y, **{f"s{j}": z[:, j] for j in range(4)}})
+    named = write_tabular(
+        tmp_path / "named.csv", {**{f"logit_{j}": z[:, j] for j in range(4)}, "label": y}
+    )
+    plain = write_tabular(
+        tmp_path / "plain.csv", {"target": y, **{f"s{j}": z[:, j] for j in range(4)}}
+    )
     a = evaluate_json(capsys, named)
     b = evaluate_json(capsys, plain, "--kind", "logits", "--label-column", "target")
     _close(a, b)
@@ -271,8 +309,16 @@ def test_plot_writes_pngs(tmp_path, capsys):
     plots = pytest.importorskip("selfcal.plots")
     if not hasattr(plots, "save_figures"):
         pytest.skip("selfcal.plots.save_figures not available")
-    code, out, err = run(capsys, "evaluate", "example:digits_test", "--json", "--resamples", 10,
-                         "--plot", tmp_path / "figs")
+    code, out, err = run(
+        capsys,
+        "evaluate",
+        "example:digits_test",
+        "--json",
+        "--resamples",
+        10,
+        "--plot",
+        tmp_path / "figs",
+    )
     assert code == 0, err
     json.loads(out)  # figures go to disk, the note to stderr: stdout stays one JSON object
     assert list((tmp_path / "figs").glob("*.png"))
@@ -308,9 +354,20 @@ def test_calibrate_ts_round_trip(tmp_path, capsys, out_name):
     np.savez(tmp_path / "val.npz", logits=over[:1000], labels=y[:1000])
     np.savez(tmp_path / "test.npz", logits=over[1000:], labels=y[1000:])
     out = tmp_path / out_name
-    code, text, err = run(capsys, "calibrate", "--method", "ts", "--fit", tmp_path / "val.npz",
-                          "--apply", tmp_path / "test.npz", "--out", out,
-                          "--save-calibrator", tmp_path / "ts.json")
+    code, text, err = run(
+        capsys,
+        "calibrate",
+        "--method",
+        "ts",
+        "--fit",
+        tmp_path / "val.npz",
+        "--apply",
+        tmp_path / "test.npz",
+        "--out",
+        out,
+        "--save-calibrator",
+        tmp_path / "ts.json",
+    )
     assert code == 0, err
     assert "before" in text and "after" in text
     cal = load_predictions(out)
@@ -325,8 +382,18 @@ def test_calibrate_ts_round_trip(tmp_path, capsys, out_name):
 
 @pytest.mark.skipif(not _has_registry(), reason="selfcal.posthoc.CALIBRATORS not available")
 def test_calibrate_unknown_method(tmp_path, capsys):
-    code, _, err = run(capsys, "calibrate", "--method", "magic", "--fit", "example:digits_val",
-                       "--apply", "example:digits_test", "--out", tmp_path / "o.npz")
+    code, _, err = run(
+        capsys,
+        "calibrate",
+        "--method",
+        "magic",
+        "--fit",
+        "example:digits_val",
+        "--apply",
+        "example:digits_test",
+        "--out",
+        tmp_path / "o.npz",
+    )
     assert code == 2 and "unknown method 'magic'" in err and err.count("\n") == 1
 
 
@@ -355,7 +422,9 @@ def test_evaluate_1e5_rows(tmp_path, capsys):
     _timed_evaluate(capsys, _large(tmp_path, 100_000))
 
 
-@pytest.mark.skipif(not os.environ.get("SELFCAL_SLOW_TESTS"),
-                    reason="10^6-row timing test; set SELFCAL_SLOW_TESTS=1")
+@pytest.mark.skipif(
+    not os.environ.get("SELFCAL_SLOW_TESTS"),
+    reason="10^6-row timing test; set SELFCAL_SLOW_TESTS=1",
+)
 def test_evaluate_1e6_rows(tmp_path, capsys):
     _timed_evaluate(capsys, _large(tmp_path, 1_000_000))

@@ -75,8 +75,9 @@ def test_per_channel_fill():
 def test_black_fill_reproduces_padding_raw_pixels_before_normalising(tmp_path):
     write_cifar10(tmp_path, n_per_batch=4, n_test=2)
     data = load_dataset("cifar10", 0, root=tmp_path)
-    standardized = random_crop_flip(data.train.x, torch.Generator().manual_seed(3),
-                                     fill=black_fill(data))
+    standardized = random_crop_flip(
+        data.train.x, torch.Generator().manual_seed(3), fill=black_fill(data)
+    )
     raw_first = random_crop_flip(data.raw("train").double(), torch.Generator().manual_seed(3))
     torch.testing.assert_close(standardized, data.standardize(raw_first), atol=1e-6, rtol=0)
 

@@ -83,20 +83,25 @@ def test_mnist1d_sizes_pool_the_whole_draw_and_split_it_exactly():
     ours_y = torch.cat([data.split(s).y for s in ("train", "val", "test")]).numpy()
     theirs = np.concatenate([package["x"], package["x_test"]])
     theirs_y = np.concatenate([package["y"], package["y_test"]])
-    np.testing.assert_array_equal(_sorted_rows(np.column_stack([ours, ours_y])),
-                                  _sorted_rows(np.column_stack([theirs, theirs_y])))
+    np.testing.assert_array_equal(
+        _sorted_rows(np.column_stack([ours, ours_y])),
+        _sorted_rows(np.column_stack([theirs, theirs_y])),
+    )
     again = load_dataset("mnist1d", 2, sizes=(300, 120, 580))
     assert torch.equal(again.test.x, data.test.x) and torch.equal(again.train.y, data.train.y)
     mean = float(data.raw("train").double().mean())
     assert float(data.mean.reshape(())) == pytest.approx(mean, rel=1e-12)
 
 
-@pytest.mark.parametrize(("options", "match"), [
-    ({"sizes": (300, 120, 581)}, "multiple of 10"),
-    ({"sizes": (300, 120)}, "three positive ints"),
-    ({"sizes": (0, 120, 580)}, "three positive ints"),
-    ({"sizes": (300, 120, 580), "num_samples": 1000}, "not both"),
-])
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"sizes": (300, 120, 581)}, "multiple of 10"),
+        ({"sizes": (300, 120)}, "three positive ints"),
+        ({"sizes": (0, 120, 580)}, "three positive ints"),
+        ({"sizes": (300, 120, 580), "num_samples": 1000}, "not both"),
+    ],
+)
 def test_mnist1d_sizes_errors(options, match):
     with pytest.raises(ValueError, match=match):
         load_dataset("mnist1d", 0, **options)
@@ -183,6 +188,19 @@ def test_extra_splits_are_validated_and_addressable():
 
 
 def _fields(data: DataSplits) -> dict:
-    names = ("name", "train", "val", "test", "n_classes", "feature_names", "description", "mean",
-             "std", "seed", "raw_features", "options", "extra")
+    names = (
+        "name",
+        "train",
+        "val",
+        "test",
+        "n_classes",
+        "feature_names",
+        "description",
+        "mean",
+        "std",
+        "seed",
+        "raw_features",
+        "options",
+        "extra",
+    )
     return {k: getattr(data, k) for k in names}

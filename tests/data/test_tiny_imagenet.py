@@ -27,8 +27,10 @@ def train_pool(folder):
 
 def official_val(folder):
     paths = sorted((folder / "val" / "images").glob("*.JPEG"))
-    wnid_of = dict(line.split("\t")[:2] for line in (folder / "val" / "val_annotations.txt")
-                   .read_text().splitlines())
+    wnid_of = dict(
+        line.split("\t")[:2]
+        for line in (folder / "val" / "val_annotations.txt").read_text().splitlines()
+    )
     labels = np.array([SORTED.index(wnid_of[p.name]) for p in paths])
     return np.stack([decoded(p) for p in paths]), labels
 

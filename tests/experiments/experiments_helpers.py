@@ -22,8 +22,17 @@ CALLS: list[list[str]] = []
 
 def make_specs(n: int, study: str = "s", **hparams: Any) -> list[RunSpec]:
     """``n`` specs over two datasets, two methods and seeds ``0..``."""
-    return [RunSpec(study, f"d{i % 2}", f"m{(i // 2) % 2}", i, {"lr": 0.1, **hparams},
-                    {"name": "mlp", "hidden": [4, 4]}) for i in range(n)]
+    return [
+        RunSpec(
+            study,
+            f"d{i % 2}",
+            f"m{(i // 2) % 2}",
+            i,
+            {"lr": 0.1, **hparams},
+            {"name": "mlp", "hidden": [4, 4]},
+        )
+        for i in range(n)
+    ]
 
 
 def expected(spec: RunSpec) -> tuple[dict[str, float], dict[str, np.ndarray]]:
@@ -33,9 +42,11 @@ def expected(spec: RunSpec) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     metrics = {"ece": float(rng.uniform()), "accuracy": float(rng.uniform())}
     if spec.hparams.get("nan"):
         metrics["nll"] = float("nan")
-    artefacts = {"weights": rng.normal(size=(3, size)),
-                 "confidences": rng.uniform(size=size).astype(np.float32),
-                 "labels": rng.integers(0, 10, size=size)}
+    artefacts = {
+        "weights": rng.normal(size=(3, size)),
+        "confidences": rng.uniform(size=size).astype(np.float32),
+        "labels": rng.integers(0, 10, size=size),
+    }
     return metrics, artefacts
 
 

@@ -20,9 +20,12 @@ needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not inst
 
 
 def git(where: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(where), "-c", "user.name=t", "-c",
-                           "user.email=t@t", *args], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(where), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def test_versions_and_machine() -> None:

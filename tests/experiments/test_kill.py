@@ -46,8 +46,7 @@ def count(db: Path, sql: str) -> int:
 def kill_after_some_runs(db: Path, at_least: int = 3, timeout_s: float = 60.0) -> int:
     """Start the sweep in a fresh interpreter, SIGKILL it once ``at_least`` runs are stored;
     return how many were stored then."""
-    code = SWEEP.format(helpers=str(Path(helpers.__file__).parent), spec_args=SPEC_ARGS,
-                        db=str(db))
+    code = SWEEP.format(helpers=str(Path(helpers.__file__).parent), spec_args=SPEC_ARGS, db=str(db))
     process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout_s
     while count(db, "SELECT COUNT(*) FROM runs") < at_least:
@@ -75,21 +74,32 @@ def test_sigkill_then_rerun_stores_every_run_exactly_once(tmp_path: Path) -> Non
         executed = [key for group in helpers.CALLS for key in group]
         assert sorted(executed) == sorted(s.key for s in specs if s.key not in before)
         assert (summary.done, summary.skipped, summary.failed) == (
-            N_RUNS - stored_at_kill, stored_at_kill, 0)
+            N_RUNS - stored_at_kill,
+            stored_at_kill,
+            0,
+        )
         records = {r.key: r for r in store.runs("kill", status=None)}
         for spec in specs:  # the data itself, not only the counts
             record = records[spec.key]
             assert record.status == "done" and record.metrics == expected(spec)[0]
-            np.testing.assert_array_equal(store.artefact(spec.key, "weights"),
-                                          expected(spec)[1]["weights"])
+            np.testing.assert_array_equal(
+                store.artefact(spec.key, "weights"), expected(spec)[1]["weights"]
+            )
     assert count(db, "SELECT COUNT(*) FROM runs") == N_RUNS
     assert count(db, "SELECT COUNT(DISTINCT key) FROM runs") == N_RUNS
     assert count(db, "SELECT COUNT(*) FROM runs WHERE status = 'done'") == N_RUNS
     assert count(db, "SELECT COUNT(*) FROM artefacts") == 3 * N_RUNS
-    assert count(db, "SELECT COUNT(*) FROM artefacts WHERE run_key NOT IN "
-                     "(SELECT key FROM runs)") == 0
-    assert count(db, "SELECT COUNT(*) FROM (SELECT run_key FROM artefacts GROUP BY run_key "
-                     "HAVING COUNT(*) != 3)") == 0
+    assert (
+        count(db, "SELECT COUNT(*) FROM artefacts WHERE run_key NOT IN (SELECT key FROM runs)") == 0
+    )
+    assert (
+        count(
+            db,
+            "SELECT COUNT(*) FROM (SELECT run_key FROM artefacts GROUP BY run_key "
+            "HAVING COUNT(*) != 3)",
+        )
+        == 0
+    )
     with closing(sqlite3.connect(db)) as connection:
         assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
@@ -118,8 +128,11 @@ def running(pid: int) -> bool:
 def test_sigkill_of_a_parallel_sweep_leaves_no_worker_alive(tmp_path: Path) -> None:
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    code = PARALLEL_SWEEP.format(helpers=str(Path(helpers.__file__).parent),
-                                 pid_dir=str(pid_dir), db=str(tmp_path / "o.sqlite"))
+    code = PARALLEL_SWEEP.format(
+        helpers=str(Path(helpers.__file__).parent),
+        pid_dir=str(pid_dir),
+        db=str(tmp_path / "o.sqlite"),
+    )
     log = tmp_path / "stderr.txt"
     with log.open("wb") as stderr:  # not a pipe: the workers inherit it
         process = subprocess.Popen([sys.executable, "-c", code], stderr=stderr)

@@ -78,8 +78,9 @@ def test_exception_and_nan_fail_their_runs_and_the_sweep_goes_on(store: ResultsS
     good = make_specs(4)
     boom = RunSpec("s", "d0", "m0", 50, {"fail": True})
     nan = make_specs(1, nan=True)[0].replace(seed=60)
-    summary = run_sweep([good[0], boom, good[1], nan, *good[2:]], helpers.execute, store=store,
-                        progress=False)
+    summary = run_sweep(
+        [good[0], boom, good[1], nan, *good[2:]], helpers.execute, store=store, progress=False
+    )
     assert (summary.done, summary.skipped, summary.failed) == (4, 0, 2)
     assert_stored_as_expected(store, good)
     reasons = {r.key: r.reason for r in store.failures("s")}
@@ -88,8 +89,9 @@ def test_exception_and_nan_fail_their_runs_and_the_sweep_goes_on(store: ResultsS
     helpers.CALLS.clear()
     again = run_sweep([*good, boom, nan], helpers.execute, store=store, progress=False)
     assert (again.done, again.skipped, again.failed) == (0, 6, 0) and helpers.CALLS == []
-    retried = run_sweep([*good, boom, nan], helpers.execute, store=store, progress=False,
-                        retry_failed=True)
+    retried = run_sweep(
+        [*good, boom, nan], helpers.execute, store=store, progress=False, retry_failed=True
+    )
     assert (retried.done, retried.skipped, retried.failed) == (0, 4, 2)
     assert sorted(called_keys()) == sorted([boom.key, nan.key])
 
@@ -97,8 +99,13 @@ def test_exception_and_nan_fail_their_runs_and_the_sweep_goes_on(store: ResultsS
 def test_batch_by_groups_specs_and_a_failing_group_fails_whole(store: ResultsStore) -> None:
     specs = make_specs(8)
     specs[5] = specs[5].replace(hparams={"lr": 0.1, "fail": True})  # dataset d1, method m0
-    summary = run_sweep(specs, helpers.execute, store=store, progress=False,
-                        batch_by=lambda s: (s.dataset, s.method))
+    summary = run_sweep(
+        specs,
+        helpers.execute,
+        store=store,
+        progress=False,
+        batch_by=lambda s: (s.dataset, s.method),
+    )
     groups = [sorted(g) for g in helpers.CALLS]
     by_config: dict[tuple[str, str], list[str]] = {}
     for spec in specs:
@@ -112,11 +119,17 @@ def test_batch_by_groups_specs_and_a_failing_group_fails_whole(store: ResultsSto
 
 
 def test_executor_returning_the_wrong_number_fails_the_group(store: ResultsStore) -> None:
-    summary = run_sweep(make_specs(2), helpers.wrong_count_execute, store=store,
-                        progress=False, batch_by=lambda s: 0)
+    summary = run_sweep(
+        make_specs(2),
+        helpers.wrong_count_execute,
+        store=store,
+        progress=False,
+        batch_by=lambda s: 0,
+    )
     assert summary.failed == 2
     assert {r.reason for r in store.failures()} == {
-        "ValueError: execute returned 1 results for 2 specs"}
+        "ValueError: execute returned 1 results for 2 specs"
+    }
 
 
 def test_keyboard_interrupt_stops_and_keeps_what_finished(store: ResultsStore) -> None:
@@ -149,26 +162,27 @@ def test_two_workers_store_the_same_as_one_and_survive_a_crash(tmp_path: Path) -
     crash = RunSpec("s", "d0", "m0", 99, {"crash": True})
     with ResultsStore(tmp_path / "one.sqlite") as one, ResultsStore(tmp_path / "two.sqlite") as two:
         serial = run_sweep(specs, helpers.execute, store=one, progress=False)
-        parallel = run_sweep([*specs, crash], helpers.execute, store=two, workers=2,
-                             progress=False)
+        parallel = run_sweep([*specs, crash], helpers.execute, store=two, workers=2, progress=False)
         assert (serial.done, serial.failed) == (4, 2)
         assert (parallel.done, parallel.failed) == (4, 3)
         (crashed,) = [r for r in two.failures() if r.key == crash.key]
         assert crashed.reason.startswith("BrokenProcessPool")
-        runs_one, runs_two = one.runs(status=None), [r for r in two.runs(status=None)
-                                                     if r.key != crash.key]
+        runs_one, runs_two = (
+            one.runs(status=None),
+            [r for r in two.runs(status=None) if r.key != crash.key],
+        )
         assert [r.key for r in runs_one] == [r.key for r in runs_two]
         for a, b in zip(runs_one, runs_two, strict=True):
             assert (a.status, a.reason, a.spec, a.env) == (b.status, b.reason, b.spec, b.env)
             np.testing.assert_array_equal(list(a.metrics.values()), list(b.metrics.values()))
             assert a.artefacts == b.artefacts
             for name in a.artefacts:
-                np.testing.assert_array_equal(one.artefact(a.key, name),
-                                              two.artefact(b.key, name))
+                np.testing.assert_array_equal(one.artefact(a.key, name), two.artefact(b.key, name))
 
 
-def test_progress_bar_and_default_store_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_bar_and_default_store_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     summary = run_sweep(make_specs(3, study="bar"), helpers.execute, progress=True)
     assert summary == SweepSummary(3, 0, 0, summary.seconds)

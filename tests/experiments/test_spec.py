@@ -14,43 +14,71 @@ import torch
 
 from selfcal.experiments import RunResult, RunSpec
 
-BASE = RunSpec("bo4sc", "blobs-1.3", "bo4sc", 3, {"lr": 0.01, "T": 5, "iso": False, "tag": None},
-               {"name": "mlp", "hidden": [64, 64], "act": {"kind": "relu"}})
+BASE = RunSpec(
+    "bo4sc",
+    "blobs-1.3",
+    "bo4sc",
+    3,
+    {"lr": 0.01, "T": 5, "iso": False, "tag": None},
+    {"name": "mlp", "hidden": [64, 64], "act": {"kind": "relu"}},
+)
 
 
 def test_key_is_truncated_sha256_of_sorted_compact_json() -> None:
-    text = json.dumps({"study": "bo4sc", "dataset": "blobs-1.3", "method": "bo4sc", "seed": 3,
-                       "hparams": {"T": 5, "iso": False, "lr": 0.01, "tag": None},
-                       "model": {"act": {"kind": "relu"}, "hidden": [64, 64], "name": "mlp"}},
-                      sort_keys=True, separators=(",", ":"))
+    text = json.dumps(
+        {
+            "study": "bo4sc",
+            "dataset": "blobs-1.3",
+            "method": "bo4sc",
+            "seed": 3,
+            "hparams": {"T": 5, "iso": False, "lr": 0.01, "tag": None},
+            "model": {"act": {"kind": "relu"}, "hidden": [64, 64], "name": "mlp"},
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     assert BASE.key == hashlib.sha256(text.encode()).hexdigest()[:16]
     assert BASE.to_json() == text
 
 
 def test_key_is_stable_across_versions() -> None:
     # Pinned: a changed value would orphan every stored result of every user.
-    assert RunSpec("s", "d", "m", 0).key == hashlib.sha256(
-        b'{"dataset":"d","hparams":{},"method":"m","model":{},"seed":0,"study":"s"}'
-    ).hexdigest()[:16] == "050eb6ee47fcfcaa"
+    assert (
+        RunSpec("s", "d", "m", 0).key
+        == hashlib.sha256(
+            b'{"dataset":"d","hparams":{},"method":"m","model":{},"seed":0,"study":"s"}'
+        ).hexdigest()[:16]
+        == "050eb6ee47fcfcaa"
+    )
 
 
 def test_key_ignores_insertion_order_and_numpy_scalar_types() -> None:
-    reordered = RunSpec("bo4sc", "blobs-1.3", "bo4sc", np.int64(3),
-                        {"tag": None, "iso": np.bool_(False), "T": np.int32(5),
-                         "lr": np.float64(0.01)},
-                        {"act": {"kind": "relu"}, "hidden": (64, 64), "name": "mlp"})
+    reordered = RunSpec(
+        "bo4sc",
+        "blobs-1.3",
+        "bo4sc",
+        np.int64(3),
+        {"tag": None, "iso": np.bool_(False), "T": np.int32(5), "lr": np.float64(0.01)},
+        {"act": {"kind": "relu"}, "hidden": (64, 64), "name": "mlp"},
+    )
     assert reordered.key == BASE.key and reordered == BASE and hash(reordered) == hash(BASE)
 
 
-@pytest.mark.parametrize("change", [
-    {"study": "other"}, {"dataset": "blobs-1.7"}, {"method": "ce"}, {"seed": 4},
-    {"hparams": {"lr": 0.010000000000000002, "T": 5, "iso": False, "tag": None}},
-    {"hparams": {"lr": 0.01, "T": 5.0, "iso": False, "tag": None}},  # int vs float
-    {"hparams": {"lr": 0.01, "T": 5, "iso": 0, "tag": None}},  # bool vs int
-    {"hparams": {"lr": 0.01, "T": 5, "iso": False}},  # a missing None entry
-    {"model": {"name": "mlp", "hidden": [64, 65], "act": {"kind": "relu"}}},
-    {"model": {"name": "mlp", "hidden": [64, 64], "act": {"kind": "gelu"}}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"study": "other"},
+        {"dataset": "blobs-1.7"},
+        {"method": "ce"},
+        {"seed": 4},
+        {"hparams": {"lr": 0.010000000000000002, "T": 5, "iso": False, "tag": None}},
+        {"hparams": {"lr": 0.01, "T": 5.0, "iso": False, "tag": None}},  # int vs float
+        {"hparams": {"lr": 0.01, "T": 5, "iso": 0, "tag": None}},  # bool vs int
+        {"hparams": {"lr": 0.01, "T": 5, "iso": False}},  # a missing None entry
+        {"model": {"name": "mlp", "hidden": [64, 65], "act": {"kind": "relu"}}},
+        {"model": {"name": "mlp", "hidden": [64, 64], "act": {"kind": "gelu"}}},
+    ],
+)
 def test_key_changes_with_every_field(change: dict) -> None:
     changed = BASE.replace(**change)
     assert changed.key != BASE.key and changed != BASE
@@ -74,21 +102,24 @@ def test_spec_is_immutable() -> None:
     assert spec.hparams["lr"] == 0.1
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"hparams": {"lr": float("nan")}}, "NaN and infinity"),
-    ({"hparams": {"lr": float("inf")}}, "NaN and infinity"),
-    ({"hparams": {"sizes": [1, 2]}}, "JSON scalar"),
-    ({"hparams": {"arr": np.zeros(2)}}, "JSON scalar"),
-    ({"hparams": {1: 2}}, "keys must be strings"),
-    ({"model": {"f": object()}}, "JSON scalar"),
-    ({"model": {"s": {1, 2}}}, "JSON scalar"),
-    ({"model": {"nested": {"x": float("nan")}}}, "NaN"),
-    ({"seed": True}, "seed must be an int"),
-    ({"seed": 1.0}, "seed must be an int"),
-    ({"seed": -1}, "seed must be an int >= 0"),
-    ({"study": ""}, "study must be a non-empty string"),
-    ({"method": None}, "method must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"hparams": {"lr": float("nan")}}, "NaN and infinity"),
+        ({"hparams": {"lr": float("inf")}}, "NaN and infinity"),
+        ({"hparams": {"sizes": [1, 2]}}, "JSON scalar"),
+        ({"hparams": {"arr": np.zeros(2)}}, "JSON scalar"),
+        ({"hparams": {1: 2}}, "keys must be strings"),
+        ({"model": {"f": object()}}, "JSON scalar"),
+        ({"model": {"s": {1, 2}}}, "JSON scalar"),
+        ({"model": {"nested": {"x": float("nan")}}}, "NaN"),
+        ({"seed": True}, "seed must be an int"),
+        ({"seed": 1.0}, "seed must be an int"),
+        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"study": ""}, "study must be a non-empty string"),
+        ({"method": None}, "method must be a non-empty string"),
+    ],
+)
 def test_invalid_specs_are_rejected(kwargs: dict, match: str) -> None:
     fields = {"study": "s", "dataset": "d", "method": "m", "seed": 0, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -121,18 +152,21 @@ def test_result_converts_numbers_and_tensors() -> None:
     assert result.artefacts["w"].dtype == np.float32
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"status": "ok"}, "'done' or 'failed'"),
-    ({"status": "failed"}, "needs a reason"),
-    ({"reason": "why"}, "no reason"),
-    ({"metrics": {"ece": "high"}}, "not a number"),
-    ({"metrics": {"": 1.0}}, "non-empty strings"),
-    ({"artefacts": {"a": np.array([{"x": 1}], dtype=object)}}, "no pickle"),
-    ({"artefacts": {"a": ["x", "y"]}}, "only numeric"),
-    ({"artefacts": {"a\x1fb": np.ones(1)}}, "printable"),
-    ({"seconds": -1.0}, "seconds"),
-    ({"seconds": math.nan}, "seconds"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"status": "ok"}, "'done' or 'failed'"),
+        ({"status": "failed"}, "needs a reason"),
+        ({"reason": "why"}, "no reason"),
+        ({"metrics": {"ece": "high"}}, "not a number"),
+        ({"metrics": {"": 1.0}}, "non-empty strings"),
+        ({"artefacts": {"a": np.array([{"x": 1}], dtype=object)}}, "no pickle"),
+        ({"artefacts": {"a": ["x", "y"]}}, "only numeric"),
+        ({"artefacts": {"a\x1fb": np.ones(1)}}, "printable"),
+        ({"seconds": -1.0}, "seconds"),
+        ({"seconds": math.nan}, "seconds"),
+    ],
+)
 def test_invalid_results_are_rejected(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         RunResult(**kwargs)

@@ -60,19 +60,27 @@ def test_round_trip_of_spec_metrics_artefacts_env(store: ResultsStore) -> None:
             np.testing.assert_array_equal(loaded, array)
 
 
-@pytest.mark.parametrize("array", [
-    np.array(3.5), np.zeros((0, 3)), np.array([True, False]), np.array([1 + 2j]),
-    np.arange(24, dtype=np.int16).reshape(2, 3, 4), np.asfortranarray(np.eye(3)[:, :2]),
-])
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.array(3.5),
+        np.zeros((0, 3)),
+        np.array([True, False]),
+        np.array([1 + 2j]),
+        np.arange(24, dtype=np.int16).reshape(2, 3, 4),
+        np.asfortranarray(np.eye(3)[:, :2]),
+    ],
+)
 def test_artefact_dtypes_and_shapes_round_trip(store: ResultsStore, array: np.ndarray) -> None:
     spec = make_specs(1)[0]
     store.record(spec, RunResult({"x": 1.0}, {"a": array}), ENV)
     loaded = store.artefact(spec.key, "a")
     assert loaded.dtype == array.dtype and loaded.shape == array.shape
     np.testing.assert_array_equal(loaded, array)
-    (dtype, shape, blob), = raw_rows(store.path, "SELECT dtype, shape, bytes FROM artefacts")
-    assert blob[:6] == b"\x93NUMPY" and dtype == str(array.dtype) and shape == str(
-        list(array.shape))
+    ((dtype, shape, blob),) = raw_rows(store.path, "SELECT dtype, shape, bytes FROM artefacts")
+    assert (
+        blob[:6] == b"\x93NUMPY" and dtype == str(array.dtype) and shape == str(list(array.shape))
+    )
 
 
 def test_missing_artefact_is_a_key_error(store: ResultsStore) -> None:
@@ -104,7 +112,8 @@ def test_done_is_immutable_and_failed_is_replaced(store: ResultsStore) -> None:
     assert store.record(other, RunResult({"e": 3.0}, {"new": np.zeros(1)}), ENV) is True
     assert raw_rows(store.path, "SELECT COUNT(*) FROM runs") == [(2,)]
     assert sorted(raw_rows(store.path, "SELECT run_key, name FROM artefacts")) == sorted(
-        [(spec.key, "old"), (other.key, "new")])
+        [(spec.key, "old"), (other.key, "new")]
+    )
 
 
 def test_queries_filter_by_study_dataset_method_status(store: ResultsStore) -> None:
@@ -124,13 +133,30 @@ def test_queries_filter_by_study_dataset_method_status(store: ResultsStore) -> N
 
 
 def test_to_rows_flattens_hparams_model_and_metrics(store: ResultsStore) -> None:
-    spec = RunSpec("t", "blobs", "ce", 2, {"lr": 0.1, "T": 5},
-                   {"name": "mlp", "hidden": [8, 8], "opt": {"kind": "adam"}})
+    spec = RunSpec(
+        "t",
+        "blobs",
+        "ce",
+        2,
+        {"lr": 0.1, "T": 5},
+        {"name": "mlp", "hidden": [8, 8], "opt": {"kind": "adam"}},
+    )
     store.record(spec, RunResult({"ece": 0.5, "acc": 0.9}), ENV)
-    assert store.to_rows("t") == [{
-        "study": "t", "dataset": "blobs", "method": "ce", "seed": 2, "lr": 0.1, "T": 5,
-        "model.name": "mlp", "model.hidden": [8, 8], "model.opt.kind": "adam",
-        "ece": 0.5, "acc": 0.9}]
+    assert store.to_rows("t") == [
+        {
+            "study": "t",
+            "dataset": "blobs",
+            "method": "ce",
+            "seed": 2,
+            "lr": 0.1,
+            "T": 5,
+            "model.name": "mlp",
+            "model.hidden": [8, 8],
+            "model.opt.kind": "adam",
+            "ece": 0.5,
+            "acc": 0.9,
+        }
+    ]
     clash = RunSpec("u", "blobs", "ce", 0, {"ece": 1})
     store.record(clash, RunResult({"ece": 0.5}), ENV)
     with pytest.raises(ValueError, match="'ece' appears twice"):
@@ -147,8 +173,9 @@ def test_delete_removes_a_study_and_its_artefacts_only(store: ResultsStore) -> N
     assert keys == {s.key for s in b}
 
 
-def test_default_path_is_in_the_working_directory(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_path_is_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with ResultsStore() as default:
         assert default.path == tmp_path / "selfcal-results.sqlite"
@@ -180,15 +207,17 @@ def test_schema_version_pragmas_and_bad_files(tmp_path: Path) -> None:
         ResultsStore(junk / "below-a-file.sqlite")
 
 
-def test_rolled_back_on_error_inside_the_transaction(store: ResultsStore,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rolled_back_on_error_inside_the_transaction(
+    store: ResultsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The second artefact cannot be bound as a BLOB: the error comes after the run row and
     # the first artefact were inserted, inside the transaction.
     import selfcal.experiments.store as store_module
 
     real = store_module._to_bytes
-    monkeypatch.setattr(store_module, "_to_bytes",
-                        lambda a: real(a) if a.size == 2 else {"unbindable": 1})
+    monkeypatch.setattr(
+        store_module, "_to_bytes", lambda a: real(a) if a.size == 2 else {"unbindable": 1}
+    )
     spec = make_specs(1)[0]
     with pytest.raises(sqlite3.Error):
         store.record(spec, RunResult({"e": 1.0}, {"a": np.ones(2), "b": np.ones(3)}), ENV)
@@ -199,8 +228,9 @@ def test_rolled_back_on_error_inside_the_transaction(store: ResultsStore,
 
 
 # ----------------------------------------------------------------------------- processes
-needs_fork = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
-                                reason="needs the fork start method")
+needs_fork = pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method"
+)
 
 
 def _record_and_die_mid_transaction(path: Path) -> None:
@@ -227,7 +257,8 @@ def test_sigkill_inside_a_transaction_leaves_nothing(tmp_path: Path) -> None:
     with ResultsStore(path) as store:
         store.record(first, result_for(first), ENV)
     child = multiprocessing.get_context("fork").Process(
-        target=_record_and_die_mid_transaction, args=(path,))
+        target=_record_and_die_mid_transaction, args=(path,)
+    )
     child.start()
     child.join(30)
     assert child.exitcode == -signal.SIGKILL
@@ -255,8 +286,10 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite"
     flags = [tmp_path / f"ready{i}" for i in range(3)]
     context = multiprocessing.get_context("fork")
-    children = [context.Process(target=_write_many, args=(path, f"w{i}", 15, flags[i], flags))
-                for i in range(3)]
+    children = [
+        context.Process(target=_write_many, args=(path, f"w{i}", 15, flags[i], flags))
+        for i in range(3)
+    ]
     for child in children:
         child.start()
     for child in children:

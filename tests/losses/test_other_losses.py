@@ -74,8 +74,11 @@ def mmce_by_pairs(r, correct, normalization, width=0.4):
     if normalization == "textbook":
         mmd2 = s_cc / m**2 + s_ii / n**2 - 2 * s_ci / (m * n)
     else:  # mean over each pair matrix, then divided again by (count + 1e-5)
-        mmd2 = ((s_cc / m**2) / (m**2 + 1e-5) + (s_ii / n**2) / (n**2 + 1e-5)
-                - 2 * (s_ci / (m * n)) / (m * n + 1e-5))
+        mmd2 = (
+            (s_cc / m**2) / (m**2 + 1e-5)
+            + (s_ii / n**2) / (n**2 + 1e-5)
+            - 2 * (s_ci / (m * n)) / (m * n + 1e-5)
+        )
     return float(np.sqrt(mmd2 + 1e-10))
 
 
@@ -110,14 +113,17 @@ def test_mmce_hand_value_for_one_correct_and_one_incorrect():
 
 @pytest.mark.parametrize("labels", [[0, 0, 0], [1, 2, 1]], ids=["all-correct", "all-wrong"])
 def test_mmce_is_zero_when_a_group_is_empty(labels):
-    logits, y = torch.tensor(logits_with_confidences([0.9, 0.6, 0.5]), requires_grad=True), \
-        torch.tensor(labels)
+    logits, y = (
+        torch.tensor(logits_with_confidences([0.9, 0.6, 0.5]), requires_grad=True),
+        torch.tensor(labels),
+    )
     assert mmce_weighted(logits, y).item() == 0.0
     total = mmce_loss(logits, y)
     ce_sum = F.cross_entropy(logits, y, reduction="sum")
     torch.testing.assert_close(total, ce_sum)
-    torch.testing.assert_close(torch.autograd.grad(total, logits)[0],
-                               torch.autograd.grad(ce_sum, logits)[0])
+    torch.testing.assert_close(
+        torch.autograd.grad(total, logits)[0], torch.autograd.grad(ce_sum, logits)[0]
+    )
 
 
 @pytest.mark.parametrize("normalization", ["reference", "textbook"])
@@ -146,8 +152,11 @@ def torch_mmce_total(logits, labels, normalization, lam=2.0, width=0.4):
     m, n = len(idx_c), len(idx_i)
 
     def pair_sum(rows, cols, wa, wb):
-        return sum(wa(r[a]) * wb(r[b]) * torch.exp(-(r[a] - r[b]).abs() / width)
-                   for a in rows for b in cols)
+        return sum(
+            wa(r[a]) * wb(r[b]) * torch.exp(-(r[a] - r[b]).abs() / width)
+            for a in rows
+            for b in cols
+        )
 
     s_cc = pair_sum(idx_c, idx_c, lambda v: 1 - v, lambda v: 1 - v)
     s_ii = pair_sum(idx_i, idx_i, lambda v: v, lambda v: v)
@@ -155,8 +164,11 @@ def torch_mmce_total(logits, labels, normalization, lam=2.0, width=0.4):
     if normalization == "textbook":
         mmd2 = s_cc / m**2 + s_ii / n**2 - 2 * s_ci / (m * n)
     else:
-        mmd2 = (s_cc / m**2 / (m**2 + 1e-5) + s_ii / n**2 / (n**2 + 1e-5)
-                - 2 * s_ci / (m * n) / (m * n + 1e-5))
+        mmd2 = (
+            s_cc / m**2 / (m**2 + 1e-5)
+            + s_ii / n**2 / (n**2 + 1e-5)
+            - 2 * s_ci / (m * n) / (m * n + 1e-5)
+        )
     return F.cross_entropy(logits, labels) + lam * torch.sqrt(mmd2 + 1e-10)
 
 
@@ -183,7 +195,8 @@ def test_label_smoothing_equals_soft_target_cross_entropy(eps):
     targets = (1 - eps) * np.eye(c)[y] + eps / c
     soft_ce = -(targets * np.log(softmax_np(z))).sum(axis=1)
     np.testing.assert_allclose(
-        label_smoothing_loss(logits, labels, eps, reduction="none").detach().numpy(), soft_ce,
+        label_smoothing_loss(logits, labels, eps, reduction="none").detach().numpy(),
+        soft_ce,
         rtol=1e-12,
     )
     torch.testing.assert_close(
@@ -210,8 +223,9 @@ def test_mixup_with_lambda_one_is_identity():
     x_mixed, y_a, y_b, lam = mixup_batch(x, y, alpha=0.0, generator=torch.Generator())
     assert lam == 1.0 and torch.equal(x_mixed, x) and torch.equal(y_a, y)
     logits = torch.randn(8, 8)
-    assert torch.equal(mixup_loss(F.cross_entropy, logits, y_a, y_b, lam),
-                       F.cross_entropy(logits, y))
+    assert torch.equal(
+        mixup_loss(F.cross_entropy, logits, y_a, y_b, lam), F.cross_entropy(logits, y)
+    )
 
 
 def test_mixup_batch_mixes_pairs_and_is_seeded():

@@ -18,8 +18,21 @@ from selfcal.models import build_model
 from selfcal.training import TrainConfig, fit
 
 REQUIRED = {"focal": {"gamma": 2.0}, "focal-gra": {"gamma": 2.0}, "ls": {"eps": 0.1}}
-NAMES = ["ce", "focal", "flsd53", "dfl", "bsce", "brier", "mmce", "ls", "focal-gra",
-         "flsd53-gra", "dfl-gra", "bsce-gra", "dfl-gra-partial"]
+NAMES = [
+    "ce",
+    "focal",
+    "flsd53",
+    "dfl",
+    "bsce",
+    "brier",
+    "mmce",
+    "ls",
+    "focal-gra",
+    "flsd53-gra",
+    "dfl-gra",
+    "bsce-gra",
+    "dfl-gra-partial",
+]
 
 
 def test_the_issue_names_are_registered():
@@ -64,7 +77,8 @@ def blobs(seed: int, n: int = 300):
     gen = torch.Generator().manual_seed(seed)
     y = torch.randint(0, 3, (n,), generator=gen)
     x = 2.0 * F.one_hot(y, 3).float() @ torch.randn(3, 5, generator=gen) + torch.randn(
-        n, 5, generator=gen)
+        n, 5, generator=gen
+    )
     return x, y
 
 

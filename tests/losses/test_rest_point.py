@@ -16,8 +16,9 @@ from selfcal.losses import (
 
 
 @pytest.mark.parametrize("gamma", [0.5, 1.0, 2.0, 4.0])
-@pytest.mark.parametrize("weight", [FocalWeight, lambda g: BrierWeight(g, 2),
-                                    lambda g: BrierWeight(g, 1)])
+@pytest.mark.parametrize(
+    "weight", [FocalWeight, lambda g: BrierWeight(g, 2), lambda g: BrierWeight(g, 1)]
+)
 def test_binary_rest_point_is_logit_eta_over_one_plus_gamma(gamma, weight):
     eta = torch.linspace(0.02, 0.98, 49, dtype=torch.float64)
     p = gra_rest_point(torch.stack([1 - eta, eta], 1), weight(gamma))[:, 1]
@@ -26,16 +27,18 @@ def test_binary_rest_point_is_logit_eta_over_one_plus_gamma(gamma, weight):
 
 
 def test_zero_exponent_and_one_hot_labels_rest_at_eta():
-    eta = torch.softmax(torch.randn(20, 10, dtype=torch.float64,
-                                    generator=torch.Generator().manual_seed(0)), 1)
+    eta = torch.softmax(
+        torch.randn(20, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(0)), 1
+    )
     torch.testing.assert_close(gra_rest_point(eta, BrierWeight(0.0, 2)), eta, rtol=0, atol=1e-12)
     one_hot = torch.eye(4, dtype=torch.float64)
     p = gra_rest_point(one_hot, BrierWeight(4.0, 2))
     assert torch.allclose(p.argmax(1), torch.arange(4)) and bool((p.amax(1) > 1 - 1e-9).all())
 
 
-@pytest.mark.parametrize("weight", [BrierWeight(4.0, 2), BrierWeight(1.0, 1), FocalWeight(3.0),
-                                    DualFocalWeight(2.0)])
+@pytest.mark.parametrize(
+    "weight", [BrierWeight(4.0, 2), BrierWeight(1.0, 1), FocalWeight(3.0), DualFocalWeight(2.0)]
+)
 def test_the_expected_gra_gradient_vanishes_there(weight):
     """Independent check with the losses themselves: at p*, the eta-weighted sum over labels
     of autograd's logit gradient of the GRA loss is zero; at eta it is not."""
@@ -57,8 +60,7 @@ def test_the_expected_gra_gradient_vanishes_there(weight):
     assert float(expected_gradient(eta).abs().max()) > 1e-3
     # and the fixed-point equation itself
     u = label_weights(weight, p_star)
-    torch.testing.assert_close(p_star, eta * u / (eta * u).sum(1, keepdim=True), rtol=0,
-                               atol=1e-10)
+    torch.testing.assert_close(p_star, eta * u / (eta * u).sum(1, keepdim=True), rtol=0, atol=1e-10)
 
 
 def test_bsce_gra_loss_is_the_brier_weight_in_gradient_mode():

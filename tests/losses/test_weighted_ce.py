@@ -48,8 +48,11 @@ FAMILY = [
     ("bsce-4-2", lambda gra: BSCELoss(4, 2, gra=gra), lambda z, y: brier_weight_np(z, y, 4, 2)),
     ("bsce-3-1", lambda gra: BSCELoss(3, 1, gra=gra), lambda z, y: brier_weight_np(z, y, 3, 1)),
     ("bsce-2-3", lambda gra: BSCELoss(2, 3, gra=gra), lambda z, y: brier_weight_np(z, y, 2, 3)),
-    ("bsce-1.5-inf", lambda gra: BSCELoss(1.5, float("inf"), gra=gra),
-     lambda z, y: brier_weight_np(z, y, 1.5, np.inf)),
+    (
+        "bsce-1.5-inf",
+        lambda gra: BSCELoss(1.5, float("inf"), gra=gra),
+        lambda z, y: brier_weight_np(z, y, 1.5, np.inf),
+    ),
 ]
 IDS = [f[0] for f in FAMILY]
 
@@ -122,7 +125,7 @@ def test_gra_parameter_gradient_is_weighted_sum_of_per_sample_ce_gradients():
     u = brier_weight_np(z, y.numpy(), 4, 2)
     expected = [torch.zeros_like(p) for p in params]
     for i in range(len(y)):
-        per_sample = torch.autograd.grad(F.cross_entropy(net(x[i:i + 1]), y[i:i + 1]), params)
+        per_sample = torch.autograd.grad(F.cross_entropy(net(x[i : i + 1]), y[i : i + 1]), params)
         expected = [e + u[i] * g for e, g in zip(expected, per_sample)]
     for got, want in zip(ours, expected):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)
@@ -131,8 +134,13 @@ def test_gra_parameter_gradient_is_weighted_sum_of_per_sample_ce_gradients():
 @pytest.mark.parametrize("mode", ["loss", "gradient"])
 @pytest.mark.parametrize(
     "weight",
-    [FocalWeight(0), FocalWeight(torch.zeros(24, dtype=torch.float64)), DualFocalWeight(0),
-     BrierWeight(0, 1), BrierWeight(0, 2)],
+    [
+        FocalWeight(0),
+        FocalWeight(torch.zeros(24, dtype=torch.float64)),
+        DualFocalWeight(0),
+        BrierWeight(0, 1),
+        BrierWeight(0, 2),
+    ],
     ids=["focal", "focal-per-sample", "dfl", "bsce-norm1", "bsce-norm2"],
 )
 def test_zero_exponent_is_cross_entropy(weight, mode):
@@ -164,10 +172,14 @@ def test_functional_twins_equal_modules():
     pairs = [
         (focal_loss(logits, labels, 2.0, gra=True), FocalLoss(2.0, gra=True)(logits, labels)),
         (flsd53_loss(logits, labels), FLSD53Loss()(logits, labels)),
-        (dual_focal_loss(logits, labels, 5, detach_runner_up=True),
-         DualFocalLoss(5, detach_runner_up=True)(logits, labels)),
-        (bsce_loss(logits, labels, 4, 2, gra=True, reduction="mean"),
-         BSCELoss(4, 2, gra=True, reduction="mean")(logits, labels)),
+        (
+            dual_focal_loss(logits, labels, 5, detach_runner_up=True),
+            DualFocalLoss(5, detach_runner_up=True)(logits, labels),
+        ),
+        (
+            bsce_loss(logits, labels, 4, 2, gra=True, reduction="mean"),
+            BSCELoss(4, 2, gra=True, reduction="mean")(logits, labels),
+        ),
     ]
     for functional, module in pairs:
         assert torch.equal(functional, module)
@@ -186,14 +198,17 @@ def test_flsd53_switches_exactly_at_0_2():
 
 
 def test_dual_focal_runner_up_on_hand_made_rows():
-    probs = torch.tensor([
-        [0.6, 0.3, 0.1],  # correct: p_j is the second largest
-        [0.5, 0.3, 0.2],  # misclassified (y = 1): p_j = 0.2, not the larger 0.5
-        [0.5, 0.3, 0.2],  # true class smallest (y = 2): p_j = 0
-        [0.4, 0.4, 0.2],  # a tie with p_y does not count: p_j = 0.2
-        [1 / 3, 1 / 3, 1 / 3],  # all tied: p_j = 0
-        [0.1, 0.2, 0.7],  # correct, true class last: p_j = 0.2
-    ], dtype=torch.float64)
+    probs = torch.tensor(
+        [
+            [0.6, 0.3, 0.1],  # correct: p_j is the second largest
+            [0.5, 0.3, 0.2],  # misclassified (y = 1): p_j = 0.2, not the larger 0.5
+            [0.5, 0.3, 0.2],  # true class smallest (y = 2): p_j = 0
+            [0.4, 0.4, 0.2],  # a tie with p_y does not count: p_j = 0.2
+            [1 / 3, 1 / 3, 1 / 3],  # all tied: p_j = 0
+            [0.1, 0.2, 0.7],  # correct, true class last: p_j = 0.2
+        ],
+        dtype=torch.float64,
+    )
     labels = torch.tensor([0, 1, 2, 0, 1, 2])
     p_y = probs[torch.arange(6), labels]
     expected_p_j = torch.tensor([0.3, 0.2, 0.0, 0.2, 0.0, 0.2], dtype=torch.float64)
@@ -256,7 +271,7 @@ def test_per_sample_gamma_is_the_gamma_net_hook():
     # d/dgamma_i of -(1 - p)^g log p = -(1 - p)^g log(1 - p) log p
     (d_gamma,) = torch.autograd.grad(value.sum(), gamma)
     p_y = 1 - focal_weight_np(z, y, 1.0)
-    analytic = -(1 - p_y) ** gamma.detach().numpy() * np.log(1 - p_y) * np.log(p_y)
+    analytic = -((1 - p_y) ** gamma.detach().numpy()) * np.log(1 - p_y) * np.log(p_y)
     np.testing.assert_allclose(d_gamma.numpy(), analytic, rtol=1e-9)
     gra = focal_loss(logits, labels, gamma, gra=True)
     assert torch.autograd.grad(gra, gamma, allow_unused=True) == (None,)
@@ -270,8 +285,14 @@ def test_float32_and_saturated_logits_stay_finite():
     y[2:4] = 1  # ... and p_y ~ 0 for rows 2-3
     logits = torch.tensor(z, dtype=torch.float32, requires_grad=True)
     labels = torch.tensor(y)
-    for loss in (FocalLoss(0.5), FocalLoss(2), DualFocalLoss(0.3), BSCELoss(0.5, 2),
-                 BSCELoss(4, 2, gra=True), FLSD53Loss()):
+    for loss in (
+        FocalLoss(0.5),
+        FocalLoss(2),
+        DualFocalLoss(0.3),
+        BSCELoss(0.5, 2),
+        BSCELoss(4, 2, gra=True),
+        FLSD53Loss(),
+    ):
         value = loss(logits, labels)
         (grad,) = torch.autograd.grad(value, logits)
         assert value.dtype == torch.float32
@@ -314,4 +335,3 @@ def test_non_finite_logits_give_a_non_finite_loss_not_an_error():
     """Divergence is the training loop's business (it raises TrainingDiverged)."""
     logits = torch.tensor([[0.0, float("nan")], [1.0, 2.0]])
     assert torch.isnan(BSCELoss(gra=True)(logits, torch.tensor([0, 1])))
-

@@ -29,8 +29,7 @@ def test_matches_uncertainty_calibration_on_random_cases():
         want = cal.get_calibration_error(p, y, p=2, debias=True, mode="top-label")
         assert debiased_ece(probs=p, labels=y, binning="auto") == pytest.approx(want, abs=1e-6)
         n_bins = int(rng.integers(1, 30))
-        want = cal.lower_bound_scaling_ce(p, y, p=2, debias=True, num_bins=n_bins,
-                                          mode="top-label")
+        want = cal.lower_bound_scaling_ce(p, y, p=2, debias=True, num_bins=n_bins, mode="top-label")
         got = debiased_ece(probs=p, labels=y, n_bins=n_bins)
         assert got == pytest.approx(want, abs=1e-6)
         want = cal.get_binning_ce(p, y, p=2, debias=True, mode="top-label")
@@ -71,8 +70,9 @@ def test_bootstrap_weights_equal_repeated_rows():
     batched = debiased_ece.core(pred, weights)
     for b in range(5):
         rows = torch.repeat_interleave(torch.arange(100), weights[b].long())
-        assert float(batched[b]) == pytest.approx(float(debiased_ece.core(pred.subset(rows))),
-                                                  abs=1e-12)
+        assert float(batched[b]) == pytest.approx(
+            float(debiased_ece.core(pred.subset(rows))), abs=1e-12
+        )
 
 
 def test_edges_follow_array_split_midpoints():

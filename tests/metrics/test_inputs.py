@@ -27,8 +27,13 @@ def test_must_say_logits_or_probs():
     [
         (lambda z, y: (np.where(np.arange(30)[:, None] == 17, np.nan, z), y), "NaN.*row 17"),
         (lambda z, y: (np.where(np.arange(30)[:, None] == 3, np.inf, z), y), "infinity.*row 3"),
-        (lambda z, y: (np.where((np.arange(30)[:, None] == 4) & (np.arange(4) == 1), -np.inf, z),
-                       y), "infinity.*row 4"),  # one -inf logit: the softmax alone is fine
+        (
+            lambda z, y: (
+                np.where((np.arange(30)[:, None] == 4) & (np.arange(4) == 1), -np.inf, z),
+                y,
+            ),
+            "infinity.*row 4",
+        ),  # one -inf logit: the softmax alone is fine
         (lambda z, y: (z[None], y), "shape"),
         (lambda z, y: (z, y[:-1]), "length 29"),
         (lambda z, y: (z, np.where(np.arange(30) == 5, 4, y)), r"\[0, 4\); row 5"),
@@ -82,8 +87,13 @@ def test_binary_one_column_equals_two_columns(metric):
     p = 1 / (1 + np.exp(-z))
     two_logits = np.stack([np.zeros_like(z), z], 1)
     ref = metric(logits=two_logits, labels=y)
-    for kwargs in ({"logits": z}, {"logits": z[:, None]}, {"probs": p}, {"probs": p[:, None]},
-                   {"probs": np.stack([1 - p, p], 1)}):
+    for kwargs in (
+        {"logits": z},
+        {"logits": z[:, None]},
+        {"probs": p},
+        {"probs": p[:, None]},
+        {"probs": np.stack([1 - p, p], 1)},
+    ):
         assert metric(labels=y, **kwargs) == pytest.approx(ref, abs=1e-12)
 
 

@@ -49,8 +49,10 @@ def test_gate():
 
 
 def test_small_inputs_never_import_numba():
-    code = ("import sys, numpy as np, selfcal.metrics as m; "
-            "m.adaece(logits=np.eye(3), labels=[0, 1, 2]); print('numba' in sys.modules)")
+    code = (
+        "import sys, numpy as np, selfcal.metrics as m; "
+        "m.adaece(logits=np.eye(3), labels=[0, 1, 2]); print('numba' in sys.modules)"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
 
@@ -106,14 +108,17 @@ def assert_same_error(monkeypatch, kind, scores, message):
         build(scores)
 
 
-BAD_LOGITS = [(17, np.nan, "NaN or infinity; first at row 17"),
-              (3, np.inf, "NaN or infinity; first at row 3"),
-              (4, -np.inf, "NaN or infinity; first at row 4")]
+BAD_LOGITS = [
+    (17, np.nan, "NaN or infinity; first at row 17"),
+    (3, np.inf, "NaN or infinity; first at row 3"),
+    (4, -np.inf, "NaN or infinity; first at row 4"),
+]
 
 
 @pytest.mark.parametrize("row, value, message", BAD_LOGITS)
-def test_bad_logits_same_error_with_and_without_kernels(kernels_on, monkeypatch, row, value,
-                                                        message):
+def test_bad_logits_same_error_with_and_without_kernels(
+    kernels_on, monkeypatch, row, value, message
+):
     z = np.random.default_rng(0).normal(size=(300, 5))
     z[row, 2] = value
     z[row + 50, 1] = value  # a later bad row in another block is not the one reported
@@ -149,8 +154,7 @@ EDGE_SETS = {
     "uniform 1000": uniform_edges(1000),
     "one bin, other edges": torch.tensor([0.2, 0.9], dtype=torch.float64),
     "two bins": torch.tensor([0.0, 0.4, 1.0], dtype=torch.float64),
-    "repeated inner edges": torch.tensor([0.0, 0.2, 0.5, 0.5, 0.5, 0.9, 1.0],
-                                         dtype=torch.float64),
+    "repeated inner edges": torch.tensor([0.0, 0.2, 0.5, 0.5, 0.5, 0.9, 1.0], dtype=torch.float64),
     "all inner edges equal": torch.tensor([0.0, 0.5, 0.5, 1.0], dtype=torch.float64),
     "one-ulp span": torch.tensor([0.0, 0.5, np.nextafter(0.5, 1), 1.0], dtype=torch.float64),
     "subnormal span": torch.tensor([0.0, 1e-320, 2e-320, 1.0], dtype=torch.float64),
@@ -161,16 +165,24 @@ EDGE_SETS = {
 @pytest.mark.parametrize("name", list(EDGE_SETS))
 def test_bin_sums_equal_torch_path(kernels_on, monkeypatch, name):
     rng = np.random.default_rng(3)
-    values = np.concatenate([rng.uniform(size=3000) ** 0.3, np.arange(16) / 15, [0.0, 1.0],
-                             np.full(50, 0.5), [1e-320, 1.5e-320, 2e-320, np.nextafter(0.5, 1)]])
+    values = np.concatenate(
+        [
+            rng.uniform(size=3000) ** 0.3,
+            np.arange(16) / 15,
+            [0.0, 1.0],
+            np.full(50, 0.5),
+            [1e-320, 1.5e-320, 2e-320, np.nextafter(0.5, 1)],
+        ]
+    )
     values = torch.from_numpy(values)
     targets = torch.from_numpy(rng.integers(0, 2, values.shape[0]).astype(float))
     edges = EDGE_SETS[name]
     if edges is None:
         edges = torch.quantile(values, torch.linspace(0, 1, 16, dtype=torch.float64))
         edges[5] = values[100]  # an edge equal to a value
-    counts, value_sums, target_sums = cpu.bin_sums(values, targets, edges,
-                                                   name.startswith("uniform"))
+    counts, value_sums, target_sums = cpu.bin_sums(
+        values, targets, edges, name.startswith("uniform")
+    )
     monkeypatch.setenv("SELFCAL_KERNELS", "0")
     ref = bin_statistics(values, targets, edges)
     assert torch.equal(counts, ref.count)
@@ -207,11 +219,15 @@ METRICS = [ece, mce, adaece, classwise_ece, debiased_ece]
 
 
 @pytest.mark.parametrize("seed", range(0, 200, 3))
-def test_metrics_of_the_same_predictions_equal_with_and_without_kernels(kernels_on, monkeypatch,
-                                                                        seed):
+def test_metrics_of_the_same_predictions_equal_with_and_without_kernels(
+    kernels_on, monkeypatch, seed
+):
     case = case_kwargs(make_case(seed))
-    pred = (Predictions.from_probs(case["probs"], case["labels"]) if "probs" in case
-            else Predictions.from_logits(case["logits"], case["labels"]))
+    pred = (
+        Predictions.from_probs(case["probs"], case["labels"])
+        if "probs" in case
+        else Predictions.from_logits(case["logits"], case["labels"])
+    )
     fast = [m(pred) for m in METRICS]
     monkeypatch.setenv("SELFCAL_KERNELS", "0")
     slow = [m(pred) for m in METRICS]
@@ -253,14 +269,19 @@ def test_correctness_indicator(kernels_on):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    values=hnp.arrays(np.float64, st.integers(1, 400),
-                      elements=st.sampled_from([0.0, 1e-300, 0.25, 0.5, 1 - 2**-53, 1.0])
-                      | st.floats(0, 1)),
+    values=hnp.arrays(
+        np.float64,
+        st.integers(1, 400),
+        elements=st.sampled_from([0.0, 1e-300, 0.25, 0.5, 1 - 2**-53, 1.0]) | st.floats(0, 1),
+    ),
     data=st.data(),
 )
 def test_order_statistics_property(values, data):
-    ranks = np.unique(data.draw(hnp.arrays(np.int64, st.integers(1, 20),
-                                           elements=st.integers(0, values.shape[0] - 1))))
+    ranks = np.unique(
+        data.draw(
+            hnp.arrays(np.int64, st.integers(1, 20), elements=st.integers(0, values.shape[0] - 1))
+        )
+    )
     selected = cpu.order_statistics(torch.from_numpy(values), torch.from_numpy(ranks))
     if selected is not None:  # None: a range too narrow for cells, the caller partitions
         np.testing.assert_array_equal(selected.numpy(), np.partition(values, ranks)[ranks])

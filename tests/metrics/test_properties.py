@@ -17,8 +17,15 @@ from selfcal.metrics.bootstrap import bootstrap_ci
 from selfcal.metrics.streaming import CalibrationAccumulator
 
 BINNED = [M.ece, M.mce, M.adaece, M.classwise_ece]
-ALL_WEIGHTED = BINNED + [M.accuracy, M.error, M.nll, M.brier, M.aurc,
-                         M.accuracy_at_coverage, M.coverage_at_accuracy]
+ALL_WEIGHTED = BINNED + [
+    M.accuracy,
+    M.error,
+    M.nll,
+    M.brier,
+    M.aurc,
+    M.accuracy_at_coverage,
+    M.coverage_at_accuracy,
+]
 
 
 @st.composite
@@ -57,10 +64,15 @@ def test_streaming_equals_one_shot(problem, n_batches):
     got = acc.compute()
     pred = Predictions.from_logits(z, y)
     expected = {
-        "accuracy": M.accuracy(pred), "nll": M.nll(pred), "brier": M.brier(pred),
-        "ece": M.ece(pred, n_bins=10), "rmsce": M.ece(pred, n_bins=10, norm="l2"),
-        "mce": M.mce(pred, n_bins=10), "classwise_ece": M.classwise_ece(pred, n_bins=10),
-        "adaece": M.adaece(pred, n_bins=10), "aurc": M.aurc(pred),
+        "accuracy": M.accuracy(pred),
+        "nll": M.nll(pred),
+        "brier": M.brier(pred),
+        "ece": M.ece(pred, n_bins=10),
+        "rmsce": M.ece(pred, n_bins=10, norm="l2"),
+        "mce": M.mce(pred, n_bins=10),
+        "classwise_ece": M.classwise_ece(pred, n_bins=10),
+        "adaece": M.adaece(pred, n_bins=10),
+        "aurc": M.aurc(pred),
     }
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, abs=1e-12, rel=1e-12), key
@@ -119,8 +131,9 @@ def test_aurc_is_expectation_over_tie_breaking(conf, data):
     pred = Predictions.from_probs(probs, labels=np.zeros(len(conf), int))
     labels = np.where(correct == 1, pred.predicted.numpy(), 1 - pred.predicted.numpy())
     pred = Predictions.from_probs(probs, labels=labels)
-    assert M.aurc(pred) == pytest.approx(brute_force_aurc(pred.confidence.numpy(), correct),
-                                         abs=1e-12)
+    assert M.aurc(pred) == pytest.approx(
+        brute_force_aurc(pred.confidence.numpy(), correct), abs=1e-12
+    )
 
 
 def test_confidence_from_logits_does_not_depend_on_the_row_order():
@@ -133,8 +146,9 @@ def test_confidence_from_logits_does_not_depend_on_the_row_order():
     y = np.zeros(37, dtype=int)
     perm = np.random.default_rng(0).permutation(37)
     conf = Predictions.from_logits(z, y).confidence.numpy()
-    np.testing.assert_array_equal(Predictions.from_logits(z[perm], y[perm]).confidence.numpy(),
-                                  conf[perm])
+    np.testing.assert_array_equal(
+        Predictions.from_logits(z[perm], y[perm]).confidence.numpy(), conf[perm]
+    )
     for f in (M.aurc, M.adaece, M.accuracy_at_coverage, M.coverage_at_accuracy):
         assert f(logits=z[perm], labels=y[perm]) == f(logits=z, labels=y), f.__name__
 
@@ -167,8 +181,9 @@ def test_weighted_cores_equal_metric_on_repeated_rows(metric):
     batched = metric.core(pred, weights=counts)
     for b in range(3):
         rows = np.repeat(np.arange(80), counts[b].long().numpy())
-        assert float(batched[b]) == pytest.approx(metric(logits=z[rows], labels=y[rows]),
-                                                  abs=1e-12), metric.__name__
+        assert float(batched[b]) == pytest.approx(
+            metric(logits=z[rows], labels=y[rows]), abs=1e-12
+        ), metric.__name__
 
 
 def test_bootstrap_interval_is_seeded_and_brackets_estimate():
@@ -210,8 +225,10 @@ def test_shared_resamples_equal_fresh_draws_and_are_kept_or_redrawn(monkeypatch)
     for kept_limit in (10**9, 0):
         monkeypatch.setattr(B, "MAX_KEPT_ELEMENTS", kept_limit)
         shared = B.Resamples(300, 50, seed=7)
-        got = [bootstrap_ci(f, pred, n_resamples=50, resamples=shared)
-               for f in (M.ece, M.classwise_ece)]
+        got = [
+            bootstrap_ci(f, pred, n_resamples=50, resamples=shared)
+            for f in (M.ece, M.classwise_ece)
+        ]
         assert (shared._kept is not None) == (kept_limit > 0)
         assert got[0] == fresh[0]
         assert got[1] == fresh[1]
@@ -243,8 +260,9 @@ def test_basic_interval_reflects_the_percentile_quantiles_about_the_estimate():
     vals = resampled_values(lambda w: M.ece.core(pred, weights=w), n, 400, 1, pred.device)
     q_lo, q_hi = np.nanquantile(vals.numpy(), [0.025, 0.975])
     assert (pct.low, pct.high) == pytest.approx((q_lo, q_hi), abs=1e-12)
-    assert (basic.low, basic.high) == pytest.approx((2 * pct.value - q_hi, 2 * pct.value - q_lo),
-                                                    abs=1e-12)
+    assert (basic.low, basic.high) == pytest.approx(
+        (2 * pct.value - q_hi, 2 * pct.value - q_lo), abs=1e-12
+    )
     assert (pct.low + pct.high) / 2 > pct.value > (basic.low + basic.high) / 2
     assert pct.low > 0  # misses the true ECE
     assert basic.low <= 0 <= basic.high

@@ -53,9 +53,7 @@ def flc_adaptive_edges(conf, n_bins=M):
 
 def flc_classwise(probs, labels, n_bins=M):
     c = probs.shape[1]
-    return np.mean(
-        [flc_ece(probs[:, j], (labels == j).astype(float), n_bins) for j in range(c)]
-    )
+    return np.mean([flc_ece(probs[:, j], (labels == j).astype(float), n_bins) for j in range(c)])
 
 
 def top_label(case):
@@ -86,8 +84,11 @@ def test_adaece_matches_reference_code_when_minimum_is_kept(case):
     the left); ours keeps them. Opening bin 0 at ``-inf`` in the transcription makes them equal.
     The confidences are taken from selfcal so that only the binning is compared: with tied
     confidences an edge equals a data value, and a 1-ulp softmax difference flips membership."""
-    pred = Predictions.from_logits(case["logits"], case["labels"]) if "logits" in case else \
-        Predictions.from_probs(case["probs"], case["labels"])
+    pred = (
+        Predictions.from_logits(case["logits"], case["labels"])
+        if "logits" in case
+        else Predictions.from_probs(case["probs"], case["labels"])
+    )
     conf, correct = pred.confidence.numpy(), pred.correct.numpy()
     edges = flc_adaptive_edges(conf)
     lowers = edges[:-1].copy()
@@ -114,10 +115,17 @@ def tm_ce(p, y, norm="l1", task="multiclass"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if task == "binary":
-            return tmf.calibration_error(torch.tensor(p), torch.tensor(y), task="binary",
-                                         n_bins=M, norm=norm).item()
-        return tmf.calibration_error(torch.tensor(p), torch.tensor(y), task="multiclass",
-                                     num_classes=p.shape[1], n_bins=M, norm=norm).item()
+            return tmf.calibration_error(
+                torch.tensor(p), torch.tensor(y), task="binary", n_bins=M, norm=norm
+            ).item()
+        return tmf.calibration_error(
+            torch.tensor(p),
+            torch.tensor(y),
+            task="multiclass",
+            num_classes=p.shape[1],
+            n_bins=M,
+            norm=norm,
+        ).item()
 
 
 def test_torchmetrics_where_definitions_coincide(case):
@@ -152,8 +160,9 @@ def test_torchmetrics_differs_on_edges_and_at_one():
     # torchmetrics' own convention, written out: [lower, upper) with a bin at 1.0
     tm_lowers = np.array([k / 15 for k in range(16)])
     tm_uppers = np.append(tm_lowers[1:], np.inf)
-    tm_expected = flc_ece(conf, correct.astype(float), lowers=tm_lowers, uppers=tm_uppers,
-                          closed="left")
+    tm_expected = flc_ece(
+        conf, correct.astype(float), lowers=tm_lowers, uppers=tm_uppers, closed="left"
+    )
     theirs = tm_ce(probs.astype(np.float32), labels)
     assert theirs == pytest.approx(tm_expected, abs=1e-6)
     assert abs(theirs - ours) > 1e-3
@@ -233,10 +242,12 @@ def test_classwise_counts_exact_zero_probabilities():
     edges = np.array([k / M for k in range(M + 1)])
     lowers = edges[:-1].copy()
     lowers[0] = -np.inf
-    expected = np.mean([
-        flc_ece(probs[:, j], (labels == j).astype(float), lowers=lowers, uppers=edges[1:])
-        for j in range(3)
-    ])
+    expected = np.mean(
+        [
+            flc_ece(probs[:, j], (labels == j).astype(float), lowers=lowers, uppers=edges[1:])
+            for j in range(3)
+        ]
+    )
     assert ours == pytest.approx(expected, abs=1e-12)
     assert abs(ours - flc_classwise(probs, labels)) > 1e-3
 

@@ -168,7 +168,9 @@ def test_sece_grid_path_agrees_with_exact_path():
         w = torch.from_numpy(rng.integers(0, 3, (3, 3000))).double()
         np.testing.assert_allclose(
             sece.core(pred, w, method="grid").numpy(),
-            sece.core(pred, w, method="exact").numpy(), rtol=0, atol=1e-5,
+            sece.core(pred, w, method="exact").numpy(),
+            rtol=0,
+            atol=1e-5,
         )
 
 

@@ -131,8 +131,12 @@ def test_parameter_counts_match_the_architecture_formulas(big_models, name):
 def cifar_from_imagenet(count: int, feature_dim: int) -> int:
     """A torchvision ImageNet ResNet's size with the CIFAR stem (3x3 instead of 7x7 conv;
     the max-pool has no parameters) and a 10-class head instead of the 1000-class one."""
-    return count - conv(3, 64, 7) + conv(3, 64, 3) - linear(feature_dim, 1000) + linear(
-        feature_dim, 10
+    return (
+        count
+        - conv(3, 64, 7)
+        + conv(3, 64, 3)
+        - linear(feature_dim, 1000)
+        + linear(feature_dim, 10)
     )
 
 
@@ -343,9 +347,7 @@ def oriented_bars(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-@pytest.mark.parametrize(
-    "name, data", [("cnn1d", shifted_templates), ("cnn2d", oriented_bars)]
-)
+@pytest.mark.parametrize("name, data", [("cnn1d", shifted_templates), ("cnn2d", oriented_bars)])
 def test_small_cnns_learn_a_separable_problem(name, data):
     n_classes = 3 if name == "cnn1d" else 4
     model = build_model(name, n_classes=n_classes, seed=0)

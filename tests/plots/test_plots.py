@@ -282,9 +282,7 @@ def test_risk_coverage_equals_metric_and_overlays(data):
     np.testing.assert_array_equal(disp.risk, curve.risk.numpy())
     assert disp.aurc == curve.aurc
     np.testing.assert_array_equal(disp.line_.get_ydata(), disp.risk)
-    other = RiskCoverageDisplay.from_predictions(
-        labels=y, logits=0.2 * z, ax=disp.ax_, name="flat"
-    )
+    other = RiskCoverageDisplay.from_predictions(labels=y, logits=0.2 * z, ax=disp.ax_, name="flat")
     assert other.ax_ is disp.ax_ and len(disp.ax_.get_lines()) == 2
     labels = [t.get_text() for t in disp.ax_.get_legend().get_texts()]
     assert labels[-1] == f"flat (AURC = {other.aurc:.4f})"

@@ -95,6 +95,7 @@ def test_histogram_binning_matches_direct_computation():
     np.testing.assert_allclose(cal.predict_proba(probs=pt), expected, atol=1e-12)
     # the bins are selfcal's binning core
     import torch
+
     core = bin_index(torch.from_numpy(np.ascontiguousarray(pt[:, 0])), uniform_edges(10))
     np.testing.assert_array_equal(core.numpy(), idx[:, 0])
 

@@ -15,8 +15,10 @@ from selfcal.posthoc import TemperatureScaling
 from selfcal.posthoc import temperature as ts_module
 from selfcal.posthoc.temperature import LOG_BETA_BOUNDS, grid_temperatures
 
-CASES = [(seed, n, c) for seed, (n, c) in enumerate(
-    [(50, 2), (80, 3), (120, 10), (300, 4), (500, 7)] * 5)]
+CASES = [
+    (seed, n, c)
+    for seed, (n, c) in enumerate([(50, 2), (80, 3), (120, 10), (300, 4), (500, 7)] * 5)
+]
 
 
 def mean_nll(z: np.ndarray, y: np.ndarray, beta: float) -> float:
@@ -63,7 +65,8 @@ def test_nll_matches_sklearn_temperature(seed, n, c):
     ref = _TemperatureScaling().fit(z, y)
     assert t == pytest.approx(1.0 / float(ref.beta_), rel=1e-4)
     np.testing.assert_allclose(
-        TemperatureScaling().fit(logits=z, labels=y).predict_proba(logits=z), ref.predict(z),
+        TemperatureScaling().fit(logits=z, labels=y).predict_proba(logits=z),
+        ref.predict(z),
         atol=1e-6,
     )
 
@@ -119,8 +122,12 @@ def bounded_temperature(z: np.ndarray, y: np.ndarray) -> float:
     """scipy's bounded scalar minimiser of the float64 NLL over log(beta) in [-10, 10]."""
     from scipy.optimize import minimize_scalar
 
-    res = minimize_scalar(lambda u: mean_nll(z, y, math.exp(u)), bounds=LOG_BETA_BOUNDS,
-                          method="bounded", options={"xatol": 1e-12})
+    res = minimize_scalar(
+        lambda u: mean_nll(z, y, math.exp(u)),
+        bounds=LOG_BETA_BOUNDS,
+        method="bounded",
+        options={"xatol": 1e-12},
+    )
     return math.exp(-res.x)
 
 
@@ -128,10 +135,16 @@ def solver_problem(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Problems with interior optima far apart: 2 or 100 classes, very peaked logits
     (beta* ~ 0.02), very flat ones (beta* ~ 100), optima within 1 of the log(beta) bounds,
     a large common offset, and -1e300 entries (below the float32 range)."""
-    n, c, scale = {"binary": (3000, 2, 3.0), "c100": (2000, 100, 3.0), "peaked": (2000, 10, 50.0),
-                   "flat": (2000, 10, 0.01), "near_lo": (2000, 10, 1e4),
-                   "near_hi": (2000, 10, 1e-4), "offset": (2000, 10, 3.0),
-                   "huge_negative": (2000, 10, 3.0)}[kind]
+    n, c, scale = {
+        "binary": (3000, 2, 3.0),
+        "c100": (2000, 100, 3.0),
+        "peaked": (2000, 10, 50.0),
+        "flat": (2000, 10, 0.01),
+        "near_lo": (2000, 10, 1e4),
+        "near_hi": (2000, 10, 1e-4),
+        "offset": (2000, 10, 3.0),
+        "huge_negative": (2000, 10, 3.0),
+    }[kind]
     z, y = make_logits(seed, n, c, scale=scale)
     if kind == "offset":
         z += 1000.0
@@ -141,14 +154,18 @@ def solver_problem(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return z, y
 
 
-SOLVER_KINDS = ["binary", "c100", "peaked", "flat", "near_lo", "near_hi", "offset",
-                "huge_negative"]
+SOLVER_KINDS = ["binary", "c100", "peaked", "flat", "near_lo", "near_hi", "offset", "huge_negative"]
 
 
-@pytest.mark.parametrize(("kind", "dtype"), [
-    (kind, dtype) for kind in SOLVER_KINDS for dtype in (np.float64, np.float32)
-    if not (kind == "huge_negative" and dtype is np.float32)  # -1e300 is not a float32
-])
+@pytest.mark.parametrize(
+    ("kind", "dtype"),
+    [
+        (kind, dtype)
+        for kind in SOLVER_KINDS
+        for dtype in (np.float64, np.float32)
+        if not (kind == "huge_negative" and dtype is np.float32)  # -1e300 is not a float32
+    ],
+)
 def test_fast_solver_matches_bounded_minimiser(kind, dtype):
     z, y = solver_problem(kind, SOLVER_KINDS.index(kind))
     z = z.astype(dtype)
@@ -212,7 +229,8 @@ def test_derivatives_match_finite_differences():
     beta, eps = 0.7, 1e-5
     g, h, t, q = ts_module.nll_derivatives(data, beta)
     assert g == pytest.approx(
-        (mean_nll(z, y, beta + eps) - mean_nll(z, y, beta - eps)) / (2 * eps), rel=1e-6)
+        (mean_nll(z, y, beta + eps) - mean_nll(z, y, beta - eps)) / (2 * eps), rel=1e-6
+    )
     up, down = (ts_module.nll_derivatives(data, beta + s) for s in (eps, -eps))
     for k, value in enumerate((h, t, q)):
         assert value == pytest.approx((up[k] - down[k]) / (2 * eps), rel=1e-6)
@@ -271,8 +289,11 @@ def test_grid_reproduces_reference_loop(criterion, seed):
 # ------------------------------------------------------------------------ properties
 @settings(max_examples=25, deadline=None)
 @given(
-    arrays(np.float64, st.tuples(st.integers(2, 30), st.integers(2, 6)),
-           elements=st.integers(-80, 80).map(lambda v: v / 8)),
+    arrays(
+        np.float64,
+        st.tuples(st.integers(2, 30), st.integers(2, 6)),
+        elements=st.integers(-80, 80).map(lambda v: v / 8),
+    ),
     st.integers(0, 2**31 - 1),
 )
 def test_temperature_never_changes_argmax(z, seed):

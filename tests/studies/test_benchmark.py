@@ -32,8 +32,23 @@ def quick(tmp_path_factory):
     root = tmp_path_factory.mktemp("benchmark")
     buffer = io.StringIO()
     with redirect_stdout(buffer):
-        assert main(["reproduce", "benchmark", "--quick", "--json", "--workers", "1",
-                     "--store", str(root / "s.sqlite"), "--out", str(root / "report")]) == 0
+        assert (
+            main(
+                [
+                    "reproduce",
+                    "benchmark",
+                    "--quick",
+                    "--json",
+                    "--workers",
+                    "1",
+                    "--store",
+                    str(root / "s.sqlite"),
+                    "--out",
+                    str(root / "report"),
+                ]
+            )
+            == 0
+        )
     return json.loads(buffer.getvalue()), root
 
 
@@ -47,8 +62,10 @@ def test_quick_json_lists_every_method_with_raw_and_post_ts_ece(quick):
         for row in rows:
             for metric in ("ece", "ece_ts", "ece_iso"):
                 assert 0.0 <= row[metric]["mean"] <= 1.0 and row[metric]["n"] == 2
-            verdicts = [row[k] and row[k]["verdict"] for k in
-                        ("ece_vs_ce", "ece_vs_ce_ts", "ece_ts_vs_ce_ts")]
+            verdicts = [
+                row[k] and row[k]["verdict"]
+                for k in ("ece_vs_ce", "ece_vs_ce_ts", "ece_ts_vs_ce_ts")
+            ]
             if row["method"] == "ce":
                 assert verdicts == [None] * 3 and row["time_ratio"] == 1.0
             else:
@@ -116,8 +133,13 @@ def test_best_checkpoint_keeps_the_lowest_finite_validation_nll():
     params = {k: v + 1.0 for k, v in model.state_dict().items()}  # functional parameters
     shifted = execute.BestCheckpoint(x, y)
     shifted.offer(0, model, params)
-    assert shifted.nll == pytest.approx(float(torch.nn.functional.cross_entropy(
-        torch.func.functional_call(model, params, (x,)).double(), y)))
+    assert shifted.nll == pytest.approx(
+        float(
+            torch.nn.functional.cross_entropy(
+                torch.func.functional_call(model, params, (x,)).double(), y
+            )
+        )
+    )
     with pytest.raises(RuntimeError, match="no checkpoint"):
         execute.BestCheckpoint(x, y).restore(model)
 
@@ -135,9 +157,17 @@ def test_bo4sc_offers_one_checkpoint_per_epoch_with_the_recipes_budget():
             super().offer(epoch, model, params)
 
     checkpoint = Counting(data.val.x, data.val.y)
-    summary = execute.train_bo4sc(QUICK, recipe, model, train, meta_val,
-                                  {"weight_lr": 30.0, "inner_steps": 4, "beta": 20.0}, None, 0,
-                                  checkpoint)
+    summary = execute.train_bo4sc(
+        QUICK,
+        recipe,
+        model,
+        train,
+        meta_val,
+        {"weight_lr": 30.0, "inner_steps": 4, "beta": 20.0},
+        None,
+        0,
+        checkpoint,
+    )
     assert offered == [0, 1, 2]
     assert 0.0 < summary["weight_mean"] < 1.0 and math.isfinite(checkpoint.nll)
 

@@ -29,8 +29,9 @@ def test_batched_standard_equals_the_plain_training_loop():
     fit(model, (data.train.x, data.train.y), config=TrainConfig(epochs=30, lr=1e-2))
     for name, p in model.named_parameters():
         torch.testing.assert_close(snaps[-1][name][0], p.detach(), rtol=1e-5, atol=1e-6)
-    scores = execute.checkpoint_scores(template, snaps, data.val.x.unsqueeze(0),
-                                       data.val.y.unsqueeze(0))
+    scores = execute.checkpoint_scores(
+        template, snaps, data.val.x.unsqueeze(0), data.val.y.unsqueeze(0)
+    )
     nll = torch.nn.functional.cross_entropy(model(data.val.x), data.val.y)
     assert scores["val_nll"][0, -1] == pytest.approx(float(nll.detach()), rel=1e-5)
     accuracy = (model(data.val.x).argmax(1) == data.val.y).double().mean()
@@ -38,8 +39,11 @@ def test_batched_standard_equals_the_plain_training_loop():
 
 
 def test_each_regime_picks_its_checkpoint_by_its_rule():
-    scores = {"val_nll": np.array([[0.5, 0.3, 0.4]]), "val_accuracy": np.array([[0.8, 0.9, 0.9]]),
-              "val_bce": np.array([[0.2, 0.6, np.nan]])}
+    scores = {
+        "val_nll": np.array([[0.5, 0.3, 0.4]]),
+        "val_accuracy": np.array([[0.8, 0.9, 0.9]]),
+        "val_bce": np.array([[0.2, 0.6, np.nan]]),
+    }
     nll, accuracy, overfit = regimes(Grid("bo4sc", T=(10,)), Grid("bo4sc", T=(10,)))
     assert execute.pick(nll, "standard", scores, 0) == 1
     assert execute.pick(nll, "bo4sc", scores, 0) == 0  # its own objective; NaN never chosen
@@ -54,18 +58,24 @@ def test_selection_never_reads_the_test_set(monkeypatch):
 
     grid = Grid("bo4sc", T=(10,), lr=(1e-2,), weight_lr=(30.0, 3000.0), beta=(10.0,))
     protocol = dataclasses.replace(
-        QUICK, seeds=(0,), datasets=("blobs-1.3",),
-        regimes=tuple(dataclasses.replace(r, epochs=40, standard_lrs=(3e-3, 3e-2), grid=grid,
-                                          hidden=(8,)) for r in regimes(grid, grid)),
-        checkpoint_every=20)
+        QUICK,
+        seeds=(0,),
+        datasets=("blobs-1.3",),
+        regimes=tuple(
+            dataclasses.replace(r, epochs=40, standard_lrs=(3e-3, 3e-2), grid=grid, hidden=(8,))
+            for r in regimes(grid, grid)
+        ),
+        checkpoint_every=20,
+    )
 
     def shuffled(members):
         out = {}
         for dataset, seed in members:
             d = load_dataset(dataset, seed)
             perm = torch.randperm(len(d.test.y), generator=torch.Generator().manual_seed(1))
-            out[(dataset, seed)] = type(d)(**{**d.__dict__,
-                                              "test": type(d.test)(d.test.x, d.test.y[perm])})
+            out[(dataset, seed)] = type(d)(
+                **{**d.__dict__, "test": type(d.test)(d.test.x, d.test.y[perm])}
+            )
         return out
 
     def everything():
@@ -80,8 +90,9 @@ def test_selection_never_reads_the_test_set(monkeypatch):
     assert honest.keys() == blind.keys() and len(honest) == 2 * 3 * 3 + 2 * 3
     for key, result in honest.items():
         read = {k: v for k, v in result.metrics.items() if k.startswith(("val_", "hp."))}
-        assert read == {k: v for k, v in blind[key].metrics.items()
-                        if k.startswith(("val_", "hp."))}
+        assert read == {
+            k: v for k, v in blind[key].metrics.items() if k.startswith(("val_", "hp."))
+        }
         assert result.metrics["accuracy"] != blind[key].metrics["accuracy"]
 
 
@@ -101,5 +112,8 @@ def test_protocol_validation():
     with pytest.raises(ValueError, match="multiple of every T"):
         Bo4scProtocol("x", checkpoint_every=50, regimes=regimes(small, small))
     with pytest.raises(ValueError, match="multiple of checkpoint_every"):
-        Bo4scProtocol("x", checkpoint_every=70, regimes=regimes(Grid("bo4sc", T=(10,)),
-                                                               Grid("bo4sc", T=(10,))))
+        Bo4scProtocol(
+            "x",
+            checkpoint_every=70,
+            regimes=regimes(Grid("bo4sc", T=(10,)), Grid("bo4sc", T=(10,))),
+        )

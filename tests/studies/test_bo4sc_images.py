@@ -20,10 +20,12 @@ def test_inner_steps_on_the_mean_equal_the_recipe_on_the_sum():
     data, (x, y), _ = _images.load_splits(QUICK, "digits-images", 0)
     batch = QUICK.batch_size
     model = build_model("cnn2d", seed=0, n_classes=10).double()
-    theirs = torch.optim.SGD(model.parameters(), lr=QUICK.lr, momentum=QUICK.momentum,
-                             weight_decay=QUICK.weight_decay)
-    ours = _images.mean_loss_sgd(QUICK.lr, QUICK.momentum, QUICK.weight_decay, QUICK.grad_clip,
-                                 batch)
+    theirs = torch.optim.SGD(
+        model.parameters(), lr=QUICK.lr, momentum=QUICK.momentum, weight_decay=QUICK.weight_decay
+    )
+    ours = _images.mean_loss_sgd(
+        QUICK.lr, QUICK.momentum, QUICK.weight_decay, QUICK.grad_clip, batch
+    )
     params = {k: p.detach().clone() for k, p in model.named_parameters()}
     state = ours.init(params)
 
@@ -31,7 +33,7 @@ def test_inner_steps_on_the_mean_equal_the_recipe_on_the_sum():
         return F.cross_entropy(torch.func.functional_call(model, p, (xb,)), yb)
 
     for step in range(4):
-        xb, yb = x[step * batch:(step + 1) * batch].double(), y[step * batch:(step + 1) * batch]
+        xb, yb = x[step * batch : (step + 1) * batch].double(), y[step * batch : (step + 1) * batch]
         theirs.zero_grad()
         F.cross_entropy(model(xb), yb, reduction="sum").backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), QUICK.grad_clip)
@@ -46,8 +48,16 @@ def test_a_bo4sc_run_spends_the_epoch_budget_and_records_every_row():
     regime = _images.Regime("short", 4, (2,))
     data, train, meta_val = _images.load_splits(QUICK, "digits-images", 0)
     model = build_model("cnn2d", seed=0, n_classes=data.n_classes)
-    fitted = execute.train_bo4sc(QUICK, regime, 0, model, train, meta_val,
-                                 {"weight_lr": 30.0, "inner_steps": 2, "beta": 20.0}, None)
+    fitted = execute.train_bo4sc(
+        QUICK,
+        regime,
+        0,
+        model,
+        train,
+        meta_val,
+        {"weight_lr": 30.0, "inner_steps": 2, "beta": 20.0},
+        None,
+    )
     per_epoch = len(train[0]) // QUICK.batch_size
     assert fitted.outer_losses_.shape == (4 * per_epoch // 2,)
     artefacts, metrics = execute.weight_record(model, fitted, train)

@@ -60,12 +60,13 @@ def test_cifar_run_plumbing_on_a_fake_cifar(tmp_path, monkeypatch):
     monkeypatch.setitem(execute.MODELS, "cifar10", "resnet18")
     seen = []
     real = _images.augmentation
-    monkeypatch.setattr(_images, "augmentation", lambda d, name: seen.append(name) or real(d,
-                                                                                        name))
-    protocol = BsceGraProtocol("probe", seeds=(0,), datasets=(), gradient_samples=16,
-                               figure_samples=16)
-    spec = RunSpec("bsce-gra", "cifar10", "bsce-gra", 0,
-                   {"regime": "paper", "hp.gamma": 4.0, "hp.norm": 2})
+    monkeypatch.setattr(_images, "augmentation", lambda d, name: seen.append(name) or real(d, name))
+    protocol = BsceGraProtocol(
+        "probe", seeds=(0,), datasets=(), gradient_samples=16, figure_samples=16
+    )
+    spec = RunSpec(
+        "bsce-gra", "cifar10", "bsce-gra", 0, {"regime": "paper", "hp.gamma": 4.0, "hp.norm": 2}
+    )
     result = execute.train_and_evaluate(protocol, spec)
     assert seen == ["cifar10"] and _images.augmentation.__name__ == "<lambda>"
     assert 0 <= result.metrics["ece"] <= 1 and result.metrics["temperature"] > 0

@@ -23,8 +23,9 @@ def test_a_committed_report_matches_the_code(folder):
 
 
 def test_every_study_has_its_full_report_committed():
-    committed = {check_provenance(f).study: f for f in FOLDERS
-                 if check_provenance(f).protocol == "full"}
+    committed = {
+        check_provenance(f).study: f for f in FOLDERS if check_provenance(f).protocol == "full"
+    }
     for name in study_names():
         assert name in committed, f"results/ has no full report of study {name!r}"
         assert committed[name].name == name

@@ -35,8 +35,18 @@ def quick_runs(tmp_path_factory):
     try:
         for name in STUDIES:
             root = tmp_path_factory.mktemp(name)
-            args = ["reproduce", name, "--quick", "--json", "--workers", "1",
-                    "--store", str(root / "s.sqlite"), "--out", str(root / "report")]
+            args = [
+                "reproduce",
+                name,
+                "--quick",
+                "--json",
+                "--workers",
+                "1",
+                "--store",
+                str(root / "s.sqlite"),
+                "--out",
+                str(root / "report"),
+            ]
             out[name] = (args, root, _run(args))
     finally:
         torch.set_num_threads(threads)
@@ -106,13 +116,27 @@ def test_metrics_do_not_depend_on_the_callers_thread_count(quick_runs, tmp_path)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        one = _run(["reproduce", name, "--quick", "--json", "--workers", "1",
-                    "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "r")])
+        one = _run(
+            [
+                "reproduce",
+                name,
+                "--quick",
+                "--json",
+                "--workers",
+                "1",
+                "--store",
+                str(tmp_path / "s.sqlite"),
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
 
     def metrics(payload):
-        return {(r["dataset"], r["method"], r["regime"], r["seed"], json.dumps(r["hp"])):
-                r["metrics"] for r in payload["runs"]}
+        return {
+            (r["dataset"], r["method"], r["regime"], r["seed"], json.dumps(r["hp"])): r["metrics"]
+            for r in payload["runs"]
+        }
 
     assert metrics(one) == metrics(two)

@@ -23,8 +23,18 @@ def test_a_new_study_is_one_folder(tiny_study, tmp_path, capsys):
     assert "tiny" in run(["reproduce", "--help"], capsys)
     assert "lives in the test tree" in run(["reproduce", "tiny", "--help"], capsys)
     out = tmp_path / "report"
-    args = ["reproduce", "tiny", "--quick", "--json", "--workers", "1",
-            "--store", str(tmp_path / "s.sqlite"), "--out", str(out)]
+    args = [
+        "reproduce",
+        "tiny",
+        "--quick",
+        "--json",
+        "--workers",
+        "1",
+        "--store",
+        str(tmp_path / "s.sqlite"),
+        "--out",
+        str(out),
+    ]
     payload = json.loads(run(args, capsys))
     assert len(payload["runs"]) == 3 * 4  # 3 seeds x (raw + 3 scales)
     chosen = [r for r in payload["runs"] if r["selected"]]
@@ -42,8 +52,20 @@ def test_a_new_study_is_one_folder(tiny_study, tmp_path, capsys):
 
 def test_a_report_of_another_version_is_stale(tiny_study, tmp_path, capsys, monkeypatch):
     out = tmp_path / "report"
-    run(["reproduce", "tiny", "--quick", "--workers", "1", "--store",
-         str(tmp_path / "s.sqlite"), "--out", str(out)], capsys)
+    run(
+        [
+            "reproduce",
+            "tiny",
+            "--quick",
+            "--workers",
+            "1",
+            "--store",
+            str(tmp_path / "s.sqlite"),
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     reporting.check_provenance(out)
     monkeypatch.setattr(type(tiny_study), "version", 2)
     with pytest.raises(reporting.StaleResults, match="study version 1, code 2.*regenerate"):
@@ -66,21 +88,31 @@ def test_selection_ignores_the_test_metrics(tiny_study, tmp_path):
     with ResultsStore(tmp_path / "s.sqlite") as store:
         run_study(tiny_study, protocol, store)
         results = StudyResults.load(tiny_study, protocol, store)
-        chosen = {r.spec.seed: hyperparameters(r)["scale"]
-                  for r in results.runs("normal", "shrunk")}
+        chosen = {
+            r.spec.seed: hyperparameters(r)["scale"] for r in results.runs("normal", "shrunk")
+        }
         for record in results.records:  # a test metric that favours another candidate
             record.metrics["error"] = -record.metrics["val_error"]
-        assert {r.spec.seed: hyperparameters(r)["scale"]
-                for r in StudyResults.load(tiny_study, protocol, store).runs(
-                    "normal", "shrunk")} == chosen
+        assert {
+            r.spec.seed: hyperparameters(r)["scale"]
+            for r in StudyResults.load(tiny_study, protocol, store).runs("normal", "shrunk")
+        } == chosen
 
 
-def test_retry_failed_reruns_the_stored_failures_only(tiny_study, tmp_path, capsys,
-                                                       monkeypatch):
+def test_retry_failed_reruns_the_stored_failures_only(tiny_study, tmp_path, capsys, monkeypatch):
     """A run that returned a NaN is stored as failed and kept by a plain rerun; after a fix,
     ``--retry-failed`` runs it again (and only it)."""
-    args = ["reproduce", "tiny", "--quick", "--workers", "1", "--store",
-            str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "report")]
+    args = [
+        "reproduce",
+        "tiny",
+        "--quick",
+        "--workers",
+        "1",
+        "--store",
+        str(tmp_path / "s.sqlite"),
+        "--out",
+        str(tmp_path / "report"),
+    ]
     execute = type(tiny_study).execute
 
     def broken(self, protocol, group):

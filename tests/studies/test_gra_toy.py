@@ -22,17 +22,24 @@ def test_data_follow_the_protocol():
     for k in range(5):  # each class is N(mu_k, I)
         points = data.x["train"][data.y["train"] == k].double()
         torch.testing.assert_close(points.mean(0), data.means[k], atol=0.05, rtol=0)
-        torch.testing.assert_close(torch.cov(points.T), torch.eye(2, dtype=torch.float64),
-                                   atol=0.05, rtol=0)
+        torch.testing.assert_close(
+            torch.cov(points.T), torch.eye(2, dtype=torch.float64), atol=0.05, rtol=0
+        )
 
 
 def test_true_posterior_is_bayes_rule_with_gaussian_densities():
     means = torch.tensor([[0.0, 0.0], [1.0, 2.0], [-3.0, 0.5]], dtype=torch.float64)
     x = torch.tensor([[0.5, 1.0], [-2.0, 0.0]])
-    dens = np.stack([np.exp(-0.5 * ((x.double().numpy() - m) ** 2).sum(1)) / (2 * np.pi)
-                     for m in means.numpy()], axis=1)
-    np.testing.assert_allclose(true_posterior(x, means).numpy(),
-                               dens / dens.sum(1, keepdims=True), rtol=1e-12)
+    dens = np.stack(
+        [
+            np.exp(-0.5 * ((x.double().numpy() - m) ** 2).sum(1)) / (2 * np.pi)
+            for m in means.numpy()
+        ],
+        axis=1,
+    )
+    np.testing.assert_allclose(
+        true_posterior(x, means).numpy(), dens / dens.sum(1, keepdims=True), rtol=1e-12
+    )
 
 
 def test_pearson_matches_numpy_and_flags_constants():
@@ -43,8 +50,11 @@ def test_pearson_matches_numpy_and_flags_constants():
 
 
 def test_one_seed_serves_every_candidate_deterministically():
-    group = [RunSpec("gra-toy", "gaussians-5x2d", m, 0, {"hp.gamma": g})
-             for m in ("fl", "dfl", "gbs") for g in (1.0, 2.0)]
+    group = [
+        RunSpec("gra-toy", "gaussians-5x2d", m, 0, {"hp.gamma": g})
+        for m in ("fl", "dfl", "gbs")
+        for g in (1.0, 2.0)
+    ]
     first, again = execute(FULL, group), execute(FULL, group)
     assert [r.metrics for r in first] == [r.metrics for r in again]
     for result in first:

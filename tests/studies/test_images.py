@@ -32,7 +32,11 @@ def test_cifar_rows_join_only_the_full_protocol_when_the_data_is_present(tmp_pat
     assert len(FULL.candidates("mnist1d", "bsce-gra")) == 10
     config = _images.train_config(FULL, PAPER, "cifar10", 0)
     assert (config.epochs, config.milestones, config.optimizer, config.batch_size) == (
-        350, (150, 250), "sgd", 128)
+        350,
+        (150, 250),
+        "sgd",
+        128,
+    )
 
 
 def test_evaluate_scores_validation_test_and_temperature_scaling():
@@ -43,8 +47,20 @@ def test_evaluate_scores_validation_test_and_temperature_scaling():
     model = build_model("cnn2d", seed=0, n_classes=10)
     metrics, z = _images.evaluate(QUICK, model, data)
     assert z.shape == (len(data.test.y), 10) and z.dtype == torch.float64
-    for key in ("val_nll", "val_ece", "val_accuracy", "temperature", "train_error", "ece",
-                "ece_ts", "nll_ts", "adaece", "classwise_ece_ts", "accuracy", "error_ts"):
+    for key in (
+        "val_nll",
+        "val_ece",
+        "val_accuracy",
+        "temperature",
+        "train_error",
+        "ece",
+        "ece_ts",
+        "nll_ts",
+        "adaece",
+        "classwise_ece_ts",
+        "accuracy",
+        "error_ts",
+    ):
         assert key in metrics
     assert metrics["error_ts"] == metrics["error"]  # temperature never changes the argmax
     assert 0.05 < metrics["temperature"] < 10.05

@@ -20,8 +20,10 @@ def test_meta_validation_is_a_stratified_ninth_of_train_and_disjoint():
     (x, y), (xm, ym) = execute.meta_split(data, 0)
     assert len(ym) == round(len(data.train.y) / 9) and len(y) + len(ym) == len(data.train.y)
     both = torch.cat([x, xm]).reshape(len(data.train.y), -1)
-    assert torch.unique(both, dim=0).shape[0] == torch.unique(
-        data.train.x.reshape(len(data.train.y), -1), dim=0).shape[0]
+    assert (
+        torch.unique(both, dim=0).shape[0]
+        == torch.unique(data.train.x.reshape(len(data.train.y), -1), dim=0).shape[0]
+    )
     assert set(ym.tolist()) == set(data.train.y.tolist())  # every class represented
 
 
@@ -31,15 +33,18 @@ def test_curves_do_not_change_the_trained_model(method, options):
     history with and without them; the γ statistics are γ-Net's on the test set."""
     regime = _images.Regime("short", 3, (2,))
     data, train, meta_val = execute.load_splits(QUICK, "digits-images", 0)
-    config = _images.train_config(QUICK, regime, "digits-images", 0, restore_best=True,
-                                  best_by="accuracy")
+    config = _images.train_config(
+        QUICK, regime, "digits-images", 0, restore_best=True, best_by="accuracy"
+    )
     curves = _images.Curves(data, 1, 3, 15)
     states, histories = [], []
     for recorder in (None, curves):
         model = build_model("cnn2d", seed=0, n_classes=data.n_classes)
-        histories.append(execute.train_method(method, options, model, train,
-                                              (data.val.x, data.val.y), meta_val, config,
-                                              recorder))
+        histories.append(
+            execute.train_method(
+                method, options, model, train, (data.val.x, data.val.y), meta_val, config, recorder
+            )
+        )
         states.append(model.state_dict())
     for k in states[0]:
         assert torch.equal(states[0][k], states[1][k]), k
@@ -78,8 +83,9 @@ def test_gamma_statistics_are_gamma_net_on_the_test_features():
         gamma = meta(model.features(x)).double()
     art = curves.artefacts()
     assert art["curve_test_gamma_mean"][0] == pytest.approx(float(gamma.mean()), rel=1e-6)
-    assert art["curve_test_gamma_std"][0] == pytest.approx(float(gamma.std(unbiased=False)),
-                                                           rel=1e-6)
+    assert art["curve_test_gamma_std"][0] == pytest.approx(
+        float(gamma.std(unbiased=False)), rel=1e-6
+    )
 
 
 def test_cifar_rows_on_a_fake_cifar_and_the_published_numbers(tmp_path, monkeypatch):
@@ -101,8 +107,13 @@ def test_cifar_rows_on_a_fake_cifar_and_the_published_numbers(tmp_path, monkeypa
     write_cifar10(tmp_path / "data", n_per_batch=4, n_test=10)
     monkeypatch.setenv("SELFCAL_DATA", str(tmp_path / "data"))
     monkeypatch.setattr(_images, "PAPER", _images.Regime("paper", 2, (1,)))
-    probe = MetaRegProtocol("full", seeds=(0,), datasets=(), methods=("ce", "flg-sece"),
-                            cifar_grids=(Grid("flg-sece", meta_lr=(1e-3,)),))
+    probe = MetaRegProtocol(
+        "full",
+        seeds=(0,),
+        datasets=(),
+        methods=("ce", "flg-sece"),
+        cifar_grids=(Grid("flg-sece", meta_lr=(1e-3,)),),
+    )
     monkeypatch.setitem(PROTOCOLS, "full", probe)
     data, (x, y), (xm, ym) = execute.load_splits(probe, "cifar10", 0)
     assert (len(y), len(data.val.y), len(ym), len(data.test.y)) == (16, 2, 2, 10)

@@ -47,8 +47,15 @@ def test_mixup_training_is_deterministic_seeded_and_changes_training(make_blobs,
 @pytest.mark.parametrize("transform", [None, noisy])
 def test_alpha_zero_is_plain_training_bit_for_bit(make_blobs, same_params, transform):
     (x, y), val = make_blobs(50, seed=1), make_blobs(30, seed=2)
-    config = TrainConfig(epochs=4, optimizer="sgd", lr=0.05, batch_size=16, seed=3,
-                         early_stopping=2, restore_best=True)
+    config = TrainConfig(
+        epochs=4,
+        optimizer="sgd",
+        lr=0.05,
+        batch_size=16,
+        seed=3,
+        early_stopping=2,
+        restore_best=True,
+    )
     plain, zero = mlp(1), mlp(1)
     h_plain = fit(plain, (x, y), val, config=config, batch_transform=transform)
     h_zero = fit(zero, (x, y), val, config=config, batch_transform=transform, mixup_alpha=0)
@@ -114,8 +121,9 @@ def test_mixup_needs_floating_point_inputs():
     """Token ids (an embedding model) train plainly but cannot be mixed."""
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Embedding(3, 4), torch.nn.Flatten(),
-                                    torch.nn.Linear(8, 3))
+        model = torch.nn.Sequential(
+            torch.nn.Embedding(3, 4), torch.nn.Flatten(), torch.nn.Linear(8, 3)
+        )
     x, y = torch.randint(0, 3, (10, 2)), torch.randint(0, 3, (10,))
     with pytest.raises(ValueError, match="floating-point"):
         fit(model, (x, y), config=TrainConfig(epochs=1), mixup_alpha=1.0)

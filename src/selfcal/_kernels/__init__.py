@@ -52,7 +52,10 @@ def _load() -> ModuleType | None:
     try:
         from selfcal._kernels import cpu
     except ImportError as error:  # e.g. a numba too old or too new for this numpy
-        warnings.warn(f"selfcal: numba kernels unavailable ({error}); using torch",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"selfcal: numba kernels unavailable ({error}); using torch",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None
     return cpu

@@ -196,8 +196,7 @@ def top_label(
     conf = np.empty(n, dtype=np.float64)
     pred = np.empty(n, dtype=np.int64)
     kernel = _top_label_probs if kind == "probs" else _top_label_logits
-    bad = _map_blocks(lambda _, b: kernel(x[b], atol, conf[b], pred[b]),
-                      _blocks(n, x.shape[1]))
+    bad = _map_blocks(lambda _, b: kernel(x[b], atol, conf[b], pred[b]), _blocks(n, x.shape[1]))
     if any(row >= 0 for row in bad):
         return None
     return torch.from_numpy(conf), torch.from_numpy(pred)
@@ -262,12 +261,13 @@ def order_statistics(values: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor 
     # block k writes cell j's values after those of blocks 0..k-1
     cursors = starts + np.cumsum(counts[:, cells], axis=0) - counts[:, cells]
     gathered = np.empty(int(sizes.sum()), dtype=x.dtype)
-    _map_blocks(lambda k, b: _gather_cells(x[b], low, scale, slot, cursors[k].copy(),
-                                           gathered), parts)
+    _map_blocks(
+        lambda k, b: _gather_cells(x[b], low, scale, slot, cursors[k].copy(), gathered), parts
+    )
     out = np.empty(r.shape[0], dtype=x.dtype)
     for j, cell in enumerate(cells):
         mine = cell_of_rank == cell
         local = r[mine] - (cumulative[cell] - total[cell])
-        segment = np.partition(gathered[starts[j]:starts[j] + sizes[j]], local)
+        segment = np.partition(gathered[starts[j] : starts[j] + sizes[j]], local)
         out[mine] = segment[local]
     return torch.from_numpy(out)

@@ -31,8 +31,9 @@ class Rows:
     def __len__(self) -> int:
         return len(self.x)  # type: ignore[arg-type]
 
-    def take(self, idx: torch.Tensor, device: torch.device,
-             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def take(
+        self, idx: torch.Tensor, device: torch.device, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Features and labels of rows ``idx`` (1-D), on ``device``."""
         if self.is_dataset:
             x, y = default_collate([self._item(int(i)) for i in idx])
@@ -56,8 +57,9 @@ class Rows:
     def _item(self, i: int) -> tuple[Any, Any]:
         item = self.x[i]
         if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise ValueError(f"{self.name}: a Dataset item must be an (x, y) pair, got "
-                             f"{type(item).__name__}")
+            raise ValueError(
+                f"{self.name}: a Dataset item must be an (x, y) pair, got {type(item).__name__}"
+            )
         return item[0], item[1]
 
 
@@ -79,7 +81,7 @@ class EpochSampler:
             if self._next + self.batch_size > len(self._order):
                 self._order = torch.randperm(self.n, generator=self.generator)
                 self._next = 0
-            batches.append(self._order[self._next:self._next + self.batch_size])
+            batches.append(self._order[self._next : self._next + self.batch_size])
             self._next += self.batch_size
         return torch.stack(batches)
 
@@ -110,8 +112,12 @@ class WeightRecord:
         scaled = torch.floor(values.detach().double().cpu() * QUANTILE_RESOLUTION)
         return scaled.clamp(0, QUANTILE_RESOLUTION).long()
 
-    def record(self, weights: torch.Tensor, changed: torch.Tensor | None = None,
-               before: torch.Tensor | None = None) -> None:
+    def record(
+        self,
+        weights: torch.Tensor,
+        changed: torch.Tensor | None = None,
+        before: torch.Tensor | None = None,
+    ) -> None:
         """After an iteration: ``before`` holds the old weights of rows ``changed`` (``None``:
         every row may have changed, ``before`` is the old table)."""
         if self.clipped and before is not None:

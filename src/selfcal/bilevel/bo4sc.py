@@ -88,20 +88,23 @@ def boltzmann_confidence(probs: torch.Tensor, beta: Hyper) -> torch.Tensor:
     if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
         raise ValueError("probs must be a floating-point torch tensor")
     if probs.ndim < 1 or probs.shape[-1] < 1:
-        raise ValueError(f"probs must have a non-empty last (class) dimension, "
-                         f"got shape {tuple(probs.shape)}")
+        raise ValueError(
+            f"probs must have a non-empty last (class) dimension, got shape {tuple(probs.shape)}"
+        )
     _check_beta(beta)
     return torch.sum(torch.softmax(beta * probs, dim=-1) * probs, dim=-1)
 
 
-def bo4sc_inner_loss(logits: torch.Tensor, labels: torch.Tensor,
-                     weights: torch.Tensor) -> torch.Tensor:
+def bo4sc_inner_loss(
+    logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
     """``g = (1/n) sum_i w_i CE(z_i, y_i)`` (normalised by ``n``, not by ``sum w``)."""
     return torch.mean(weights * F.cross_entropy(logits, labels, reduction="none"))
 
 
-def bo4sc_outer_loss(logits: torch.Tensor, labels: torch.Tensor, beta: Hyper,
-                     clamp_eps: float = 1e-6) -> torch.Tensor:
+def bo4sc_outer_loss(
+    logits: torch.Tensor, labels: torch.Tensor, beta: Hyper, clamp_eps: float = 1e-6
+) -> torch.Tensor:
     """``f = mean_j BCE(clamp(boltz_beta(softmax(z_j)), eps, 1 - eps), 1[argmax z_j = y_j])``.
 
     The correctness target is piecewise constant in ``z`` (no gradient flows through it). The
@@ -116,8 +119,7 @@ def bo4sc_outer_loss(logits: torch.Tensor, labels: torch.Tensor, beta: Hyper,
 def _check_beta(beta: Hyper) -> None:
     if isinstance(beta, torch.Tensor):
         if beta.ndim != 0:
-            raise ValueError(f"beta must be a float or a 0-d tensor, got shape "
-                             f"{tuple(beta.shape)}")
+            raise ValueError(f"beta must be a float or a 0-d tensor, got shape {tuple(beta.shape)}")
         return
     if isinstance(beta, bool) or not isinstance(beta, (int, float)):
         raise ValueError(f"beta must be a float or a 0-d tensor, got {type(beta).__name__}")
@@ -201,8 +203,10 @@ class BO4SCConfig:
             raise ValueError(f"weight_lr must be finite and >= 0, got {self.weight_lr}")
         low, high = (0.0, 1.0) if self.constraint == "clip" else (-math.inf, math.inf)
         if not (math.isfinite(self.initial_weight) and low <= self.initial_weight <= high):
-            raise ValueError(f"initial_weight must be finite (and in [0, 1] with clipping), "
-                             f"got {self.initial_weight}")
+            raise ValueError(
+                f"initial_weight must be finite (and in [0, 1] with clipping), "
+                f"got {self.initial_weight}"
+            )
         if not 0 < self.clamp_eps < 0.5:
             raise ValueError(f"clamp_eps must lie in (0, 0.5), got {self.clamp_eps}")
 
@@ -214,8 +218,7 @@ def bo4sc_init(params: Params, n_train: int, config: BO4SCConfig) -> BO4SCState:
         raise ValueError(f"n_train must be a positive int, got {n_train!r}")
     params = {k: p.detach().clone() for k, p in params.items()}
     first = next(iter(params.values()))
-    weights = torch.full((n_train,), config.initial_weight, dtype=first.dtype,
-                         device=first.device)
+    weights = torch.full((n_train,), config.initial_weight, dtype=first.dtype, device=first.device)
     return BO4SCState(params, config.inner_optimizer.init(params), weights)
 
 
@@ -237,8 +240,9 @@ def _frozen_running_stats(layers: list[_BatchNorm]) -> Iterator[None]:
             layer.track_running_stats = True
 
 
-def _forward(model: nn.Module, theta: Params, x: torch.Tensor, training: bool,
-             layers: list[_BatchNorm]) -> torch.Tensor:
+def _forward(
+    model: nn.Module, theta: Params, x: torch.Tensor, training: bool, layers: list[_BatchNorm]
+) -> torch.Tensor:
     """``model(x)`` with parameters ``theta``, in training or evaluation mode (the module doc:
     BatchNorm running statistics are read in evaluation mode and never written)."""
     model.train(training)
@@ -246,8 +250,9 @@ def _forward(model: nn.Module, theta: Params, x: torch.Tensor, training: bool,
         return functional_call(model, theta, (x,))
 
 
-def bo4sc_problem(model: nn.Module, data: BO4SCData | BO4SCBatch,
-                  config: BO4SCConfig) -> BilevelProblem:
+def bo4sc_problem(
+    model: nn.Module, data: BO4SCData | BO4SCBatch, config: BO4SCConfig
+) -> BilevelProblem:
     """The bilevel problem of BO4SC for ``model`` on ``data``. Full batch (:class:`BO4SCData`):
     ``phi`` = the weights of every row, one inner loss. Minibatch (:class:`BO4SCBatch`): ``phi``
     = the drawn rows' weights ``[T, B]``, inner step ``k`` on batch ``k`` with weights
@@ -257,6 +262,7 @@ def bo4sc_problem(model: nn.Module, data: BO4SCData | BO4SCBatch,
     def batch_loss(x: torch.Tensor, y: torch.Tensor, weights: Any) -> Any:
         def inner_loss(theta: Params, phi: torch.Tensor) -> torch.Tensor:
             return bo4sc_inner_loss(_forward(model, theta, x, True, layers), y, weights(phi))
+
         return inner_loss
 
     def outer_loss(theta: Params, phi: torch.Tensor) -> torch.Tensor:
@@ -264,8 +270,10 @@ def bo4sc_problem(model: nn.Module, data: BO4SCData | BO4SCBatch,
         return bo4sc_outer_loss(logits, data.y_val, config.beta, config.clamp_eps)
 
     if isinstance(data, BO4SCBatch):
-        inner: Any = [batch_loss(x, y, lambda phi, k=k: phi[k])
-                      for k, (x, y) in enumerate(zip(data.x_train, data.y_train, strict=True))]
+        inner: Any = [
+            batch_loss(x, y, lambda phi, k=k: phi[k])
+            for k, (x, y) in enumerate(zip(data.x_train, data.y_train, strict=True))
+        ]
     else:
         inner = batch_loss(data.x_train, data.y_train, lambda phi: phi)
     return BilevelProblem(inner, outer_loss, config.inner_optimizer)
@@ -276,8 +284,9 @@ def project_weights(weights: torch.Tensor, constraint: Constraint) -> torch.Tens
     return weights.clamp(0.0, 1.0) if constraint == "clip" else weights
 
 
-def bo4sc_step(model: nn.Module, state: BO4SCState, data: BO4SCData,
-               config: BO4SCConfig) -> tuple[BO4SCState, BO4SCInfo]:
+def bo4sc_step(
+    model: nn.Module, state: BO4SCState, data: BO4SCData, config: BO4SCConfig
+) -> tuple[BO4SCState, BO4SCInfo]:
     """One outer iteration: ``T`` inner steps from the warm start, the hypergradient, and
     ``w <- Pi(w - eta_w dF/dw)``. Pure in the tensors (``model`` is only evaluated through
     ``torch.func.functional_call`` with the state's parameters), so it can be ``vmap``-ed; it
@@ -289,23 +298,26 @@ def bo4sc_step(model: nn.Module, state: BO4SCState, data: BO4SCData,
     return new_state, BO4SCInfo(result.outer_loss, result.grad.detach())
 
 
-def bo4sc_minibatch_step(model: nn.Module, state: BO4SCState, batch: BO4SCBatch,
-                         config: BO4SCConfig) -> tuple[BO4SCState, BO4SCBatchInfo]:
+def bo4sc_minibatch_step(
+    model: nn.Module, state: BO4SCState, batch: BO4SCBatch, config: BO4SCConfig
+) -> tuple[BO4SCState, BO4SCBatchInfo]:
     """One minibatch outer iteration: the estimator's ``T`` inner steps on the ``T`` batches
     from the warm start, ``dF/dw`` for the drawn rows (summed over a row's repeats), and
     ``w_r <- Pi(w_r - eta_w dF/dw_r)`` for those rows only. The weight table is updated in
     place (work proportional to ``T B``, not to the table's length); the returned state holds
     the same table. ``config.estimator`` must run ``T`` steps."""
     problem = bo4sc_problem(model, batch, config)
-    result = config.estimator(problem, state.weights[batch.rows], state.params,
-                              state.opt_state)
+    result = config.estimator(problem, state.weights[batch.rows], state.params, state.opt_state)
     rows, inverse = torch.unique(batch.rows.reshape(-1), return_inverse=True)
     grad = torch.zeros(rows.shape, dtype=result.grad.dtype, device=rows.device)
     grad = grad.index_add_(0, inverse, result.grad.reshape(-1))
-    state.weights[rows] = project_weights(state.weights[rows] - config.weight_lr * grad,
-                                          config.constraint)
-    return (BO4SCState(result.theta, result.opt_state, state.weights),
-            BO4SCBatchInfo(result.outer_loss, grad, rows))
+    state.weights[rows] = project_weights(
+        state.weights[rows] - config.weight_lr * grad, config.constraint
+    )
+    return (
+        BO4SCState(result.theta, result.opt_state, state.weights),
+        BO4SCBatchInfo(result.outer_loss, grad, rows),
+    )
 
 
 @torch.no_grad()

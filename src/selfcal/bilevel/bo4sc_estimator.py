@@ -85,17 +85,29 @@ class BO4SC:
     ``record_weights``); and the model's parameters replaced in place by the final ``theta``.
     """
 
-    def __init__(self, model: nn.Module, *, batch_size: int | None = None,
-                 val_batch_size: int | None = None, inner_steps: int | None = None,
-                 outer_iterations: int = 100, inner_lr: float | None = None,
-                 weight_lr: float = DEFAULT_WEIGHT_LR, beta: float = 20.0,
-                 estimator: Estimator | None = None, inner_optimizer: Optimizer | None = None,
-                 constraint: Constraint = "clip", initial_weight: float = 1.0,
-                 record_weights: bool = True, history_rows: int = 1000,
-                 batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 inner_lr_schedule: Callable[[int], float] | None = None,
-                 progress: bool = False, seed: int | None = None,
-                 callback: Callable[[int, Params], bool | None] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        batch_size: int | None = None,
+        val_batch_size: int | None = None,
+        inner_steps: int | None = None,
+        outer_iterations: int = 100,
+        inner_lr: float | None = None,
+        weight_lr: float = DEFAULT_WEIGHT_LR,
+        beta: float = 20.0,
+        estimator: Estimator | None = None,
+        inner_optimizer: Optimizer | None = None,
+        constraint: Constraint = "clip",
+        initial_weight: float = 1.0,
+        record_weights: bool = True,
+        history_rows: int = 1000,
+        batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        inner_lr_schedule: Callable[[int], float] | None = None,
+        progress: bool = False,
+        seed: int | None = None,
+        callback: Callable[[int, Params], bool | None] | None = None,
+    ) -> None:
         self.model = model
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size
@@ -128,10 +140,12 @@ class BO4SC:
         lr = DEFAULT_INNER_LR if self.inner_lr is None else self.inner_lr
         return BO4SCConfig(
             estimator=self.estimator if self.estimator is not None else Unrolled(steps),
-            inner_optimizer=self.inner_optimizer if self.inner_optimizer is not None
-            else Adam(lr),
-            weight_lr=self.weight_lr, beta=self.beta, constraint=self.constraint,
-            initial_weight=self.initial_weight)
+            inner_optimizer=self.inner_optimizer if self.inner_optimizer is not None else Adam(lr),
+            weight_lr=self.weight_lr,
+            beta=self.beta,
+            constraint=self.constraint,
+            initial_weight=self.initial_weight,
+        )
 
     def _params(self) -> Params:
         params: Params = {k: p for k, p in self.model.named_parameters() if p.requires_grad}
@@ -139,8 +153,9 @@ class BO4SC:
             raise ValueError("the model has no trainable parameters")
         return params
 
-    def _sources(self, x_train: Any, y_train: Any, x_val: Any, y_val: Any,
-                 like: torch.Tensor) -> tuple[Rows, Rows]:
+    def _sources(
+        self, x_train: Any, y_train: Any, x_val: Any, y_val: Any, like: torch.Tensor
+    ) -> tuple[Rows, Rows]:
         """The training and validation rows (checked; tensors moved to the model's dtype)."""
         if isinstance(x_train, Dataset):
             if not isinstance(y_train, Dataset) or x_val is not None or y_val is not None:
@@ -152,8 +167,10 @@ class BO4SC:
             xt = _features(x_train, "x_train", like)
             xv = _features(x_val, "x_val", like)
             if xt.shape[1:] != xv.shape[1:]:
-                raise ValueError(f"x_train rows have shape {tuple(xt.shape[1:])} but x_val "
-                                 f"rows have {tuple(xv.shape[1:])}")
+                raise ValueError(
+                    f"x_train rows have shape {tuple(xt.shape[1:])} but x_val "
+                    f"rows have {tuple(xv.shape[1:])}"
+                )
             train, val = Rows(xt, y_train, "x_train"), Rows(xv, y_val, "x_val")
         n_classes = self._n_classes(train.features(min(len(train), 8), like))
         for rows in (train, val):
@@ -167,19 +184,24 @@ class BO4SC:
         with _mode(self.model, training=False), torch.no_grad():
             logits = self.model(x)
         if logits.ndim != 2 or logits.shape[0] != x.shape[0] or logits.shape[1] < 2:
-            raise ValueError(f"the model must return logits of shape (N, C) with C >= 2, got "
-                             f"{tuple(logits.shape)} for {x.shape[0]} rows")
+            raise ValueError(
+                f"the model must return logits of shape (N, C) with C >= 2, got "
+                f"{tuple(logits.shape)} for {x.shape[0]} rows"
+            )
         return int(logits.shape[1])
 
     def _batch_sizes(self, n_train: int, n_val: int, steps: int) -> tuple[int | None, int]:
         if self.batch_size is not None:
             _check_count("batch_size", self.batch_size)
             if self.batch_size > n_train:
-                raise ValueError(f"batch_size ({self.batch_size}) exceeds the {n_train} "
-                                 "training rows")
+                raise ValueError(
+                    f"batch_size ({self.batch_size}) exceeds the {n_train} training rows"
+                )
             if steps < 1:
-                raise ValueError("minibatch BO4SC needs an estimator with at least one inner "
-                                 "step (one minibatch per step)")
+                raise ValueError(
+                    "minibatch BO4SC needs an estimator with at least one inner "
+                    "step (one minibatch per step)"
+                )
         val_size = n_val if self.val_batch_size is None else self.val_batch_size
         _check_count("val_batch_size", val_size)
         if val_size > n_val:
@@ -187,8 +209,13 @@ class BO4SC:
         return self.batch_size, val_size
 
     # ------------------------------------------------------------------ public API
-    def fit(self, x_train: ArrayLike, y_train: ArrayLike, x_val: ArrayLike = None,
-            y_val: ArrayLike = None) -> BO4SC:
+    def fit(
+        self,
+        x_train: ArrayLike,
+        y_train: ArrayLike,
+        x_val: ArrayLike = None,
+        y_val: ArrayLike = None,
+    ) -> BO4SC:
         """Run ``outer_iterations`` outer iterations on ``(x_train, y_train, x_val, y_val)``
         or on ``(train_dataset, val_dataset)``; returns ``self``."""
         config = self._config()
@@ -230,31 +257,54 @@ class BO4SC:
         like = next(iter(self._params().values()))
         x = _features(x, "x", like)
         with _mode(self.model, training=False), torch.no_grad():
-            probs = torch.cat([torch.softmax(self.model(c.to(like.device)), dim=-1)
-                               for c in x.split(PREDICT_CHUNK)])
+            probs = torch.cat(
+                [
+                    torch.softmax(self.model(c.to(like.device)), dim=-1)
+                    for c in x.split(PREDICT_CHUNK)
+                ]
+            )
         return boltzmann_confidence(probs, self.beta_) if smooth else probs.amax(dim=-1)
 
 
 class _Run:
     """One :meth:`BO4SC.fit`: draws each iteration's batches and steps the functional core."""
 
-    def __init__(self, owner: BO4SC, config: BO4SCConfig, train: Rows, val: Rows,
-                 batch_size: int | None, val_size: int, generator: torch.Generator,
-                 like: torch.Tensor) -> None:
+    def __init__(
+        self,
+        owner: BO4SC,
+        config: BO4SCConfig,
+        train: Rows,
+        val: Rows,
+        batch_size: int | None,
+        val_size: int,
+        generator: torch.Generator,
+        like: torch.Tensor,
+    ) -> None:
         self.owner, self.config, self.train, self.val = owner, config, train, val
         self.steps = config.estimator.steps
         self.device, self.dtype = like.device, like.dtype
-        self.train_sampler = None if batch_size is None else \
-            EpochSampler(len(train), batch_size, generator)
-        self.val_sampler = None if val_size == len(val) else \
-            EpochSampler(len(val), val_size, generator)
-        self.all_train = None if batch_size is not None else \
-            train.take(torch.arange(len(train)), like.device, like.dtype)
-        self.all_val = None if self.val_sampler is not None else \
-            val.take(torch.arange(len(val)), like.device, like.dtype)
+        self.train_sampler = (
+            None if batch_size is None else EpochSampler(len(train), batch_size, generator)
+        )
+        self.val_sampler = (
+            None if val_size == len(val) else EpochSampler(len(val), val_size, generator)
+        )
+        self.all_train = (
+            None
+            if batch_size is not None
+            else train.take(torch.arange(len(train)), like.device, like.dtype)
+        )
+        self.all_val = (
+            None
+            if self.val_sampler is not None
+            else val.take(torch.arange(len(val)), like.device, like.dtype)
+        )
         n, wanted = len(train), owner.history_rows
-        self.history_rows = torch.arange(n) if n <= wanted else \
-            torch.sort(torch.randperm(n, generator=generator)[:wanted]).values
+        self.history_rows = (
+            torch.arange(n)
+            if n <= wanted
+            else torch.sort(torch.randperm(n, generator=generator)[:wanted]).values
+        )
 
     def loop(self, state: BO4SCState) -> tuple[BO4SCState, WeightRecord, list[torch.Tensor]]:
         record = WeightRecord(state.weights, self.history_rows, self.config.constraint == "clip")
@@ -279,8 +329,9 @@ class _Run:
         scaled = dataclasses.replace(optimizer, lr=optimizer.lr * schedule(iteration))
         return dataclasses.replace(self.config, inner_optimizer=scaled)
 
-    def step(self, state: BO4SCState, config: BO4SCConfig
-             ) -> tuple[BO4SCState, BO4SCInfo | BO4SCBatchInfo, Any, torch.Tensor]:
+    def step(
+        self, state: BO4SCState, config: BO4SCConfig
+    ) -> tuple[BO4SCState, BO4SCInfo | BO4SCBatchInfo, Any, torch.Tensor]:
         """One outer iteration; also the rows it may change (``None``: all) and their weights
         before it."""
         if self.val_sampler is None:
@@ -291,17 +342,23 @@ class _Run:
             return self._full_batch_step(state, config, x_val, y_val)
         return self._minibatch_step(state, config, self.train_sampler, x_val, y_val)
 
-    def _full_batch_step(self, state: BO4SCState, config: BO4SCConfig, x_val: torch.Tensor,
-                         y_val: torch.Tensor) -> tuple[BO4SCState, BO4SCInfo, None, torch.Tensor]:
+    def _full_batch_step(
+        self, state: BO4SCState, config: BO4SCConfig, x_val: torch.Tensor, y_val: torch.Tensor
+    ) -> tuple[BO4SCState, BO4SCInfo, None, torch.Tensor]:
         x, y = self.all_train  # type: ignore[misc]
         x = self._augment(x)
         update_running_stats(self.owner.model, state.params, [x] * self.steps)
         new, info = bo4sc_step(self.owner.model, state, BO4SCData(x, y, x_val, y_val), config)
         return new, info, None, state.weights
 
-    def _minibatch_step(self, state: BO4SCState, config: BO4SCConfig, sampler: EpochSampler,
-                        x_val: torch.Tensor, y_val: torch.Tensor
-                        ) -> tuple[BO4SCState, BO4SCBatchInfo, torch.Tensor, torch.Tensor]:
+    def _minibatch_step(
+        self,
+        state: BO4SCState,
+        config: BO4SCConfig,
+        sampler: EpochSampler,
+        x_val: torch.Tensor,
+        y_val: torch.Tensor,
+    ) -> tuple[BO4SCState, BO4SCBatchInfo, torch.Tensor, torch.Tensor]:
         rows = sampler.draw(self.steps)
         x, y = self.train.take(rows.reshape(-1), self.device, self.dtype)
         x = torch.stack([self._augment(b) for b in x.unflatten(0, rows.shape)])
@@ -359,8 +416,15 @@ def _progress(show: bool, total: int) -> Iterator[Callable[[Any], None]]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    with Progress("BO4SC", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  "{task.fields[loss]}", console=Console(stderr=True)) as bar:
+    with Progress(
+        "BO4SC",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        "{task.fields[loss]}",
+        console=Console(stderr=True),
+    ) as bar:
         task = bar.add_task("outer", total=total, loss="")
-        yield lambda info: bar.update(task, advance=1,
-                                      loss=f"outer loss {float(info.outer_loss):.4f}")
+        yield lambda info: bar.update(
+            task, advance=1, loss=f"outer loss {float(info.outer_loss):.4f}"
+        )

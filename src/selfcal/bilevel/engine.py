@@ -59,18 +59,20 @@ class BilevelProblem:
         """A stochastic problem must have one inner loss per step the estimator runs."""
         losses = self.inner_loss
         if not callable(losses) and len(losses) != steps:
-            raise ValueError(f"the problem has {len(losses)} inner losses (one per inner "
-                             f"step) but the estimator runs {steps} steps")
+            raise ValueError(
+                f"the problem has {len(losses)} inner losses (one per inner "
+                f"step) but the estimator runs {steps} steps"
+            )
 
-    def inner_step(self, theta: Params, phi: Any, state: Any, step: int = 0
-                   ) -> tuple[Params, Any]:
+    def inner_step(self, theta: Params, phi: Any, state: Any, step: int = 0) -> tuple[Params, Any]:
         """Inner step number ``step``: one optimizer step on ``g_step(., phi)``;
         differentiable in ``theta``, ``phi`` and ``state`` under a ``torch.func`` transform."""
         grads = grad(self.inner_loss_at(step))(theta, phi)
         return self.inner_optimizer.step(theta, grads, state)
 
-    def run_inner(self, theta: Params, phi: Any, state: Any, steps: int, start: int = 0
-                  ) -> tuple[Params, Any]:
+    def run_inner(
+        self, theta: Params, phi: Any, state: Any, steps: int, start: int = 0
+    ) -> tuple[Params, Any]:
         """Inner steps ``start, ..., start + steps - 1`` (a fixed count: no data-dependent
         control flow)."""
         for step in range(start, start + steps):
@@ -101,6 +103,6 @@ class Estimator(Protocol):
         """The number of inner steps one call runs."""
         ...
 
-    def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
-                 opt_state: Any) -> Hypergradient:
-        ...
+    def __call__(
+        self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
+    ) -> Hypergradient: ...

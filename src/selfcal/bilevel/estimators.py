@@ -84,11 +84,13 @@ class Unrolled:
         if self.backprop_steps is not None:
             _check_count("backprop_steps", self.backprop_steps, 1)
             if self.backprop_steps > self.steps:
-                raise ValueError(f"backprop_steps ({self.backprop_steps}) exceeds steps "
-                                 f"({self.steps})")
+                raise ValueError(
+                    f"backprop_steps ({self.backprop_steps}) exceeds steps ({self.steps})"
+                )
 
-    def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
-                 opt_state: Any) -> Hypergradient:
+    def __call__(
+        self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
+    ) -> Hypergradient:
         problem.check_steps(self.steps)
         phi, theta, opt_state = detach((phi, theta, opt_state))
         differentiated = self.steps if self.backprop_steps is None else self.backprop_steps
@@ -118,8 +120,9 @@ class OneStepLookahead:
     def __post_init__(self) -> None:
         _check_count("steps", self.steps, 1)
 
-    def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
-                 opt_state: Any) -> Hypergradient:
+    def __call__(
+        self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
+    ) -> Hypergradient:
         return Unrolled(self.steps, backprop_steps=1)(problem, phi, theta, opt_state)
 
 
@@ -148,8 +151,9 @@ class AutogradLookahead:
     def __post_init__(self) -> None:
         _check_count("steps", self.steps, 1)
 
-    def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
-                 opt_state: Any) -> Hypergradient:
+    def __call__(
+        self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
+    ) -> Hypergradient:
         problem.check_steps(self.steps)
         phi, theta, opt_state = detach((phi, theta, opt_state))
         theta, opt_state = problem.run_inner(theta, phi, opt_state, self.steps - 1)
@@ -166,8 +170,15 @@ class AutogradLookahead:
 def _autograd(loss: torch.Tensor, wrt: Any, *, create_graph: bool) -> Any:
     """``d loss / d wrt`` by ``torch.autograd.grad``, shaped like the tree ``wrt`` (zeros for
     leaves ``loss`` does not depend on)."""
-    grads = iter(torch.autograd.grad(loss, tree_leaves(wrt), create_graph=create_graph,
-                                     allow_unused=True, materialize_grads=True))
+    grads = iter(
+        torch.autograd.grad(
+            loss,
+            tree_leaves(wrt),
+            create_graph=create_graph,
+            allow_unused=True,
+            materialize_grads=True,
+        )
+    )
     return tree_map(lambda _: next(grads), wrt)
 
 
@@ -197,14 +208,16 @@ class Implicit:
     def __post_init__(self) -> None:
         _check_count("steps", self.steps, 0)
 
-    def __call__(self, problem: BilevelProblem, phi: Any, theta: Params,
-                 opt_state: Any) -> Hypergradient:
+    def __call__(
+        self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
+    ) -> Hypergradient:
         problem.check_steps(self.steps)
         phi, theta, opt_state = detach((phi, theta, opt_state))
         theta, opt_state = problem.run_inner(theta, phi, opt_state, self.steps)
         inner_loss = problem.inner_loss_at(max(self.steps - 1, 0))
         (grad_theta_f, grad_phi_f), loss = _final_grad(
-            lambda theta_, phi_: _with_aux(problem.outer_loss(theta_, phi_)), theta, phi)
+            lambda theta_, phi_: _with_aux(problem.outer_loss(theta_, phi_)), theta, phi
+        )
         v = self.solver(self._hessian_product(inner_loss, theta, phi), grad_theta_f)
 
         def inner_grad_along_v(phi_: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -63,10 +63,11 @@ class GammaNet(nn.Module):
         the module's own: the functional form the meta step differentiates, without the
         per-call cost of ``torch.func.functional_call``."""
         if features.ndim != 2 or features.shape[1] != self.feature_dim:
-            raise ValueError(f"features must have shape (b, {self.feature_dim}), "
-                             f"got {tuple(features.shape)}")
+            raise ValueError(
+                f"features must have shape (b, {self.feature_dim}), got {tuple(features.shape)}"
+            )
         prototypes = params["prototypes"]
-        weights = torch.softmax(features @ prototypes, dim=1)        # q: (b, k)
-        attended = weights @ prototypes.T                            # x~: (b, d)
+        weights = torch.softmax(features @ prototypes, dim=1)  # q: (b, k)
+        attended = weights @ prototypes.T  # x~: (b, d)
         readout = F.linear(attended, params["readout.weight"], params["readout.bias"])
         return readout.squeeze(1).abs() / self.tau

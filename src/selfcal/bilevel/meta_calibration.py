@@ -123,24 +123,31 @@ def meta_objective(name: str, *, ce_weight: float = DEFAULT_CE_WEIGHT) -> Object
     if name not in META_OBJECTIVES:
         raise ValueError(f"meta_objective must be one of {META_OBJECTIVES}, got {name!r}")
     if name == "sece":
-        return lambda logits, labels: sece(labels=labels, logits=logits,
-                                           bandwidth=SECE_BANDWIDTH, t_a=SOFT_ACCURACY_SCALE)
+        return lambda logits, labels: sece(
+            labels=labels, logits=logits, bandwidth=SECE_BANDWIDTH, t_a=SOFT_ACCURACY_SCALE
+        )
     if name == "dece":
         return _dece
     if name == "ce":
         return lambda logits, labels: F.cross_entropy(logits.double(), labels)
     if not ce_weight >= 0:
         raise ValueError(f"ce_weight must be >= 0, got {ce_weight!r}")
-    return lambda logits, labels: (F.cross_entropy(logits, labels).double()
-                                   + ce_weight * _dece(logits, labels))
+    return lambda logits, labels: (
+        F.cross_entropy(logits, labels).double() + ce_weight * _dece(logits, labels)
+    )
 
 
 _build_objective = meta_objective  # the trainer's ``meta_objective`` argument shadows it
 
 
 def _dece(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return dece(labels=labels, logits=logits, n_bins=DECE_BINS, t_a=SOFT_ACCURACY_SCALE,
-                t_b=DECE_TEMPERATURE)
+    return dece(
+        labels=labels,
+        logits=logits,
+        n_bins=DECE_BINS,
+        t_a=SOFT_ACCURACY_SCALE,
+        t_b=DECE_TEMPERATURE,
+    )
 
 
 # ------------------------------------------------------------------ phi: the meta module
@@ -159,8 +166,7 @@ class UnitL2(nn.Module):
         """``sum_k lam_k * head_k^2`` over ``weight`` and ``bias`` (``lam``: this module's own
         parameters unless given, e.g. the functional ``phi`` inside the engine)."""
         lam = dict(self.named_parameters()) if lam is None else lam
-        return sum((lam[k] * head[k].square()).sum() for k in ("weight", "bias")
-                   if lam[k].numel())  # type: ignore[return-value]
+        return sum((lam[k] * head[k].square()).sum() for k in ("weight", "bias") if lam[k].numel())  # type: ignore[return-value]
 
 
 def make_meta_module(model: nn.Module, method: str, *, tau: float = DEFAULT_TAU) -> nn.Module:
@@ -181,9 +187,16 @@ def _head(model: nn.Module) -> nn.Linear:
     return head
 
 
-def training_loss(meta: nn.Module, logits: torch.Tensor, labels: torch.Tensor,
-                  features: torch.Tensor, head: Params, phi: Params | None = None, *,
-                  gamma: torch.Tensor | None = None) -> torch.Tensor:
+def training_loss(
+    meta: nn.Module,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    features: torch.Tensor,
+    head: Params,
+    phi: Params | None = None,
+    *,
+    gamma: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The regularised training loss (sum reduction) with the meta module's parameters ``phi``
     (its own parameters, detached, when ``None``: the real step).
 
@@ -235,8 +248,11 @@ def _mode(model: nn.Module, training: bool) -> Iterator[None]:
     BatchNorm normalises with the batch statistics but does not update the buffers), and
     restore the previous mode afterwards."""
     was_training = model.training
-    norms = [m for m in model.modules()
-             if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    norms = [
+        m
+        for m in model.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+    ]
     model.train(training)
     for m in norms:
         m.track_running_stats = not training
@@ -264,9 +280,16 @@ def backbone_params(model: nn.Module) -> Params:
     return {k: p.detach() for k, p in model.named_parameters() if not k.startswith("head.")}
 
 
-def meta_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, *, lr: float,
-                 objective: ObjectiveFn, lookahead: str = "head",
-                 backbone_leak: bool = False) -> BilevelProblem:
+def meta_problem(
+    model: nn.Module,
+    meta: nn.Module,
+    batch: MetaBatch,
+    *,
+    lr: float,
+    objective: ObjectiveFn,
+    lookahead: str = "head",
+    backbone_leak: bool = False,
+) -> BilevelProblem:
     """The bilevel problem of one meta step (module doc).
 
     ``phi`` is a dict of the meta module's parameters; with ``backbone_leak`` it is
@@ -298,8 +321,9 @@ def meta_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, *, lr: flo
     return BilevelProblem(inner_loss, outer_loss, inner)
 
 
-def _whole_network_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, inner: SGD,
-                           objective: ObjectiveFn) -> BilevelProblem:
+def _whole_network_problem(
+    model: nn.Module, meta: nn.Module, batch: MetaBatch, inner: SGD, objective: ObjectiveFn
+) -> BilevelProblem:
     """``theta`` = every parameter; train-mode inner forward, eval-mode meta-val forward."""
     buffers = dict(model.named_buffers())
 
@@ -317,8 +341,9 @@ def _whole_network_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, 
     return BilevelProblem(inner_loss, outer_loss, inner)
 
 
-def _leaky_head_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, inner: SGD,
-                        objective: ObjectiveFn) -> BilevelProblem:
+def _leaky_head_problem(
+    model: nn.Module, meta: nn.Module, batch: MetaBatch, inner: SGD, objective: ObjectiveFn
+) -> BilevelProblem:
     """Head lookahead with the backbone in ``phi`` (quirk 1) and train-mode meta-val
     features (quirk 2)."""
     view = _Features(model)
@@ -331,8 +356,7 @@ def _leaky_head_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, inn
 
     def inner_loss(theta: Params, phi: dict[str, Params]) -> torch.Tensor:
         logits = _linear(features(phi["backbone"], batch.x_train), theta)
-        return training_loss(meta, logits, batch.y_train, batch.features_train, theta,
-                             phi["meta"])
+        return training_loss(meta, logits, batch.y_train, batch.features_train, theta, phi["meta"])
 
     def outer_loss(theta: Params, phi: dict[str, Params]) -> torch.Tensor:
         logits = _linear(features(phi["backbone"], batch.x_meta), theta)
@@ -341,10 +365,17 @@ def _leaky_head_problem(model: nn.Module, meta: nn.Module, batch: MetaBatch, inn
     return BilevelProblem(inner_loss, outer_loss, inner)
 
 
-def meta_hypergradient(model: nn.Module, meta: nn.Module, batch: MetaBatch, *, lr: float,
-                       objective: ObjectiveFn, lookahead: str = "head",
-                       backbone_leak: bool = False,
-                       estimator: Estimator | None = None) -> Hypergradient:
+def meta_hypergradient(
+    model: nn.Module,
+    meta: nn.Module,
+    batch: MetaBatch,
+    *,
+    lr: float,
+    objective: ObjectiveFn,
+    lookahead: str = "head",
+    backbone_leak: bool = False,
+    estimator: Estimator | None = None,
+) -> Hypergradient:
     """The one-step-lookahead hypergradient of :func:`meta_problem` from the model's current
     parameters: ``dF/dphi = (d theta'/d phi)^T grad_theta f(theta')`` with
     ``theta' = theta - lr grad_theta g(theta, phi)``.
@@ -355,13 +386,23 @@ def meta_hypergradient(model: nn.Module, meta: nn.Module, batch: MetaBatch, *, l
     ``result.grad``: dict over the meta module's parameter names (with ``backbone_leak``:
     ``{"meta": ..., "backbone": ...}``); ``result.outer_loss``: the meta loss at ``theta'``.
     """
-    problem = meta_problem(model, meta, batch, lr=lr, objective=objective,
-                           lookahead=lookahead, backbone_leak=backbone_leak)
+    problem = meta_problem(
+        model,
+        meta,
+        batch,
+        lr=lr,
+        objective=objective,
+        lookahead=lookahead,
+        backbone_leak=backbone_leak,
+    )
     phi: Any = {k: p.detach() for k, p in meta.named_parameters()}
     if backbone_leak:
         phi = {"meta": phi, "backbone": backbone_params(model)}
-    theta = head_params(model) if lookahead == "head" else {
-        k: p.detach() for k, p in model.named_parameters()}
+    theta = (
+        head_params(model)
+        if lookahead == "head"
+        else {k: p.detach() for k, p in model.named_parameters()}
+    )
     if estimator is None:
         estimator = AutogradLookahead() if lookahead == "head" else OneStepLookahead()
     return estimator(problem, phi, theta, problem.inner_optimizer.init(theta))
@@ -411,12 +452,20 @@ class MetaCalibrationTrainer:
     :class:`UnitL2`, for analysis only) and ``history_``.
     """
 
-    def __init__(self, *, method: str = "gamma-net", meta_objective: str = "sece",
-                 config: TrainConfig, meta_lr: float = DEFAULT_META_LR,
-                 lookahead: str = "head", replicate_reference_quirks: bool = False,
-                 ce_weight: float = DEFAULT_CE_WEIGHT, tau: float = DEFAULT_TAU,
-                 on_epoch: MetaEpochCallback | None = None,
-                 batch_transform: BatchTransform | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        method: str = "gamma-net",
+        meta_objective: str = "sece",
+        config: TrainConfig,
+        meta_lr: float = DEFAULT_META_LR,
+        lookahead: str = "head",
+        replicate_reference_quirks: bool = False,
+        ce_weight: float = DEFAULT_CE_WEIGHT,
+        tau: float = DEFAULT_TAU,
+        on_epoch: MetaEpochCallback | None = None,
+        batch_transform: BatchTransform | None = None,
+    ) -> None:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if lookahead not in LOOKAHEADS:
@@ -430,9 +479,13 @@ class MetaCalibrationTrainer:
         self.lookahead, self.quirks, self.tau = lookahead, replicate_reference_quirks, tau
         self.on_epoch, self.batch_transform = on_epoch, batch_transform
 
-    def fit(self, model: nn.Module, train: tuple[torch.Tensor, torch.Tensor],
-            val: tuple[torch.Tensor, torch.Tensor] | None,
-            meta_val: tuple[torch.Tensor, torch.Tensor]) -> MetaHistory:
+    def fit(
+        self,
+        model: nn.Module,
+        train: tuple[torch.Tensor, torch.Tensor],
+        val: tuple[torch.Tensor, torch.Tensor] | None,
+        meta_val: tuple[torch.Tensor, torch.Tensor],
+    ) -> MetaHistory:
         """Train ``model`` in place; ``meta_val`` is cycled in shuffled batches of
         ``config.batch_size``. Raises :class:`TrainingDiverged` on NaN/inf."""
         config, device = self.config, torch.device(self.config.device)
@@ -449,28 +502,48 @@ class MetaCalibrationTrainer:
         self.meta_module_, self.history_ = meta, history
         return history
 
-    def _train(self, model: nn.Module, meta: nn.Module, train: tuple[torch.Tensor, ...],
-               meta_val: tuple[torch.Tensor, ...],
-               validation: tuple[torch.Tensor, torch.Tensor] | None) -> MetaHistory:
+    def _train(
+        self,
+        model: nn.Module,
+        meta: nn.Module,
+        train: tuple[torch.Tensor, ...],
+        meta_val: tuple[torch.Tensor, ...],
+        validation: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> MetaHistory:
         config = self.config
         optimizer = make_optimizer(model, config)
         scheduler = torch.optim.lr_scheduler.MultiStepLR(
-            optimizer, list(config.milestones), gamma=config.lr_decay)
+            optimizer, list(config.milestones), gamma=config.lr_decay
+        )
         meta_optimizer = torch.optim.Adam(meta.parameters(), lr=self.meta_lr)
         shuffle = torch.Generator().manual_seed(config.seed)
-        meta_batches = _cycle(len(meta_val[1]), config.batch_size,
-                              torch.Generator().manual_seed(config.seed + 1), train[0].device)
-        augment = bind_transform(self.batch_transform,
-                                 augmentation_generator(config.seed, train[0].device))
+        meta_batches = _cycle(
+            len(meta_val[1]),
+            config.batch_size,
+            torch.Generator().manual_seed(config.seed + 1),
+            train[0].device,
+        )
+        augment = bind_transform(
+            self.batch_transform, augmentation_generator(config.seed, train[0].device)
+        )
         record, extra = HistoryRecorder(best_by=config.best_by), _MetaRecord([], [], [], [], [])
         best_state, stop, start = None, "completed", time.perf_counter()
         for epoch in range(config.epochs):
             epoch_start, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
             try:
-                batches = epoch_batches(len(train[1]), config.batch_size, shuffle,
-                                         train[0].device)
-                stats = self._epoch(model, meta, train, meta_val, batches, meta_batches,
-                                    optimizer, meta_optimizer, lr, augment)
+                batches = epoch_batches(len(train[1]), config.batch_size, shuffle, train[0].device)
+                stats = self._epoch(
+                    model,
+                    meta,
+                    train,
+                    meta_val,
+                    batches,
+                    meta_batches,
+                    optimizer,
+                    meta_optimizer,
+                    lr,
+                    augment,
+                )
                 scheduler.step()
                 check_parameters(model)
                 scores = None if validation is None else validation_scores(model, *validation)
@@ -480,8 +553,7 @@ class MetaCalibrationTrainer:
             record.train_loss.append(stats["loss"])
             record.lr.append(lr)
             self._record_meta(extra, stats, meta, model, validation)
-            if scores is not None and record.add_validation(epoch, *scores) \
-                    and config.restore_best:
+            if scores is not None and record.add_validation(epoch, *scores) and config.restore_best:
                 best_state = {k: t.detach().clone() for k, t in model.state_dict().items()}
             record.epoch_time.append(time.perf_counter() - epoch_start)
             if self.on_epoch is not None:
@@ -492,55 +564,91 @@ class MetaCalibrationTrainer:
                 break
         if best_state is not None:
             model.load_state_dict(best_state)
-        base = record.snapshot(time.perf_counter() - start, _stop(stop),
-                               restored=best_state is not None)
+        base = record.snapshot(
+            time.perf_counter() - start, _stop(stop), restored=best_state is not None
+        )
         return extra.history(base)
 
-    def _epoch(self, model: nn.Module, meta: nn.Module, train: tuple[torch.Tensor, ...],
-               meta_val: tuple[torch.Tensor, ...], batches: list[Any],
-               meta_batches: Iterator[torch.Tensor], optimizer: torch.optim.Optimizer,
-               meta_optimizer: torch.optim.Optimizer, lr: float,
-               augment: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
+    def _epoch(
+        self,
+        model: nn.Module,
+        meta: nn.Module,
+        train: tuple[torch.Tensor, ...],
+        meta_val: tuple[torch.Tensor, ...],
+        batches: list[Any],
+        meta_batches: Iterator[torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        meta_optimizer: torch.optim.Optimizer,
+        lr: float,
+        augment: Callable[[torch.Tensor], torch.Tensor],
+    ) -> dict[str, Any]:
         """One pass: per batch (``augment``-ed) the meta step then the real step. Returns the
         batch-size weighted mean train loss, the mean meta loss and every γ seen."""
         x, y = train
         total, meta_total, gammas = 0.0, 0.0, []
         for batch in batches:
             rows = next(meta_batches)
-            loss, meta_loss, gamma = self.step(model, meta, augment(x[batch]), y[batch],
-                                               meta_val[0][rows], meta_val[1][rows],
-                                               optimizer, meta_optimizer, lr)
+            loss, meta_loss, gamma = self.step(
+                model,
+                meta,
+                augment(x[batch]),
+                y[batch],
+                meta_val[0][rows],
+                meta_val[1][rows],
+                optimizer,
+                meta_optimizer,
+                lr,
+            )
             total += loss * len(y[batch])
             meta_total += meta_loss
             if gamma is not None:
                 gammas.append(gamma)
-        return {"loss": total / len(y), "meta_loss": meta_total / len(batches),
-                "gamma": torch.cat(gammas) if gammas else None}
+        return {
+            "loss": total / len(y),
+            "meta_loss": meta_total / len(batches),
+            "gamma": torch.cat(gammas) if gammas else None,
+        }
 
-    def step(self, model: nn.Module, meta: nn.Module, x: torch.Tensor, y: torch.Tensor,
-             x_meta: torch.Tensor, y_meta: torch.Tensor, optimizer: torch.optim.Optimizer,
-             meta_optimizer: torch.optim.Optimizer, lr: float
-             ) -> tuple[float, float, torch.Tensor | None]:
+    def step(
+        self,
+        model: nn.Module,
+        meta: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        x_meta: torch.Tensor,
+        y_meta: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        meta_optimizer: torch.optim.Optimizer,
+        lr: float,
+    ) -> tuple[float, float, torch.Tensor | None]:
         """One iteration (spec §6.4 steps 1-6); returns (real loss, meta loss, gamma before
         the meta update or ``None``)."""
         model.train()
-        features = model.features(x)                       # (a) the train forward, kept
+        features = model.features(x)  # (a) the train forward, kept
         logits = model.head(features)
         detached = features.detach()
         gamma = _checked_gamma(meta, detached, "")
         batch = MetaBatch(x, y, detached, x_meta, y_meta, self._meta_features(model, x_meta))
-        result = meta_hypergradient(model, meta, batch, lr=lr, objective=self.objective,
-                                    lookahead=self.lookahead, backbone_leak=self.quirks)
+        result = meta_hypergradient(
+            model,
+            meta,
+            batch,
+            lr=lr,
+            objective=self.objective,
+            lookahead=self.lookahead,
+            backbone_leak=self.quirks,
+        )
         meta_grad = result.grad["meta"] if self.quirks else result.grad
-        _adam_step(meta, meta_grad, meta_optimizer)          # (b)
+        _adam_step(meta, meta_grad, meta_optimizer)  # (b)
         updated = _checked_gamma(meta, detached, " after the meta step")
         optimizer.zero_grad(set_to_none=True)
-        if self.quirks:                                      # quirk 1 (+ 2: BN update)
+        if self.quirks:  # quirk 1 (+ 2: BN update)
             _accumulate(model, result.grad["backbone"])
             _update_batchnorm_statistics(model, x_meta)
-        loss = training_loss(meta, logits, y, detached, dict(_head(model).named_parameters()),
-                             gamma=updated)
-        value = loss_value(loss)                        # (c) gamma recomputed, detached
+        loss = training_loss(
+            meta, logits, y, detached, dict(_head(model).named_parameters()), gamma=updated
+        )
+        value = loss_value(loss)  # (c) gamma recomputed, detached
         loss.backward()
         if self.config.grad_clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), self.config.grad_clip)
@@ -556,38 +664,61 @@ class MetaCalibrationTrainer:
             return model.features(x_meta)
 
     @staticmethod
-    def _record_meta(extra: _MetaRecord, stats: dict[str, Any], meta: nn.Module,
-                     model: nn.Module, validation: tuple[torch.Tensor, ...] | None) -> None:
+    def _record_meta(
+        extra: _MetaRecord,
+        stats: dict[str, Any],
+        meta: nn.Module,
+        model: nn.Module,
+        validation: tuple[torch.Tensor, ...] | None,
+    ) -> None:
         extra.meta_loss.append(float(stats["meta_loss"]))
         if stats["gamma"] is None:
             return
         _append_stats(extra.train_gamma_mean, extra.train_gamma_std, stats["gamma"])
         if validation is not None:
             with torch.no_grad(), _mode(model, False):
-                _append_stats(extra.val_gamma_mean, extra.val_gamma_std,
-                              meta(model.features(validation[0])))
+                _append_stats(
+                    extra.val_gamma_mean, extra.val_gamma_std, meta(model.features(validation[0]))
+                )
 
 
-def fit_meta(model: nn.Module, train: tuple[torch.Tensor, torch.Tensor],
-             val: tuple[torch.Tensor, torch.Tensor] | None,
-             meta_val: tuple[torch.Tensor, torch.Tensor], *, method: str = "gamma-net",
-             meta_objective: str = "sece", config: TrainConfig,
-             meta_lr: float = DEFAULT_META_LR, lookahead: str = "head",
-             replicate_reference_quirks: bool = False,
-             ce_weight: float = DEFAULT_CE_WEIGHT, tau: float = DEFAULT_TAU,
-             on_epoch: MetaEpochCallback | None = None,
-             batch_transform: BatchTransform | None = None) -> MetaHistory:
+def fit_meta(
+    model: nn.Module,
+    train: tuple[torch.Tensor, torch.Tensor],
+    val: tuple[torch.Tensor, torch.Tensor] | None,
+    meta_val: tuple[torch.Tensor, torch.Tensor],
+    *,
+    method: str = "gamma-net",
+    meta_objective: str = "sece",
+    config: TrainConfig,
+    meta_lr: float = DEFAULT_META_LR,
+    lookahead: str = "head",
+    replicate_reference_quirks: bool = False,
+    ce_weight: float = DEFAULT_CE_WEIGHT,
+    tau: float = DEFAULT_TAU,
+    on_epoch: MetaEpochCallback | None = None,
+    batch_transform: BatchTransform | None = None,
+) -> MetaHistory:
     """Function face of :class:`MetaCalibrationTrainer` (γ-Net is discarded afterwards)."""
     trainer = MetaCalibrationTrainer(
-        method=method, meta_objective=meta_objective, config=config, meta_lr=meta_lr,
-        lookahead=lookahead, replicate_reference_quirks=replicate_reference_quirks,
-        ce_weight=ce_weight, tau=tau, on_epoch=on_epoch, batch_transform=batch_transform)
+        method=method,
+        meta_objective=meta_objective,
+        config=config,
+        meta_lr=meta_lr,
+        lookahead=lookahead,
+        replicate_reference_quirks=replicate_reference_quirks,
+        ce_weight=ce_weight,
+        tau=tau,
+        on_epoch=on_epoch,
+        batch_transform=batch_transform,
+    )
     return trainer.fit(model, train, val, meta_val)
 
 
 # ---------------------------------------------------------------------------- helpers
-def _cycle(n: int, batch_size: int | None, generator: torch.Generator,
-           device: torch.device) -> Iterator[torch.Tensor]:
+def _cycle(
+    n: int, batch_size: int | None, generator: torch.Generator, device: torch.device
+) -> Iterator[torch.Tensor]:
     """Endless shuffled meta-val batches (a new permutation per pass, the cycled loader)."""
     while True:
         order = torch.randperm(n, generator=generator).to(device)

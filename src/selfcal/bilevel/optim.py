@@ -39,14 +39,16 @@ class Optimizer(Protocol):
         ...
 
 
-def _check_hyper(name: str, value: Hyper, low: float, high: float = float("inf"),
-                 high_open: bool = False) -> None:
+def _check_hyper(
+    name: str, value: Hyper, low: float, high: float = float("inf"), high_open: bool = False
+) -> None:
     """Python numbers must lie in ``[low, high]`` (``[low, high)`` if ``high_open``);
     tensors must be 0-d."""
     if isinstance(value, torch.Tensor):
         if value.ndim != 0:
-            raise ValueError(f"{name} must be a Python float or a 0-d tensor, "
-                             f"got shape {tuple(value.shape)}")
+            raise ValueError(
+                f"{name} must be a Python float or a 0-d tensor, got shape {tuple(value.shape)}"
+            )
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a float or a 0-d tensor, got {type(value).__name__}")
@@ -58,8 +60,9 @@ def _check_hyper(name: str, value: Hyper, low: float, high: float = float("inf")
 
 def _check_params(params: Params) -> None:
     if not isinstance(params, dict) or not params:
-        raise ValueError("params must be a non-empty dict of tensors "
-                         "(e.g. dict(model.named_parameters()))")
+        raise ValueError(
+            "params must be a non-empty dict of tensors (e.g. dict(model.named_parameters()))"
+        )
 
 
 def _with_weight_decay(grads: Params, params: Params, weight_decay: Hyper) -> Params:

@@ -37,8 +37,11 @@ class ConjugateGradient:
     damping: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) \
-                or self.iterations < 1:
+        if (
+            isinstance(self.iterations, bool)
+            or not isinstance(self.iterations, int)
+            or self.iterations < 1
+        ):
             raise ValueError(f"iterations must be a positive int, got {self.iterations!r}")
         if not self.damping >= 0:
             raise ValueError(f"damping must be >= 0, got {self.damping}")
@@ -76,8 +79,11 @@ class Neumann:
     iterations: int = 20
 
     def __post_init__(self) -> None:
-        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) \
-                or self.iterations < 0:
+        if (
+            isinstance(self.iterations, bool)
+            or not isinstance(self.iterations, int)
+            or self.iterations < 0
+        ):
             raise ValueError(f"iterations must be an int >= 0, got {self.iterations!r}")
         if not self.alpha > 0:
             raise ValueError(f"alpha must be > 0, got {self.alpha}")

@@ -42,9 +42,7 @@ def _check_batch(x: torch.Tensor, generator: torch.Generator, padding: int) -> N
         raise ValueError(f"padding must be a non-negative int, got {padding!r}")
 
 
-def _fill_column(
-    fill: float | Sequence[float] | torch.Tensor, x: torch.Tensor
-) -> torch.Tensor:
+def _fill_column(fill: float | Sequence[float] | torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``fill`` as a ``[1, C, 1, 1]`` tensor on ``x``'s device and dtype."""
     value = torch.as_tensor(fill, dtype=x.dtype, device=x.device)
     n_channels = x.shape[1]

@@ -104,9 +104,7 @@ def encode_features(people: dict[str, np.ndarray]) -> np.ndarray:
 
 
 @register_dataset("bac")
-def bac(
-    seed: int, *, sizes: Sequence[int] = DEFAULT_SIZES, max_drinks: int = 14
-) -> DataSplits:
+def bac(seed: int, *, sizes: Sequence[int] = DEFAULT_SIZES, max_drinks: int = 14) -> DataSplits:
     """BAC over/under the 0.8 ‰ limit, 700/300/1000 by default (our Widmark reconstruction)."""
     sizes = check_sizes(sizes)
     data_rng, split_rng = child_rngs(seed, 2)

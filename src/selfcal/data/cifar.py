@@ -103,9 +103,7 @@ class _ArraysOnlyUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def read_cifar_file(
-    path: str | os.PathLike[str], label_key: str
-) -> tuple[np.ndarray, np.ndarray]:
+def read_cifar_file(path: str | os.PathLike[str], label_key: str) -> tuple[np.ndarray, np.ndarray]:
     """One CIFAR pickle -> (images uint8 ``[n, 3, 32, 32]``, labels int64 ``[n]``)."""
     raw = Path(path).read_bytes()
     try:

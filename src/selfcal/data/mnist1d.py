@@ -89,9 +89,12 @@ def _draw(seed: int, num_samples: int) -> tuple[np.ndarray, ...]:
     """:func:`generate_mnist1d`'s arrays (``x``, ``y``, ``x_test``, ``y_test``), read-only and
     cached: studies load the same draw for many runs."""
     generated = generate_mnist1d(seed, num_samples)
-    arrays = (np.asarray(generated["x"], np.float64), np.asarray(generated["y"], np.int64),
-              np.asarray(generated["x_test"], np.float64),
-              np.asarray(generated["y_test"], np.int64))
+    arrays = (
+        np.asarray(generated["x"], np.float64),
+        np.asarray(generated["y"], np.int64),
+        np.asarray(generated["x_test"], np.float64),
+        np.asarray(generated["y_test"], np.int64),
+    )
     for array in arrays:
         array.flags.writeable = False
     return arrays
@@ -105,12 +108,14 @@ def _check_fraction(valid_fraction: float) -> float:
 
 def _check_sizes(sizes: Sequence[int]) -> tuple[int, int, int]:
     values = tuple(sizes)
-    if len(values) != 3 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
-                               for v in values):
+    if len(values) != 3 or any(
+        isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values
+    ):
         raise ValueError(f"sizes must be three positive ints (train, val, test), got {sizes!r}")
     if sum(values) % N_CLASSES:
-        raise ValueError(f"sizes must add up to a multiple of {N_CLASSES} (equal classes), "
-                         f"got {sum(values)}")
+        raise ValueError(
+            f"sizes must add up to a multiple of {N_CLASSES} (equal classes), got {sum(values)}"
+        )
     return values  # type: ignore[return-value]
 
 
@@ -129,10 +134,13 @@ def mnist1d(
         x_pool, y_pool, x_test, y_test = _draw(seed, num_samples)
         n_val = round(valid_fraction * len(y_pool))
         train_idx, val_idx, _ = stratified_split_indices(
-            y_pool, (len(y_pool) - n_val, n_val, 0), child_rngs(seed, 1)[0])
+            y_pool, (len(y_pool) - n_val, n_val, 0), child_rngs(seed, 1)[0]
+        )
         options: dict[str, Any] = {"valid_fraction": valid_fraction, "num_samples": num_samples}
-        how = (f"package test set as test, package train set split stratified by seed into "
-               f"train/validation ({valid_fraction:.0%} validation)")
+        how = (
+            f"package test set as test, package train set split stratified by seed into "
+            f"train/validation ({valid_fraction:.0%} validation)"
+        )
     else:
         if (valid_fraction, num_samples) != (DEFAULT_VALID_FRACTION, DEFAULT_NUM_SAMPLES):
             raise ValueError("give sizes, or num_samples / valid_fraction, not both")
@@ -140,8 +148,9 @@ def mnist1d(
         num_samples = sum(sizes)
         x_all, y_all, x_rest, y_rest = _draw(seed, num_samples)
         x_pool, y_pool = np.concatenate([x_all, x_rest]), np.concatenate([y_all, y_rest])
-        train_idx, val_idx, test_idx = stratified_split_indices(y_pool, sizes,
-                                                                child_rngs(seed, 1)[0])
+        train_idx, val_idx, test_idx = stratified_split_indices(
+            y_pool, sizes, child_rngs(seed, 1)[0]
+        )
         x_test, y_test = x_pool[test_idx], y_pool[test_idx]
         options = {"sizes": sizes}
         how = "all signals pooled and split stratified by seed into train/validation/test"

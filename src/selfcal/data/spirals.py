@@ -127,9 +127,7 @@ def calibration_table(
     arm_scales: Sequence[float] = (2.6, 2.65, 2.7), sigmas: Sequence[float] = (2.5, 3.5)
 ) -> list[tuple[float, float, float, float]]:
     """``(a, sigma, bayes_accuracy, knn_accuracy)`` per pair -- how ``ARM_SCALE`` was chosen."""
-    return [
-        (a, s, bayes_accuracy(s, a), knn_accuracy(s, a)) for a in arm_scales for s in sigmas
-    ]
+    return [(a, s, bayes_accuracy(s, a), knn_accuracy(s, a)) for a in arm_scales for s in sigmas]
 
 
 def _spiral_splits(seed: int, sigma: float, sizes: Sequence[int], arm_scale: float) -> DataSplits:

@@ -72,8 +72,13 @@ def git_commit(where: str | os.PathLike[str]) -> str | None:
 def _git(where: str | os.PathLike[str], *args: str) -> str | None:
     """stdout of ``git -C where args...`` stripped, or ``None`` when git fails or is absent."""
     try:
-        done = subprocess.run(["git", "-C", os.fspath(where), *args], capture_output=True,
-                              text=True, timeout=GIT_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            ["git", "-C", os.fspath(where), *args],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None

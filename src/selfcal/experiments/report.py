@@ -54,11 +54,17 @@ class Provenance:
     @classmethod
     def of(cls, results: StudyResults, command: str, seconds: float | None) -> Provenance:
         commits = sorted({str(r.env.get("git_commit")) for r in results.records})
-        return cls(results.study.name, results.protocol.name,
-                   results.study.fingerprint(results.protocol), results.study.version,
-                   command, len(results.records), tuple(commits),
-                   round(sum(r.seconds for r in results.records), 1),
-                   None if seconds is None else round(seconds, 1))
+        return cls(
+            results.study.name,
+            results.protocol.name,
+            results.study.fingerprint(results.protocol),
+            results.study.version,
+            command,
+            len(results.records),
+            tuple(commits),
+            round(sum(r.seconds for r in results.records), 1),
+            None if seconds is None else round(seconds, 1),
+        )
 
     @classmethod
     def read(cls, folder: Path) -> Provenance:
@@ -67,8 +73,9 @@ class Provenance:
         return cls(**data)
 
 
-def write_report(results: StudyResults, out: Path, *, command: str,
-                 seconds: float | None = None) -> Path:
+def write_report(
+    results: StudyResults, out: Path, *, command: str, seconds: float | None = None
+) -> Path:
     """Write ``out/README.md``, the figures and ``out/provenance.json``; return the README."""
     out.mkdir(parents=True, exist_ok=True)
     study = results.study
@@ -77,8 +84,7 @@ def write_report(results: StudyResults, out: Path, *, command: str,
         if figure is not None:
             figure.savefig(out / name, dpi=FIGURE_DPI)
             written.append(name)
-    parts = [*header(results, command, seconds), *study.sections(results),
-             *failure_lines(results)]
+    parts = [*header(results, command, seconds), *study.sections(results), *failure_lines(results)]
     if written:
         parts += ["## Figures", "", *[f"![{name}]({name})" for name in written], ""]
     path = out / README
@@ -94,23 +100,32 @@ def header(results: StudyResults, command: str, seconds: float | None) -> list[s
     env = results.records[0].env if results.records else {}
     commits = sorted({str(r.env.get("git_commit")) for r in results.records})
     return [
-        f"# {study.title}", "",
+        f"# {study.title}",
+        "",
         command_line(command, seconds, results.records),
         f"Protocol `{protocol.name}` (fingerprint `{study.fingerprint(protocol)}`, study "
         f"version {study.version}), seeds {list(protocol.seeds)}, datasets "
         f"{list(results.datasets)}, {protocol.threads} thread(s) per run.",
         f"Environment: selfcal {env.get('selfcal')}, torch {env.get('torch')}, python "
         f"{env.get('python')}, {env.get('device')}; git {', '.join(commits) or '—'}.",
-        *[f"> {note}" for note in protocol.notes], "",
+        *[f"> {note}" for note in protocol.notes],
+        "",
     ]
 
 
 def failure_lines(results: StudyResults) -> list[str]:
     if not results.failures:
         return []
-    return [f"## Failed runs ({len(results.failures)}; not in any table)", "",
-            *[f"- {r.spec.dataset} / {r.spec.method} {_regime_tag(r)}/ seed {r.spec.seed} "
-              f"{_hp_text(hyperparameters(r))}: {r.reason}" for r in results.failures], ""]
+    return [
+        f"## Failed runs ({len(results.failures)}; not in any table)",
+        "",
+        *[
+            f"- {r.spec.dataset} / {r.spec.method} {_regime_tag(r)}/ seed {r.spec.seed} "
+            f"{_hp_text(hyperparameters(r))}: {r.reason}"
+            for r in results.failures
+        ],
+        "",
+    ]
 
 
 def _regime_tag(record: Any) -> str:
@@ -124,16 +139,36 @@ def json_payload(results: StudyResults) -> dict[str, Any]:
     chosen = {r.key for r in results.selected}
     study = results.study
     return {
-        "study": study.name, "protocol": results.protocol.name,
-        "fingerprint": study.fingerprint(results.protocol), "study_version": study.version,
+        "study": study.name,
+        "protocol": results.protocol.name,
+        "fingerprint": study.fingerprint(results.protocol),
+        "study_version": study.version,
         "threads": results.protocol.threads,
-        "runs": [{"dataset": r.spec.dataset, "method": r.spec.method, "regime": regime(r),
-                  "seed": r.spec.seed, "hp": hyperparameters(r), "selected": r.key in chosen,
-                  "metrics": r.metrics, "seconds": r.seconds} for r in results.records],
+        "runs": [
+            {
+                "dataset": r.spec.dataset,
+                "method": r.spec.method,
+                "regime": regime(r),
+                "seed": r.spec.seed,
+                "hp": hyperparameters(r),
+                "selected": r.key in chosen,
+                "metrics": r.metrics,
+                "seconds": r.seconds,
+            }
+            for r in results.records
+        ],
         "aggregates": [a.as_dict() for a in results.aggregates.values()],
-        "failures": [{"dataset": r.spec.dataset, "method": r.spec.method, "regime": regime(r),
-                      "seed": r.spec.seed, "hp": hyperparameters(r), "reason": r.reason}
-                     for r in results.failures],
+        "failures": [
+            {
+                "dataset": r.spec.dataset,
+                "method": r.spec.method,
+                "regime": regime(r),
+                "seed": r.spec.seed,
+                "hp": hyperparameters(r),
+                "reason": r.reason,
+            }
+            for r in results.failures
+        ],
         **study.payload(results),
     }
 
@@ -143,8 +178,9 @@ def check_provenance(folder: Path) -> Provenance:
     """The folder's provenance when it matches the code; :class:`StaleResults` otherwise."""
     folder = Path(folder)
     if not (folder / PROVENANCE).is_file():
-        raise StaleResults(f"{folder} has no {PROVENANCE}: it was not written by the study "
-                           "engine; regenerate it")
+        raise StaleResults(
+            f"{folder} has no {PROVENANCE}: it was not written by the study engine; regenerate it"
+        )
     made = Provenance.read(folder)
     study = get_study(made.study)
     problems = []
@@ -156,8 +192,9 @@ def check_provenance(folder: Path) -> Provenance:
     elif made.fingerprint != study.fingerprint(protocol):
         problems.append(f"fingerprint {made.fingerprint}, code {study.fingerprint(protocol)}")
     if problems:
-        raise StaleResults(f"{folder} is stale ({'; '.join(problems)}); regenerate it with "
-                           f"`{made.command}`")
+        raise StaleResults(
+            f"{folder} is stale ({'; '.join(problems)}); regenerate it with `{made.command}`"
+        )
     return made
 
 
@@ -176,46 +213,83 @@ def reproduce_command(study: Study, protocol: str, store: str | None, out: str |
 
 
 # ----------------------------------------------------------------------------- verdicts
-def values(results: StudyResults, dataset: str, method: str, metric: str,
-           regime_name: str = "") -> dict[int, float]:
+def values(
+    results: StudyResults, dataset: str, method: str, metric: str, regime_name: str = ""
+) -> dict[int, float]:
     """``{seed: metric}`` of the selected runs of one method."""
     return by_seed(results.runs(dataset, method, regime_name), metric)
 
 
-def compare(results: StudyResults, dataset: str, a: tuple[str, str], b: tuple[str, str],
-            regime_name: str = "") -> Difference | None:
+def compare(
+    results: StudyResults,
+    dataset: str,
+    a: tuple[str, str],
+    b: tuple[str, str],
+    regime_name: str = "",
+) -> Difference | None:
     """Paired difference over seeds of ``(method, metric)`` ``a`` minus ``b``."""
-    return paired(values(results, dataset, *a, regime_name),
-                  values(results, dataset, *b, regime_name))
+    return paired(
+        values(results, dataset, *a, regime_name), values(results, dataset, *b, regime_name)
+    )
 
 
-WORDS = {"better": "significantly lower", "worse": "significantly higher",
-         "tied": "tied (the interval contains 0)"}
+WORDS = {
+    "better": "significantly lower",
+    "worse": "significantly higher",
+    "tied": "tied (the interval contains 0)",
+}
 
 
-def comparison_line(diff: Difference | None, a: str, b: str, what: str, scale: float = 100.0,
-                    lower_is_better: bool = True) -> str:
+def comparison_line(
+    diff: Difference | None,
+    a: str,
+    b: str,
+    what: str,
+    scale: float = 100.0,
+    lower_is_better: bool = True,
+) -> str:
     """``- a − b, what: +0.12 [−0.3, +0.5] → tied (...)`` (scaled, e.g. to points)."""
     if diff is None:
         return f"- {a} − {b}, {what}: no common seeds."
     verdict = diff.verdict(lower_is_better)
-    words = WORDS[verdict] if lower_is_better else {
-        "better": "significantly higher", "worse": "significantly lower",
-        "tied": WORDS["tied"]}[verdict]
-    return f"- {a} − {b}, {what}: {diff.format(scale, 2)} → {a} {words}" if verdict != "tied" \
+    words = (
+        WORDS[verdict]
+        if lower_is_better
+        else {
+            "better": "significantly higher",
+            "worse": "significantly lower",
+            "tied": WORDS["tied"],
+        }[verdict]
+    )
+    return (
+        f"- {a} − {b}, {what}: {diff.format(scale, 2)} → {a} {words}"
+        if verdict != "tied"
         else f"- {a} − {b}, {what}: {diff.format(scale, 2)} → {words}"
+    )
 
 
-def ranks(results: StudyResults, dataset: str, methods: Sequence[str], metric: str,
-          regime_name: str = "", lower_is_better: bool = True) -> dict[str, int]:
+def ranks(
+    results: StudyResults,
+    dataset: str,
+    methods: Sequence[str],
+    metric: str,
+    regime_name: str = "",
+    lower_is_better: bool = True,
+) -> dict[str, int]:
     """Ranks from paired intervals (:func:`selfcal.experiments.tables.paired_ranks`) among
     the methods that have runs."""
     table = {m: values(results, dataset, m, metric, regime_name) for m in methods}
     return paired_ranks({m: v for m, v in table.items() if v}, lower_is_better)
 
 
-def detectable(results: StudyResults, dataset: str, reference: str, methods: Sequence[str],
-               metric: str, regime_name: str = "") -> tuple[float, float, int] | None:
+def detectable(
+    results: StudyResults,
+    dataset: str,
+    reference: str,
+    methods: Sequence[str],
+    metric: str,
+    regime_name: str = "",
+) -> tuple[float, float, int] | None:
     """``(difference, sd, seeds)``: the smallest difference of ``metric`` against
     ``reference`` the protocol detects (80% power, 95% paired interval), from the median
     standard deviation ``sd`` of the per-seed differences over ``methods``."""
@@ -233,18 +307,27 @@ def detectable(results: StudyResults, dataset: str, reference: str, methods: Seq
     return detectable_difference(sd, n), sd, n
 
 
-def detectable_line(results: StudyResults, dataset: str, reference: str,
-                    methods: Sequence[str], metric: str, regime_name: str = "",
-                    scale: float = 100.0, unit: str = "points") -> str:
+def detectable_line(
+    results: StudyResults,
+    dataset: str,
+    reference: str,
+    methods: Sequence[str],
+    metric: str,
+    regime_name: str = "",
+    scale: float = 100.0,
+    unit: str = "points",
+) -> str:
     """:func:`detectable` in words."""
     found = detectable(results, dataset, reference, methods, metric, regime_name)
     if found is None:
         return ""
     mde, sd, n = found
-    return (f"Power: with {n} seeds and the median spread of the paired differences against "
-            f"{reference} ({scale * sd:.2f} {unit}), a true difference of {scale * mde:.2f} "
-            f"{unit} in {metric} is detected with 80% probability; smaller ones may be "
-            "reported as ties.")
+    return (
+        f"Power: with {n} seeds and the median spread of the paired differences against "
+        f"{reference} ({scale * sd:.2f} {unit}), a true difference of {scale * mde:.2f} "
+        f"{unit} in {metric} is detected with 80% probability; smaller ones may be "
+        "reported as ties."
+    )
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -269,14 +352,19 @@ def prose(text: str | None) -> list[str]:
     return out
 
 
-def hyperparameter_table(results: StudyResults, methods: Sequence[str] | None = None,
-                         labels: dict[str, str] | None = None) -> list[str]:
+def hyperparameter_table(
+    results: StudyResults,
+    methods: Sequence[str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> list[str]:
     """Markdown: the hyperparameters selected on validation, per dataset, regime, method and
     seed (methods with nothing selected are left out)."""
     labels = labels or {}
     seeds = list(results.protocol.seeds)
-    lines = ["| dataset | regime | method | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-             "|---|---|---|" + "---|" * len(seeds)]
+    lines = [
+        "| dataset | regime | method | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---|---|---|" + "---|" * len(seeds),
+    ]
     rows = 0
     for dataset in results.datasets:
         for regime_name in results.regimes:
@@ -286,8 +374,10 @@ def hyperparameter_table(results: StudyResults, methods: Sequence[str] | None = 
                 if not any(chosen.values()):
                     continue
                 cells = [_hp_text(chosen[s]) if s in chosen else "—" for s in seeds]
-                lines.append(f"| {dataset} | {regime_name or '—'} | "
-                             f"{labels.get(method, method)} | " + " | ".join(cells) + " |")
+                lines.append(
+                    f"| {dataset} | {regime_name or '—'} | "
+                    f"{labels.get(method, method)} | " + " | ".join(cells) + " |"
+                )
                 rows += 1
     return lines if rows else []
 
@@ -302,8 +392,15 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def cell(results: StudyResults, dataset: str, method: str, metric: str, regime_name: str = "",
-         scale: float = 100.0, digits: int = 2) -> str:
+def cell(
+    results: StudyResults,
+    dataset: str,
+    method: str,
+    metric: str,
+    regime_name: str = "",
+    scale: float = 100.0,
+    digits: int = 2,
+) -> str:
     """``mean ± CI half-width`` of a selected method's metric, scaled (``—`` when absent)."""
     agg = results.get(dataset, method, metric, regime_name)
     return "—" if agg is None else agg.format(scale, digits)

@@ -57,8 +57,10 @@ OnDone = Callable[[Group, list[RunResult]], None]
 WATCHDOG_INTERVAL_S = 0.5
 WATCHDOG_EXIT = 70
 """Exit code of a worker that outlived its sweep."""
-CRASH_REASON = ("BrokenProcessPool: the worker process died while running this group "
-                "(segfault, out-of-memory kill or os._exit); it crashed again when re-run alone")
+CRASH_REASON = (
+    "BrokenProcessPool: the worker process died while running this group "
+    "(segfault, out-of-memory kill or os._exit); it crashed again when re-run alone"
+)
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,10 @@ class SweepSummary:
     seconds: float
 
     def __str__(self) -> str:
-        return (f"{self.done} done, {self.skipped} skipped, {self.failed} failed "
-                f"in {self.seconds:.1f} s")
+        return (
+            f"{self.done} done, {self.skipped} skipped, {self.failed} failed "
+            f"in {self.seconds:.1f} s"
+        )
 
 
 def run_sweep(
@@ -96,8 +100,11 @@ def run_sweep(
     start = time.perf_counter()
     _check_arguments(execute, workers)
     owned = not isinstance(store, ResultsStore)
-    results_store = store if isinstance(store, ResultsStore) else ResultsStore(
-        DEFAULT_PATH if store is None else store)
+    results_store = (
+        store
+        if isinstance(store, ResultsStore)
+        else ResultsStore(DEFAULT_PATH if store is None else store)
+    )
     try:
         unique = _unique(specs)
         pending = _pending(unique, results_store, retry_failed)
@@ -105,13 +112,22 @@ def run_sweep(
     finally:
         if owned:
             results_store.close()
-    return SweepSummary(tally["done"], len(unique) - len(pending) + tally["skipped"],
-                        tally["failed"], time.perf_counter() - start)
+    return SweepSummary(
+        tally["done"],
+        len(unique) - len(pending) + tally["skipped"],
+        tally["failed"],
+        time.perf_counter() - start,
+    )
 
 
-def _run_pending(pending: list[RunSpec], execute: Executor, store: ResultsStore, workers: int,
-                 batch_by: Callable[[RunSpec], Hashable] | None, progress: bool
-                 ) -> dict[str, int]:
+def _run_pending(
+    pending: list[RunSpec],
+    execute: Executor,
+    store: ResultsStore,
+    workers: int,
+    batch_by: Callable[[RunSpec], Hashable] | None,
+    progress: bool,
+) -> dict[str, int]:
     """Run and record the pending specs; returns counts of done / failed / skipped (already
     stored as done by another process meanwhile)."""
     tally = {"done": 0, "failed": 0, "skipped": 0}
@@ -146,8 +162,10 @@ def _check_arguments(execute: Executor, workers: int) -> None:
         try:
             pickle.dumps(execute)
         except (pickle.PicklingError, AttributeError, TypeError) as err:
-            raise ValueError(f"execute must be a top-level (picklable) function to run in "
-                             f"worker processes; {execute!r} is not: {err}") from err
+            raise ValueError(
+                f"execute must be a top-level (picklable) function to run in "
+                f"worker processes; {execute!r} is not: {err}"
+            ) from err
 
 
 def _unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
@@ -169,8 +187,7 @@ def _pending(specs: list[RunSpec], store: ResultsStore, retry_failed: bool) -> l
     return [spec for spec in specs if spec.key not in stored]
 
 
-def _groups(specs: list[RunSpec], batch_by: Callable[[RunSpec], Hashable] | None
-            ) -> list[Group]:
+def _groups(specs: list[RunSpec], batch_by: Callable[[RunSpec], Hashable] | None) -> list[Group]:
     """Groups in order of first appearance; one spec per group without ``batch_by``."""
     if batch_by is None:
         return [[spec] for spec in specs]
@@ -186,8 +203,7 @@ def _title(specs: Sequence[RunSpec]) -> str:
 
 
 @contextmanager
-def _progress_bar(enabled: bool, total: int, title: str
-                  ) -> Iterator[Callable[[int, int], None]]:
+def _progress_bar(enabled: bool, total: int, title: str) -> Iterator[Callable[[int, int], None]]:
     """Yields ``advance(n_runs, n_failed_so_far)``; a no-op when disabled."""
     if not enabled:
         yield lambda n, failed: None
@@ -202,9 +218,15 @@ def _progress_bar(enabled: bool, total: int, title: str
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("failed {task.fields[failed]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True)) as bar:
         task = bar.add_task(title, total=total, failed=0)
         yield lambda n, failed: bar.update(task, advance=n, failed=failed)
@@ -222,8 +244,7 @@ def _execute_group(execute: Executor, group: Group) -> list[RunResult]:
         share = (time.perf_counter() - start) / len(group)
         return [RunResult.failure(f"{type(err).__name__}: {err}", share) for _ in group]
     share = (time.perf_counter() - start) / len(group)
-    return [r if r.seconds is not None else dataclasses.replace(r, seconds=share)
-            for r in results]
+    return [r if r.seconds is not None else dataclasses.replace(r, seconds=share) for r in results]
 
 
 def _check_results(results: Any, expected: int) -> None:
@@ -233,8 +254,7 @@ def _check_results(results: Any, expected: int) -> None:
         raise ValueError(f"execute returned {len(results)} results for {expected} specs")
 
 
-def _run_parallel(groups: list[Group], execute: Executor, workers: int,
-                  on_done: OnDone) -> None:
+def _run_parallel(groups: list[Group], execute: Executor, workers: int, on_done: OnDone) -> None:
     """Run groups on ``workers`` processes; after a worker crash, re-run the groups that were
     in flight each alone (concurrently, one process each), then go on with a fresh pool."""
     queue = deque(groups)
@@ -258,8 +278,12 @@ def _context() -> BaseContext:
 
 
 def _new_pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(),
-                               initializer=_watch_parent, initargs=(os.getpid(),))
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=_context(),
+        initializer=_watch_parent,
+        initargs=(os.getpid(),),
+    )
 
 
 def _watch_parent(sweep_pid: int) -> None:
@@ -273,8 +297,9 @@ def _watch_parent(sweep_pid: int) -> None:
     parent = os.getppid()
     if not _running(sweep_pid):  # died before the guard was up
         os._exit(WATCHDOG_EXIT)
-    threading.Thread(target=_watchdog, args=(sweep_pid, parent), daemon=True,
-                     name="selfcal-sweep-watchdog").start()
+    threading.Thread(
+        target=_watchdog, args=(sweep_pid, parent), daemon=True, name="selfcal-sweep-watchdog"
+    ).start()
 
 
 def _running(pid: int) -> bool:
@@ -301,8 +326,7 @@ def _watchdog(sweep_pid: int, parent: int) -> None:
             os._exit(WATCHDOG_EXIT)
 
 
-def _run_pool(queue: deque[Group], execute: Executor, workers: int,
-              on_done: OnDone) -> list[Group]:
+def _run_pool(queue: deque[Group], execute: Executor, workers: int, on_done: OnDone) -> list[Group]:
     """Drain ``queue`` through one pool, ``workers`` groups in flight at a time. Returns the
     groups that were in flight when the pool broke (empty when it did not)."""
     pool = _new_pool(min(workers, len(queue)))
@@ -332,8 +356,10 @@ def _run_alone(groups: list[Group], execute: Executor, on_done: OnDone) -> None:
     the one that crashes and is recorded as failed."""
     pools = [_new_pool(1) for _ in groups]
     try:
-        futures = [pool.submit(_execute_group, execute, group)
-                   for pool, group in zip(pools, groups, strict=True)]
+        futures = [
+            pool.submit(_execute_group, execute, group)
+            for pool, group in zip(pools, groups, strict=True)
+        ]
         for future, group in zip(futures, groups, strict=True):
             wait([future])
             on_done(group, _future_results(future, group))
@@ -359,8 +385,9 @@ def _future_results(future: Future[list[RunResult]], group: Group) -> list[RunRe
     raise error
 
 
-def _store_finished(in_flight: dict[Future[list[RunResult]], Group],
-                    on_done: OnDone) -> list[Group]:
+def _store_finished(
+    in_flight: dict[Future[list[RunResult]], Group], on_done: OnDone
+) -> list[Group]:
     """Store every in-flight group that finished successfully; return the others."""
     unfinished = []
     for future, group in in_flight.items():

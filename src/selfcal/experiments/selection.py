@@ -98,8 +98,10 @@ class Candidates:
         return [dict(p) for p in self.points]
 
     def describe(self) -> str:
-        return "; ".join(", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                                   for k, v in p) for p in self.points)
+        return "; ".join(
+            ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p)
+            for p in self.points
+        )
 
 
 def candidates(grids: Sequence[Grid], method: str) -> list[dict[str, Any]]:
@@ -131,7 +133,7 @@ def hyperparameters(record: RunRecord) -> dict[str, Any]:
     chose itself (``hp.*`` metrics, e.g. the checkpoint epoch)."""
     chosen = {k: v for k, v in record.spec.hparams.items() if k.startswith(HP_PREFIX)}
     chosen.update({k: v for k, v in record.metrics.items() if k.startswith(HP_PREFIX)})
-    return {k[len(HP_PREFIX):]: v for k, v in chosen.items()}
+    return {k[len(HP_PREFIX) :]: v for k, v in chosen.items()}
 
 
 def regime(record: RunRecord) -> str:
@@ -147,13 +149,17 @@ def selection_key(record: RunRecord) -> SelectionKey:
     return record.spec.dataset, record.spec.method, regime(record), record.spec.seed
 
 
-def select(records: Iterable[RunRecord],
-           criterion: Criterion | Callable[[RunRecord], Criterion]) -> list[RunRecord]:
+def select(
+    records: Iterable[RunRecord], criterion: Criterion | Callable[[RunRecord], Criterion]
+) -> list[RunRecord]:
     """Per ``(dataset, method, regime, seed)``, the candidate with the best validation score
     (module doc for missing values and ties). ``criterion`` may depend on the run (e.g. on its
     method or regime). Keys with no finite candidate are left out. Order: first appearance."""
-    criterion_of = criterion if callable(criterion) and not isinstance(criterion, Criterion) \
+    criterion_of = (
+        criterion
+        if callable(criterion) and not isinstance(criterion, Criterion)
         else (lambda record: criterion)
+    )
     groups: dict[SelectionKey, list[RunRecord]] = {}
     for record in records:
         groups.setdefault(selection_key(record), []).append(record)

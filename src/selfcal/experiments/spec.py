@@ -57,8 +57,9 @@ def _scalar(value: Any, where: str) -> JSONScalar:
 def _freeze(value: Any, where: str) -> Any:
     """Validate a nested JSON value; objects become read-only mappings and lists tuples."""
     if isinstance(value, Mapping):
-        return MappingProxyType({_key(k, where): _freeze(v, f"{where}[{k!r}]")
-                                 for k, v in value.items()})
+        return MappingProxyType(
+            {_key(k, where): _freeze(v, f"{where}[{k!r}]") for k, v in value.items()}
+        )
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v, f"{where}[{i}]") for i, v in enumerate(value))
     return _scalar(value, where)
@@ -81,8 +82,9 @@ def thaw(value: Any) -> Any:
 
 def canonical_json(value: Any) -> str:
     """Canonical JSON text: sorted keys, no whitespace, ASCII only, NaN/inf refused."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 # ----------------------------------------------------------------------------- RunSpec
@@ -112,8 +114,9 @@ class RunSpec:
             raise ValueError(f"RunSpec.seed must be an int >= 0, got {self.seed!r}")
         if not isinstance(self.hparams, Mapping) or not isinstance(self.model, Mapping):
             raise ValueError("RunSpec.hparams and RunSpec.model must be mappings")
-        hparams = {_key(k, "hparams"): _scalar(v, f"hparams[{k!r}]")
-                   for k, v in self.hparams.items()}
+        hparams = {
+            _key(k, "hparams"): _scalar(v, f"hparams[{k!r}]") for k, v in self.hparams.items()
+        }
         object.__setattr__(self, "seed", seed)
         object.__setattr__(self, "hparams", MappingProxyType(hparams))
         object.__setattr__(self, "model", _freeze(self.model, "model"))
@@ -121,8 +124,14 @@ class RunSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain (mutable, JSON-able) dict of the spec."""
-        return {"study": self.study, "dataset": self.dataset, "method": self.method,
-                "seed": self.seed, "hparams": thaw(self.hparams), "model": thaw(self.model)}
+        return {
+            "study": self.study,
+            "dataset": self.dataset,
+            "method": self.method,
+            "seed": self.seed,
+            "hparams": thaw(self.hparams),
+            "model": thaw(self.model),
+        }
 
     def to_json(self) -> str:
         """Canonical JSON text (the text that :attr:`key` hashes)."""
@@ -204,8 +213,9 @@ class RunResult:
         bad = [f"{k}={v}" for k, v in self.metrics.items() if not math.isfinite(v)]
         if self.status != "done" or not bad:
             return self
-        return dataclasses.replace(self, status="failed", reason="diverged: non-finite metric "
-                       + ", ".join(bad))
+        return dataclasses.replace(
+            self, status="failed", reason="diverged: non-finite metric " + ", ".join(bad)
+        )
 
 
 def _float_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -233,7 +243,9 @@ def _numeric_arrays(artefacts: Mapping[str, Any]) -> dict[str, np.ndarray]:
             value = value.detach().cpu()
         array = np.asarray(value)
         if array.dtype.kind not in "biufc":
-            raise ValueError(f"artefact {name!r} has dtype {array.dtype}; only numeric arrays "
-                             "can be stored (no pickle)")
+            raise ValueError(
+                f"artefact {name!r} has dtype {array.dtype}; only numeric arrays "
+                "can be stored (no pickle)"
+            )
         out[name] = array
     return out

@@ -131,8 +131,7 @@ class ResultsStore:
         except OSError as err:
             raise ValueError(f"cannot open results store {self.path}: {err}") from err
         try:
-            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,
-                                         isolation_level=None)
+            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.OperationalError as err:
             raise ValueError(f"cannot open results store {self.path}: {err}") from err
         try:
@@ -200,15 +199,17 @@ class ResultsStore:
                     db.execute(statement)
             row = db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
             if row is None:
-                db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
-                           (str(SCHEMA_VERSION),))
+                db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) != SCHEMA_VERSION:
-                raise ValueError(f"{self.path} has results-store schema version {row[0]}; this "
-                                 f"selfcal reads version {SCHEMA_VERSION}")
+                raise ValueError(
+                    f"{self.path} has results-store schema version {row[0]}; this "
+                    f"selfcal reads version {SCHEMA_VERSION}"
+                )
 
     # ------------------------------------------------------------------ writing
-    def record(self, spec: RunSpec, result: RunResult,
-               env: Mapping[str, Any] | None = None) -> bool:
+    def record(
+        self, spec: RunSpec, result: RunResult, env: Mapping[str, Any] | None = None
+    ) -> bool:
         """Store one finished run and its artefacts in a single transaction.
 
         ``result`` goes through :meth:`RunResult.checked` first (a "done" run with a NaN/inf
@@ -219,12 +220,24 @@ class ResultsStore:
             raise ValueError("record(spec, result) needs a RunSpec and a RunResult")
         result = result.checked()
         env_json = canonical_json(dict(environment() if env is None else env))
-        row = (spec.key, spec.study, spec.dataset, spec.method, spec.seed, spec.to_json(),
-               result.status, result.reason, _metrics_json(result.metrics),
-               float(result.seconds or 0.0), env_json,
-               datetime.now(UTC).isoformat(timespec="milliseconds"))
-        blobs = [(spec.key, name, str(a.dtype), json.dumps(list(a.shape)), _to_bytes(a))
-                 for name, a in result.artefacts.items()]
+        row = (
+            spec.key,
+            spec.study,
+            spec.dataset,
+            spec.method,
+            spec.seed,
+            spec.to_json(),
+            result.status,
+            result.reason,
+            _metrics_json(result.metrics),
+            float(result.seconds or 0.0),
+            env_json,
+            datetime.now(UTC).isoformat(timespec="milliseconds"),
+        )
+        blobs = [
+            (spec.key, name, str(a.dtype), json.dumps(list(a.shape)), _to_bytes(a))
+            for name, a in result.artefacts.items()
+        ]
         return self._retry(lambda: self._write(row, blobs))
 
     def _write(self, row: tuple[Any, ...], blobs: list[tuple[Any, ...]]) -> bool:
@@ -239,9 +252,11 @@ class ResultsStore:
 
     def delete(self, study: str) -> int:
         """Delete every run of ``study`` with its artefacts; returns the number of runs."""
+
         def action() -> int:
             with self._transaction() as db:
                 return db.execute("DELETE FROM runs WHERE study = ?", (study,)).rowcount
+
         return self._retry(action)
 
     # ------------------------------------------------------------------ reading
@@ -255,8 +270,13 @@ class ResultsStore:
         """Keys of runs stored with status "done"."""
         return self.keys(study, "done")
 
-    def runs(self, study: str | None = None, dataset: str | None = None,
-             method: str | None = None, status: Status | None = "done") -> list[RunRecord]:
+    def runs(
+        self,
+        study: str | None = None,
+        dataset: str | None = None,
+        method: str | None = None,
+        status: Status | None = "done",
+    ) -> list[RunRecord]:
         """Stored runs matching the filters (``status=None``: any status), ordered by
         study, dataset, method, seed, key."""
         where, args = _filters(study=study, dataset=dataset, method=method, status=status)
@@ -265,7 +285,8 @@ class ResultsStore:
             "r.finished_at, (SELECT group_concat(name, char(31)) FROM "
             "(SELECT name FROM artefacts a WHERE a.run_key = r.key ORDER BY name)) "
             f"FROM runs r{where} ORDER BY r.study, r.dataset, r.method, r.seed, r.key",
-            args)
+            args,
+        )
         return [_record(row) for row in rows]
 
     def failures(self, study: str | None = None) -> list[RunRecord]:
@@ -274,14 +295,16 @@ class ResultsStore:
 
     def artefact(self, key: str, name: str) -> np.ndarray:
         """The array ``name`` of run ``key`` (``KeyError`` when absent)."""
-        rows = self._query("SELECT bytes FROM artefacts WHERE run_key = ? AND name = ?",
-                           (key, name))
+        rows = self._query(
+            "SELECT bytes FROM artefacts WHERE run_key = ? AND name = ?", (key, name)
+        )
         if not rows:
             raise KeyError(f"no artefact {name!r} for run {key!r} in {self.path}")
         return np.load(io.BytesIO(rows[0][0]), allow_pickle=False)
 
-    def to_rows(self, study: str | None = None, status: Status | None = "done"
-                ) -> list[dict[str, Any]]:
+    def to_rows(
+        self, study: str | None = None, status: Status | None = "done"
+    ) -> list[dict[str, Any]]:
         """Flat records for tables: ``study, dataset, method, seed``, then the
         hyperparameters by name, the model configuration as ``model.<path>`` columns, then the
         metrics by name. A metric named like a hyperparameter or a fixed column is an error
@@ -323,21 +346,33 @@ def _metrics_json(metrics: Mapping[str, float]) -> str:
 def _record(row: tuple[Any, ...]) -> RunRecord:
     key, spec, status, reason, metrics, env, seconds, finished_at, names = row
     return RunRecord(
-        key=key, spec=RunSpec.from_json(spec), status=status, reason=reason,
+        key=key,
+        spec=RunSpec.from_json(spec),
+        status=status,
+        reason=reason,
         metrics={k: math.nan if v is None else float(v) for k, v in json.loads(metrics).items()},
-        env=json.loads(env), seconds=float(seconds), finished_at=finished_at,
-        artefacts=tuple(sorted(names.split("\x1f"))) if names else ())
+        env=json.loads(env),
+        seconds=float(seconds),
+        finished_at=finished_at,
+        artefacts=tuple(sorted(names.split("\x1f"))) if names else (),
+    )
 
 
 def _flat_row(record: RunRecord) -> dict[str, Any]:
     spec = record.spec
-    row: dict[str, Any] = {"study": spec.study, "dataset": spec.dataset,
-                           "method": spec.method, "seed": spec.seed}
+    row: dict[str, Any] = {
+        "study": spec.study,
+        "dataset": spec.dataset,
+        "method": spec.method,
+        "seed": spec.seed,
+    }
     columns = [*spec.hparams.items(), *_flatten(spec.model, "model"), *record.metrics.items()]
     for name, value in columns:
         if name in row:
-            raise ValueError(f"run {record.key}: column {name!r} appears twice (hyperparameter "
-                             "and metric, or a reserved name); rename one of them")
+            raise ValueError(
+                f"run {record.key}: column {name!r} appears twice (hyperparameter "
+                "and metric, or a reserved name); rename one of them"
+            )
         row[name] = value
     return row
 

@@ -89,8 +89,9 @@ class StudyProtocol:
 
 @functools.lru_cache(maxsize=256)
 def _fingerprint(protocol: StudyProtocol, version: int, extras: str) -> str:
-    return settings_fingerprint({**protocol.settings(), "study_version": version,
-                                 **json.loads(extras)})
+    return settings_fingerprint(
+        {**protocol.settings(), "study_version": version, **json.loads(extras)}
+    )
 
 
 class Study:
@@ -127,13 +128,23 @@ class Study:
         extras = json.dumps(self.fingerprint_extras(), sort_keys=True)
         return _fingerprint(protocol, self.version, extras)
 
-    def spec(self, protocol: StudyProtocol, dataset: str, method: str, seed: int, *,
-             regime: str | None = None, config: Mapping[str, Any] | None = None,
-             model: Mapping[str, Any] | None = None) -> RunSpec:
+    def spec(
+        self,
+        protocol: StudyProtocol,
+        dataset: str,
+        method: str,
+        seed: int,
+        *,
+        regime: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
+    ) -> RunSpec:
         """One run of ``protocol``; ``config`` holds the candidate's grid values."""
-        hparams: dict[str, Any] = {"protocol": protocol.name,
-                                   "fingerprint": self.fingerprint(protocol),
-                                   "threads": protocol.threads}
+        hparams: dict[str, Any] = {
+            "protocol": protocol.name,
+            "fingerprint": self.fingerprint(protocol),
+            "threads": protocol.threads,
+        }
         if regime is not None:
             hparams["regime"] = regime
         hparams.update(hp(config or {}))
@@ -154,8 +165,7 @@ class Study:
         """The protocol ``name`` (default: :attr:`default_protocol`)."""
         name = self.default_protocol if name is None else name
         if name not in self.protocols:
-            raise ValueError(f"--protocol must be one of {', '.join(self.protocols)}; "
-                             f"got {name!r}")
+            raise ValueError(f"--protocol must be one of {', '.join(self.protocols)}; got {name!r}")
         return self.protocols[name]
 
     def protocol_of(self, spec: RunSpec) -> StudyProtocol:
@@ -163,8 +173,10 @@ class Study:
         fingerprint) is an error rather than a silent mix of results."""
         protocol = self.protocol(str(spec.hparams["protocol"]))
         if spec.hparams["fingerprint"] != self.fingerprint(protocol):
-            raise ValueError(f"run {spec.key} was made with another version of protocol "
-                             f"{protocol.name!r} of study {self.name!r}; start a new store")
+            raise ValueError(
+                f"run {spec.key} was made with another version of protocol "
+                f"{protocol.name!r} of study {self.name!r}; start a new store"
+            )
         return protocol
 
     # ------------------------------------------------------------------ selection
@@ -208,8 +220,10 @@ def register_study(cls: type[Study]) -> type[Study]:
             raise ValueError(f"study class {cls.__name__} has no {attribute!r}")
     missing = {"full", "quick"} - set(cls.protocols)
     if missing or cls.default_protocol not in cls.protocols:
-        raise ValueError(f"study {cls.name!r} needs 'full' and 'quick' protocols and its "
-                         f"default; missing: {sorted(missing)}")
+        raise ValueError(
+            f"study {cls.name!r} needs 'full' and 'quick' protocols and its "
+            f"default; missing: {sorted(missing)}"
+        )
     _STUDIES.register(cls.name)(cls)
     return cls
 
@@ -271,13 +285,26 @@ def _group_id(spec: RunSpec) -> Hashable:
     return get_study(spec.study).batch_by(spec)
 
 
-def run_study(study: Study, protocol: StudyProtocol, store: ResultsStore, *,
-              workers: int = 1, progress: bool = False,
-              retry_failed: bool = False) -> SweepSummary:
+def run_study(
+    study: Study,
+    protocol: StudyProtocol,
+    store: ResultsStore,
+    *,
+    workers: int = 1,
+    progress: bool = False,
+    retry_failed: bool = False,
+) -> SweepSummary:
     """Run (or resume) every spec of ``protocol`` not yet in ``store`` (nor stored as failed,
     unless ``retry_failed``)."""
-    return run_sweep(study.specs(protocol), execute_group, store=store, workers=workers,
-                     batch_by=_group_id, progress=progress, retry_failed=retry_failed)
+    return run_sweep(
+        study.specs(protocol),
+        execute_group,
+        store=store,
+        workers=workers,
+        batch_by=_group_id,
+        progress=progress,
+        retry_failed=retry_failed,
+    )
 
 
 # ----------------------------------------------------------------------------- results
@@ -320,26 +347,36 @@ class StudyResults:
         """Means over seeds of the selected runs, by ``(dataset, method, metric, regime)``."""
         return aggregate_by_key(self.selected)
 
-    def get(self, dataset: str, method: str, metric: str, regime_name: str = ""
-            ) -> Aggregate | None:
+    def get(
+        self, dataset: str, method: str, metric: str, regime_name: str = ""
+    ) -> Aggregate | None:
         return self.aggregates.get((dataset, method, metric, regime_name))
 
-    def runs(self, dataset: str | None = None, method: str | None = None,
-             regime_name: str | None = None, *, candidates: bool = False) -> list[RunRecord]:
+    def runs(
+        self,
+        dataset: str | None = None,
+        method: str | None = None,
+        regime_name: str | None = None,
+        *,
+        candidates: bool = False,
+    ) -> list[RunRecord]:
         """Selected runs (every candidate with ``candidates=True``) matching the filters,
         in seed order."""
         pool = self.records if candidates else self.selected
-        out = [r for r in pool
-               if (dataset is None or r.spec.dataset == dataset)
-               and (method is None or r.spec.method == method)
-               and (regime_name is None or regime(r) == regime_name)]
+        out = [
+            r
+            for r in pool
+            if (dataset is None or r.spec.dataset == dataset)
+            and (method is None or r.spec.method == method)
+            and (regime_name is None or regime(r) == regime_name)
+        ]
         return sorted(out, key=lambda r: r.spec.seed)
 
-    def run(self, dataset: str, method: str, seed: int, regime_name: str = ""
-            ) -> RunRecord | None:
+    def run(self, dataset: str, method: str, seed: int, regime_name: str = "") -> RunRecord | None:
         """The selected run of one seed (``None`` when absent)."""
-        return next((r for r in self.runs(dataset, method, regime_name)
-                     if r.spec.seed == seed), None)
+        return next(
+            (r for r in self.runs(dataset, method, regime_name) if r.spec.seed == seed), None
+        )
 
     def artefact(self, record: RunRecord, name: str) -> np.ndarray:
         return self.store.artefact(record.key, name)
@@ -347,14 +384,18 @@ class StudyResults:
     @cached_property
     def regimes(self) -> tuple[str, ...]:
         """The regimes in the protocol's order (``("",)`` for a study without regimes)."""
-        return tuple(dict.fromkeys(str(s.hparams.get("regime", ""))
-                                   for s in self.study.specs(self.protocol)))
+        return tuple(
+            dict.fromkeys(str(s.hparams.get("regime", "")) for s in self.study.specs(self.protocol))
+        )
 
     @property
     def datasets(self) -> tuple[str, ...]:
         """The protocol's datasets, then any other dataset that was run (e.g. local CIFAR)."""
-        extra = [d for d in dict.fromkeys(r.spec.dataset for r in self.records)
-                 if d not in self.protocol.datasets]
+        extra = [
+            d
+            for d in dict.fromkeys(r.spec.dataset for r in self.records)
+            if d not in self.protocol.datasets
+        ]
         return tuple(self.protocol.datasets) + tuple(extra)
 
 
@@ -366,4 +407,3 @@ def _single_candidates(records: Sequence[RunRecord]) -> set[str]:
     for r in records:
         counts.setdefault(selection_key(r), []).append(r.key)
     return {keys[0] for keys in counts.values() if len(keys) == 1}
-

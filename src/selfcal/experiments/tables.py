@@ -54,9 +54,14 @@ class Aggregate:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "dataset": self.dataset, "method": self.method, "regime": self.regime,
-            "metric": self.metric, "mean": self.mean, "ci": [_clean(self.low), _clean(self.high)],
-            "std": _clean(self.std), "n": self.n,
+            "dataset": self.dataset,
+            "method": self.method,
+            "regime": self.regime,
+            "metric": self.metric,
+            "mean": self.mean,
+            "ci": [_clean(self.low), _clean(self.high)],
+            "std": _clean(self.std),
+            "n": self.n,
         }
 
     def format(self, scale: float = 1.0, digits: int = 3) -> str:
@@ -96,13 +101,13 @@ def aggregate(
         for name in names:
             if name in record.metrics:
                 groups[(record.spec.dataset, record.spec.method, regime(record), name)].append(
-                    record.metrics[name])
+                    record.metrics[name]
+                )
     out = []
     for (dataset, method, regime_name, name), values in groups.items():
         mean, low, high = mean_interval(values, confidence)
         std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
-        out.append(Aggregate(dataset, method, name, mean, low, high, std, len(values),
-                             regime_name))
+        out.append(Aggregate(dataset, method, name, mean, low, high, std, len(values), regime_name))
     return out
 
 
@@ -110,8 +115,9 @@ def aggregate_by_key(
     records: Iterable[RunRecord], confidence: float = 0.95
 ) -> dict[AggregateKey, Aggregate]:
     """:func:`aggregate` keyed by ``(dataset, method, metric, regime)``."""
-    return {(a.dataset, a.method, a.metric, a.regime): a
-            for a in aggregate(records, None, confidence)}
+    return {
+        (a.dataset, a.method, a.metric, a.regime): a for a in aggregate(records, None, confidence)
+    }
 
 
 # ----------------------------------------------------------------------------- paired
@@ -144,8 +150,12 @@ class Difference:
         return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean, "ci": [_clean(self.low), _clean(self.high)], "n": self.n,
-                "sd": _clean(self.sd)}
+        return {
+            "mean": self.mean,
+            "ci": [_clean(self.low), _clean(self.high)],
+            "n": self.n,
+            "sd": _clean(self.sd),
+        }
 
 
 def by_seed(records: Iterable[RunRecord], metric: str) -> dict[int, float]:
@@ -154,14 +164,17 @@ def by_seed(records: Iterable[RunRecord], metric: str) -> dict[int, float]:
     for record in records:
         if metric in record.metrics:
             if record.spec.seed in out:
-                raise ValueError(f"two runs of seed {record.spec.seed} for one paired value "
-                                 f"({record.spec.dataset}, {record.spec.method})")
+                raise ValueError(
+                    f"two runs of seed {record.spec.seed} for one paired value "
+                    f"({record.spec.dataset}, {record.spec.method})"
+                )
             out[record.spec.seed] = record.metrics[metric]
     return out
 
 
-def paired(a: Mapping[int, float], b: Mapping[int, float],
-           confidence: float = 0.95) -> Difference | None:
+def paired(
+    a: Mapping[int, float], b: Mapping[int, float], confidence: float = 0.95
+) -> Difference | None:
     """The paired difference ``a - b`` over the seeds both have (``None`` if none)."""
     seeds = sorted(set(a) & set(b))
     if not seeds:
@@ -172,8 +185,11 @@ def paired(a: Mapping[int, float], b: Mapping[int, float],
     return Difference(mean, low, high, len(diffs), sd)
 
 
-def paired_ranks(values: Mapping[str, Mapping[int, float]], lower_is_better: bool = True,
-                 confidence: float = 0.95) -> dict[str, int]:
+def paired_ranks(
+    values: Mapping[str, Mapping[int, float]],
+    lower_is_better: bool = True,
+    confidence: float = 0.95,
+) -> dict[str, int]:
     """Rank of each method: 1 + the number of others significantly better than it (module
     doc); ``values`` is ``{method: {seed: value}}``."""
     ranks = {}
@@ -187,8 +203,7 @@ def paired_ranks(values: Mapping[str, Mapping[int, float]], lower_is_better: boo
     return ranks
 
 
-def detectable_difference(sd: float, n: int, confidence: float = 0.95,
-                          power: float = 0.8) -> float:
+def detectable_difference(sd: float, n: int, confidence: float = 0.95, power: float = 0.8) -> float:
     """Smallest true paired difference detected with probability ``power`` (module doc);
     ``NaN`` below two seeds."""
     from scipy import stats

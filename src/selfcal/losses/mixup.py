@@ -31,8 +31,9 @@ def sample_mixup_lambda(alpha: float, generator: torch.Generator | None = None) 
         return 1.0
     from scipy.special import betaincinv
 
-    uniform = float(torch.rand((), generator=generator, dtype=torch.float64,
-                               device=_device(generator)))
+    uniform = float(
+        torch.rand((), generator=generator, dtype=torch.float64, device=_device(generator))
+    )
     return float(betaincinv(alpha, alpha, uniform))
 
 
@@ -47,8 +48,10 @@ def mixup_batch(
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise ValueError("x and y must be torch tensors")
     if x.ndim < 1 or x.shape[0] == 0 or y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(f"x (N, ...) and y (N,) must have the same N >= 1, got shapes "
-                         f"{tuple(x.shape)} and {tuple(y.shape)}")
+        raise ValueError(
+            f"x (N, ...) and y (N,) must have the same N >= 1, got shapes "
+            f"{tuple(x.shape)} and {tuple(y.shape)}"
+        )
     if not x.is_floating_point():
         raise ValueError(f"x must be floating point to be mixed, got dtype {x.dtype}")
     lam = sample_mixup_lambda(alpha, generator)

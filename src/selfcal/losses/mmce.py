@@ -57,8 +57,11 @@ def mmce_weighted(
         mmd2 = s_cc / m**2 + s_ii / n**2 - 2 * s_ci / (m * n)
     else:
         eps = REFERENCE_EPS
-        mmd2 = (s_cc / (m**2 * (m**2 + eps)) + s_ii / (n**2 * (n**2 + eps))
-                - 2 * s_ci / (m * n * (m * n + eps)))
+        mmd2 = (
+            s_cc / (m**2 * (m**2 + eps))
+            + s_ii / (n**2 * (n**2 + eps))
+            - 2 * s_ci / (m * n * (m * n + eps))
+        )
     return torch.sqrt(mmd2.clamp_min(0) + SQRT_EPS)
 
 
@@ -75,8 +78,9 @@ def mmce_loss(
     training loop; spec §0.1). ``reduction="none"`` is rejected: MMCE is a batch statistic."""
     lam = check_nonnegative(lam, "lam")
     if reduction not in ("sum", "mean"):
-        raise ValueError(f"MMCE is a batch statistic: reduction must be 'sum' or 'mean', "
-                         f"got {reduction!r}")
+        raise ValueError(
+            f"MMCE is a batch statistic: reduction must be 'sum' or 'mean', got {reduction!r}"
+        )
     mmce = mmce_weighted(logits, labels, width=width, normalization=normalization)
     mean = F.cross_entropy(logits, labels.long()) + lam * mmce
     return mean * len(labels) if reduction == "sum" else mean
@@ -103,12 +107,20 @@ class MMCELoss(nn.Module):
         self.reduction = reduction
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return mmce_loss(logits, labels, lam=self.lam, width=self.width,
-                         normalization=self.normalization, reduction=self.reduction)
+        return mmce_loss(
+            logits,
+            labels,
+            lam=self.lam,
+            width=self.width,
+            normalization=self.normalization,
+            reduction=self.reduction,
+        )
 
     def extra_repr(self) -> str:
-        return (f"lam={self.lam}, width={self.width}, normalization={self.normalization!r}, "
-                f"reduction={self.reduction!r}")
+        return (
+            f"lam={self.lam}, width={self.width}, normalization={self.normalization!r}, "
+            f"reduction={self.reduction!r}"
+        )
 
 
 def _check_normalization(normalization: str) -> None:

@@ -30,13 +30,23 @@ REST_POINT_MAX_ITER = 100_000
 def label_weights(weight: WeightFunction, probs: torch.Tensor) -> torch.Tensor:
     """``(N, K)`` matrix of ``u(p_i, k)``: each row's weight under every possible label."""
     n, k = probs.shape
-    return torch.stack([weight(probs, torch.full((n,), c, dtype=torch.long,
-                                                 device=probs.device)) for c in range(k)], 1)
+    return torch.stack(
+        [
+            weight(probs, torch.full((n,), c, dtype=torch.long, device=probs.device))
+            for c in range(k)
+        ],
+        1,
+    )
 
 
-def gra_rest_point(eta: torch.Tensor, weight: WeightFunction, *,
-                   damping: float | None = None, tol: float = REST_POINT_TOL,
-                   max_iter: int = REST_POINT_MAX_ITER) -> torch.Tensor:
+def gra_rest_point(
+    eta: torch.Tensor,
+    weight: WeightFunction,
+    *,
+    damping: float | None = None,
+    tol: float = REST_POINT_TOL,
+    max_iter: int = REST_POINT_MAX_ITER,
+) -> torch.Tensor:
     """The population rest point ``p*`` of the GRA loss with ``weight`` for each row of
     ``eta`` (``(N, K)`` class posteriors; module doc), in float64.
 
@@ -51,8 +61,9 @@ def gra_rest_point(eta: torch.Tensor, weight: WeightFunction, *,
     eta = torch.as_tensor(eta, dtype=torch.float64)
     if eta.ndim != 2 or eta.shape[1] < 2:
         raise ValueError(f"eta must be (N, K) with K >= 2, got shape {tuple(eta.shape)}")
-    if bool((eta < 0).any()) or not torch.allclose(eta.sum(1), torch.ones(len(eta),
-                                                                         dtype=eta.dtype)):
+    if bool((eta < 0).any()) or not torch.allclose(
+        eta.sum(1), torch.ones(len(eta), dtype=eta.dtype)
+    ):
         raise ValueError("every row of eta must be a probability vector")
     if damping is None:
         damping = 1.0 / (1.0 + float(getattr(weight, "gamma", 5.0)))
@@ -69,5 +80,7 @@ def gra_rest_point(eta: torch.Tensor, weight: WeightFunction, *,
         log_p = new
         if change < tol:
             return log_p.exp()
-    raise ValueError(f"the rest-point iteration did not converge in {max_iter} steps "
-                     f"(last change {change:.2e}); pass a smaller damping")
+    raise ValueError(
+        f"the rest-point iteration did not converge in {max_iter} steps "
+        f"(last change {change:.2e}); pass a smaller damping"
+    )

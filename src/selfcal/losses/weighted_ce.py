@@ -158,8 +158,10 @@ class DualFocalLoss(UncertaintyWeightedCE):
         reduction: Reduction = "sum",
     ) -> None:
         if gra and detach_runner_up:
-            raise ValueError("detach_runner_up has no effect with gra=True (the whole weight "
-                             "is detached); use one or the other")
+            raise ValueError(
+                "detach_runner_up has no effect with gra=True (the whole weight "
+                "is detached); use one or the other"
+            )
         weight = DualFocalWeight(gamma, detach_runner_up=detach_runner_up)
         super().__init__(weight, gra=gra, reduction=reduction)
 

@@ -147,8 +147,10 @@ def bin_statistics(
         kernels = kernels_for(values.shape[0], values.device)
         if kernels is not None:
             return BinStats(edges, *kernels.bin_sums(values, targets, edges, is_uniform(edges)))
-        parts = [_sums(v, t, edges, n_bins, None, None)
-                 for v, t in zip(values.split(CHUNK), targets.split(CHUNK), strict=True)]
+        parts = [
+            _sums(v, t, edges, n_bins, None, None)
+            for v, t in zip(values.split(CHUNK), targets.split(CHUNK), strict=True)
+        ]
         count, conf, acc = (torch.stack(p).sum(0) for p in zip(*parts, strict=True))
         return BinStats(edges, count, conf, acc)
     return BinStats(edges, *_sums(values, targets, edges, n_bins, weights, index))

@@ -111,7 +111,11 @@ class Resamples:
 
 
 def resampled_values(
-    fn, n: int, n_resamples: int, seed: int, device: torch.device,
+    fn,
+    n: int,
+    n_resamples: int,
+    seed: int,
+    device: torch.device,
     resamples: Resamples | None = None,
 ) -> torch.Tensor:
     """Evaluate ``fn(weights) -> (b, ...)`` on ``n_resamples`` resamples (``resamples``, or
@@ -180,7 +184,11 @@ def bootstrap_ci(
         value = core(pred, **options)
         vals = resampled_values(
             lambda w: core(pred, weights=w, **options),
-            pred.n_samples, n_resamples, seed, pred.device, resamples,
+            pred.n_samples,
+            n_resamples,
+            seed,
+            pred.device,
+            resamples,
         )
         lo, hi = interval_bounds(vals, value, confidence, method)
     return Interval(float(value), float(lo), float(hi), confidence, n_resamples, method)

@@ -153,12 +153,19 @@ def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None)
             bin_statistics(probs[:, j], (labels == j).double(), edges, weights, index=index[:, j])
             for j in range(c)
         ]
-        return BinStats(edges, *(torch.stack([getattr(s, f) for s in per_class], dim=-2)
-                                 for f in ("count", "confidence_sum", "accuracy_sum")))
+        return BinStats(
+            edges,
+            *(
+                torch.stack([getattr(s, f) for s in per_class], dim=-2)
+                for f in ("count", "confidence_sum", "accuracy_sum")
+            ),
+        )
     targets = torch.nn.functional.one_hot(labels, c).double()
     index += torch.arange(c, device=pred.device) * n_bins
     flat = bin_statistics(
-        probs.reshape(-1), targets.reshape(-1), uniform_edges(c * n_bins, pred.device),
+        probs.reshape(-1),
+        targets.reshape(-1),
+        uniform_edges(c * n_bins, pred.device),
         index=index.reshape(-1),
     )
     shape = (c, n_bins)

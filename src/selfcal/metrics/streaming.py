@@ -44,8 +44,13 @@ class CalibrationAccumulator:
         self._correct: list[torch.Tensor] = []
 
     def update(
-        self, predictions: Predictions | None = None, /, *, labels: Any = None,
-        logits: Any = None, probs: Any = None,
+        self,
+        predictions: Predictions | None = None,
+        /,
+        *,
+        labels: Any = None,
+        logits: Any = None,
+        probs: Any = None,
     ) -> CalibrationAccumulator:
         """Add one batch (validated like every selfcal input)."""
         pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)

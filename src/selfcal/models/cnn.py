@@ -81,9 +81,7 @@ class CNN2d(nn.Module):
     ``features(x)`` is the flattened output of the second pooling, the input of ``head``.
     """
 
-    def __init__(
-        self, n_classes: int, size: int = 8, channels: Sequence[int] = (16, 32)
-    ) -> None:
+    def __init__(self, n_classes: int, size: int = 8, channels: Sequence[int] = (16, 32)) -> None:
         super().__init__()
         check_count(n_classes, "n_classes", minimum=2)
         check_count(size, "size", minimum=4)  # two 2x2 poolings must leave at least 1x1

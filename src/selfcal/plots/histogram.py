@@ -80,16 +80,30 @@ class ConfidenceHistogramDisplay:
         """Draw on ``ax`` (a new figure when None) and return ``self``."""
         ax, fig = get_axes(ax, figsize=(4.8, 3.6))
         self.bars_ = ax.bar(
-            self.bin_edges[:-1], self.density, width=np.diff(self.bin_edges), align="edge",
-            color=ACCURACY_COLOR, edgecolor=EDGE_COLOR, linewidth=0.6, zorder=2,
+            self.bin_edges[:-1],
+            self.density,
+            width=np.diff(self.bin_edges),
+            align="edge",
+            color=ACCURACY_COLOR,
+            edgecolor=EDGE_COLOR,
+            linewidth=0.6,
+            zorder=2,
         )
         self.accuracy_line_ = ax.axvline(
-            self.mean_accuracy, linestyle="--", linewidth=2, color=MEAN_ACCURACY_COLOR,
-            label=f"Accuracy = {self.mean_accuracy:.3f}", zorder=3,
+            self.mean_accuracy,
+            linestyle="--",
+            linewidth=2,
+            color=MEAN_ACCURACY_COLOR,
+            label=f"Accuracy = {self.mean_accuracy:.3f}",
+            zorder=3,
         )
         self.confidence_line_ = ax.axvline(
-            self.mean_confidence, linestyle="--", linewidth=2, color=MEAN_CONFIDENCE_COLOR,
-            label=f"Avg. confidence = {self.mean_confidence:.3f}", zorder=3,
+            self.mean_confidence,
+            linestyle="--",
+            linewidth=2,
+            color=MEAN_CONFIDENCE_COLOR,
+            label=f"Avg. confidence = {self.mean_confidence:.3f}",
+            zorder=3,
         )
         ax.set_xlim(0, 1)
         ax.set_xlabel("Confidence")

@@ -281,8 +281,13 @@ class ConfidenceRegionDisplay:
         """The data points, class ``k`` in colour ``k mod 10`` of :data:`CLASS_CMAP`."""
         colors = class_colors(self.y)
         return ax.scatter(
-            self.x[:, 0], self.x[:, 1], c=colors, s=size, edgecolors="black",
-            linewidths=0.3, zorder=2,
+            self.x[:, 0],
+            self.x[:, 1],
+            c=colors,
+            s=size,
+            edgecolors="black",
+            linewidths=0.3,
+            zorder=2,
         )
 
 

@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
 
 
-
 def bootstrap_bin_accuracy(
     pred: Predictions,
     n_bins: int,
@@ -53,7 +52,10 @@ def bootstrap_bin_accuracy(
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     values = resampled_values(
         lambda w: top_label_bins(pred, n_bins, strategy, w).accuracy,
-        pred.n_samples, n_resamples, seed, pred.device,
+        pred.n_samples,
+        n_resamples,
+        seed,
+        pred.device,
     )
     low, high = percentile_interval(values, confidence)
     return to_numpy(low), to_numpy(high)
@@ -161,8 +163,13 @@ class ReliabilityDiagramDisplay:
                 pred, n_bins, strategy, n_resamples, confidence, seed
             )
         return cls.from_bins(
-            stats, low=low, high=high, confidence=confidence if error_bars else None,
-            strategy=strategy, ax=ax, title=title,
+            stats,
+            low=low,
+            high=high,
+            confidence=confidence if error_bars else None,
+            strategy=strategy,
+            ax=ax,
+            title=title,
         )
 
     # ------------------------------------------------------------------ drawing
@@ -186,14 +193,26 @@ class ReliabilityDiagramDisplay:
         width = np.diff(self.bin_edges)[shown]
         acc, conf = self.bin_accuracy[shown], self.bin_confidence[shown]
         self.bars_ = ax.bar(
-            left, acc, width=width, align="edge", color=ACCURACY_COLOR, edgecolor=EDGE_COLOR,
-            linewidth=0.6, label="Accuracy", zorder=2,
+            left,
+            acc,
+            width=width,
+            align="edge",
+            color=ACCURACY_COLOR,
+            edgecolor=EDGE_COLOR,
+            linewidth=0.6,
+            label="Accuracy",
+            zorder=2,
         )
         self.gaps_ = self._draw_gaps(ax, left, width, acc, conf)
         self.errorbar_ = self._draw_error_bars(ax, left + width / 2, shown)
         (self.identity_line_,) = ax.plot(
-            [0, 1], [0, 1], linestyle="--", color=IDENTITY_COLOR, linewidth=1.2,
-            label="Perfect calibration", zorder=4,
+            [0, 1],
+            [0, 1],
+            linestyle="--",
+            color=IDENTITY_COLOR,
+            linewidth=1.2,
+            label="Perfect calibration",
+            zorder=4,
         )
         self._decorate(ax, title)
         self.ax_, self.figure_ = ax, fig
@@ -210,9 +229,16 @@ class ReliabilityDiagramDisplay:
         ):
             if mask.any():
                 gaps[key] = ax.bar(
-                    left[mask], np.abs(conf - acc)[mask], bottom=np.minimum(acc, conf)[mask],
-                    width=width[mask], align="edge", color=color, edgecolor=EDGE_COLOR,
-                    linewidth=0.6, label=label, zorder=3,
+                    left[mask],
+                    np.abs(conf - acc)[mask],
+                    bottom=np.minimum(acc, conf)[mask],
+                    width=width[mask],
+                    align="edge",
+                    color=color,
+                    edgecolor=EDGE_COLOR,
+                    linewidth=0.6,
+                    label=label,
+                    zorder=3,
                 )
         return gaps
 
@@ -229,8 +255,15 @@ class ReliabilityDiagramDisplay:
         if self.confidence is not None:
             label = f"{round(100 * self.confidence)}% bootstrap interval"
         return ax.errorbar(
-            centers[ok], acc[ok], yerr=yerr, fmt="none", ecolor="black", elinewidth=1,
-            capsize=2.5, label=label, zorder=5,
+            centers[ok],
+            acc[ok],
+            yerr=yerr,
+            fmt="none",
+            ecolor="black",
+            elinewidth=1,
+            capsize=2.5,
+            label=label,
+            zorder=5,
         )
 
     def _decorate(self, ax: Axes, title: str | None) -> None:
@@ -246,6 +279,10 @@ class ReliabilityDiagramDisplay:
         if self.errorbar_ is not None:
             handles.append(self.errorbar_)
         ax.legend(
-            handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
-            fontsize="small", frameon=False,
+            handles=handles,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.13),
+            ncol=2,
+            fontsize="small",
+            frameon=False,
         )

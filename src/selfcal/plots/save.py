@@ -28,9 +28,7 @@ def _figure_jobs(pred: Predictions, n_bins: int) -> dict[str, tuple[tuple[float,
             lambda ax: ConfidenceHistogramDisplay.from_predictions(pred, n_bins=n_bins, ax=ax),
         ),
         "ece_vs_bins": ((6.4, 3.8), lambda ax: BinSweepDisplay.from_predictions(pred, ax=ax)),
-        "risk_coverage": (
-            (5.2, 3.8), lambda ax: RiskCoverageDisplay.from_predictions(pred, ax=ax)
-        ),
+        "risk_coverage": ((5.2, 3.8), lambda ax: RiskCoverageDisplay.from_predictions(pred, ax=ax)),
     }
 
 

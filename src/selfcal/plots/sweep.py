@@ -87,8 +87,12 @@ class BinSweepDisplay:
             self.n_bins, 100 * self.ece, marker="o", linestyle="-", label=f"{prefix}ECE"
         )
         (self.mce_line_,) = ax.plot(
-            self.n_bins, 100 * self.mce, marker="s", linestyle="--",
-            color=self.ece_line_.get_color(), label=f"{prefix}MCE",
+            self.n_bins,
+            100 * self.mce,
+            marker="s",
+            linestyle="--",
+            color=self.ece_line_.get_color(),
+            label=f"{prefix}MCE",
         )
         self._decorate(ax, title)
         self.ax_, self.figure_ = ax, fig

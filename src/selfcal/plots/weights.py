@@ -133,13 +133,20 @@ class WeightTrajectoryDisplay:
         ax, fig = get_axes(ax, figsize=(5.6, 4.0))
         n_wrong = int(self.misclassified.sum())
         self.correct_lines_ = LineCollection(
-            self.segments(~self.misclassified), colors=CORRECT_COLOR, alpha=alpha,
-            linewidths=linewidth, zorder=2,
+            self.segments(~self.misclassified),
+            colors=CORRECT_COLOR,
+            alpha=alpha,
+            linewidths=linewidth,
+            zorder=2,
             label=f"Correctly classified ({len(self.misclassified) - n_wrong})",
         )
         self.misclassified_lines_ = LineCollection(
-            self.segments(self.misclassified), colors=MISCLASSIFIED_COLOR, alpha=0.8,
-            linewidths=linewidth, zorder=3, label=f"Misclassified ({n_wrong})",
+            self.segments(self.misclassified),
+            colors=MISCLASSIFIED_COLOR,
+            alpha=0.8,
+            linewidths=linewidth,
+            zorder=3,
+            label=f"Misclassified ({n_wrong})",
         )
         ax.add_collection(self.correct_lines_, autolim=False)
         ax.add_collection(self.misclassified_lines_, autolim=False)
@@ -223,13 +230,24 @@ class WeightMapDisplay:
         ax, fig = get_axes(ax, figsize=(5.0, 4.2))
         self.norm_ = Normalize(*weight_range(self.weights))
         self.points_ = ax.scatter(
-            self.x[:, 0], self.x[:, 1], c=self.weights, cmap=cmap, norm=self.norm_,
-            s=point_size, edgecolors="none", zorder=2,
+            self.x[:, 0],
+            self.x[:, 1],
+            c=self.weights,
+            cmap=cmap,
+            norm=self.norm_,
+            s=point_size,
+            edgecolors="none",
+            zorder=2,
         )
         wrong = self.x[self.misclassified]
         self.outlines_ = ax.scatter(
-            wrong[:, 0], wrong[:, 1], s=point_size * 2.2, facecolors="none",
-            edgecolors=MISCLASSIFIED_COLOR, linewidths=1.1, zorder=3,
+            wrong[:, 0],
+            wrong[:, 1],
+            s=point_size * 2.2,
+            facecolors="none",
+            edgecolors=MISCLASSIFIED_COLOR,
+            linewidths=1.1,
+            zorder=3,
             label=f"Misclassified ({len(wrong)})",
         )
         self.colorbar_ = (

@@ -41,9 +41,11 @@ def _version() -> str:
 def _encode(value: Any) -> Any:
     """Fitted value -> JSON-able (arrays as dtype/shape/flat data)."""
     if isinstance(value, np.ndarray):
-        data = [float(x) for x in value.reshape(-1)] if value.dtype.kind == "f" else [
-            int(x) for x in value.reshape(-1)
-        ]
+        data = (
+            [float(x) for x in value.reshape(-1)]
+            if value.dtype.kind == "f"
+            else [int(x) for x in value.reshape(-1)]
+        )
         return {"dtype": str(value.dtype), "shape": list(value.shape), "data": data}
     if isinstance(value, (bool, int, str)) or value is None:
         return value

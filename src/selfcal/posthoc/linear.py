@@ -29,7 +29,10 @@ def _minimise(loss_fn, theta0: np.ndarray, device: torch.device) -> np.ndarray:
         return float(loss.detach()), grad.cpu().numpy()
 
     res = minimize(
-        value_and_grad, theta0, jac=True, method="L-BFGS-B",
+        value_and_grad,
+        theta0,
+        jac=True,
+        method="L-BFGS-B",
         options={"maxiter": 10_000, "gtol": 1e-10, "ftol": 1e-15},
     )
     return res.x

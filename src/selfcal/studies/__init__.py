@@ -14,8 +14,11 @@ import pkgutil
 
 def import_all() -> list[str]:
     """Import every study package on ``__path__``; returns their module names."""
-    names = [info.name for info in pkgutil.iter_modules(__path__)
-             if info.ispkg and not info.name.startswith("_")]
+    names = [
+        info.name
+        for info in pkgutil.iter_modules(__path__)
+        if info.ispkg and not info.name.startswith("_")
+    ]
     for name in names:
         importlib.import_module(f"{__name__}.{name}")
     return names

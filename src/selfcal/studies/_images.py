@@ -59,8 +59,7 @@ class Regime:
     def figure_epochs(self) -> tuple[int, ...]:
         """The papers' four snapshot epochs scaled to this schedule: 1/7 of it, each
         milestone, the end (350 epochs: 50, 150, 250, 350)."""
-        return tuple(dict.fromkeys((max(1, round(self.epochs / 7)), *self.milestones,
-                                    self.epochs)))
+        return tuple(dict.fromkeys((max(1, round(self.epochs / 7)), *self.milestones, self.epochs)))
 
     @property
     def curve_every(self) -> int:
@@ -131,8 +130,9 @@ def meta_split(data: Any, seed: int) -> tuple[tuple, tuple]:
 
     y = data.train.y.numpy()
     n_meta = round(len(y) / 9)
-    keep, meta, _ = stratified_split_indices(y, (len(y) - n_meta, n_meta, 0),
-                                             child_rngs(seed, 2)[1])
+    keep, meta, _ = stratified_split_indices(
+        y, (len(y) - n_meta, n_meta, 0), child_rngs(seed, 2)[1]
+    )
     keep, meta = torch.from_numpy(np.sort(keep)), torch.from_numpy(np.sort(meta))
     x = data.train.x
     return (x[keep], data.train.y[keep]), (x[meta], data.train.y[meta])
@@ -162,23 +162,40 @@ def augmentation(data: Any, dataset: str) -> Any:
     return partial(random_crop_flip, padding=4, fill=black_fill(data))
 
 
-def train_config(protocol: ImageProtocol, regime: Regime, dataset: str, seed: int,
-                 **extra: Any) -> Any:
+def train_config(
+    protocol: ImageProtocol, regime: Regime, dataset: str, seed: int, **extra: Any
+) -> Any:
     """The recipe for ``regime``; CIFAR on the GPU when present (the CPU datasets stay on the
     CPU, so their runs are reproduced bit for bit)."""
     from selfcal.training import TrainConfig
 
     gpu = dataset in CIFAR and torch.cuda.is_available()
-    return TrainConfig(epochs=regime.epochs, optimizer="sgd", lr=protocol.lr,
-                       momentum=protocol.momentum, weight_decay=protocol.weight_decay,
-                       batch_size=protocol.batch_size, milestones=regime.milestones,
-                       grad_clip=protocol.grad_clip, seed=seed,
-                       device="cuda" if gpu else "cpu", **extra)
+    return TrainConfig(
+        epochs=regime.epochs,
+        optimizer="sgd",
+        lr=protocol.lr,
+        momentum=protocol.momentum,
+        weight_decay=protocol.weight_decay,
+        batch_size=protocol.batch_size,
+        milestones=regime.milestones,
+        grad_clip=protocol.grad_clip,
+        seed=seed,
+        device="cuda" if gpu else "cpu",
+        **extra,
+    )
 
 
-def train_as(entry: tuple[str, str, dict[str, Any]], options: dict[str, Any],
-             model: torch.nn.Module, train: tuple, val: tuple | None, meta_val: tuple,
-             config: Any, on_epoch: Any = None, batch_transform: Any = None) -> Any:
+def train_as(
+    entry: tuple[str, str, dict[str, Any]],
+    options: dict[str, Any],
+    model: torch.nn.Module,
+    train: tuple,
+    val: tuple | None,
+    meta_val: tuple,
+    config: Any,
+    on_epoch: Any = None,
+    batch_transform: Any = None,
+) -> Any:
     """Train ``model`` in place as the method ``entry = (kind, name, fixed options)`` with the
     candidate's ``options`` added; the history. ``kind``: ``"loss"`` (:func:`selfcal.training.fit`
     with ``build_loss(name, **fixed, **options)``), ``"mixup"`` (``fit`` with the loss ``name``
@@ -189,26 +206,49 @@ def train_as(entry: tuple[str, str, dict[str, Any]], options: dict[str, Any],
     if kind == "meta":
         from selfcal.bilevel import fit_meta
 
-        return fit_meta(model, train, val, meta_val, method=name, config=config,
-                        on_epoch=on_epoch, batch_transform=batch_transform, **fixed, **options)
+        return fit_meta(
+            model,
+            train,
+            val,
+            meta_val,
+            method=name,
+            config=config,
+            on_epoch=on_epoch,
+            batch_transform=batch_transform,
+            **fixed,
+            **options,
+        )
     from selfcal.losses import build_loss
     from selfcal.training import fit
 
     mixup = fixed["alpha"] if kind == "mixup" else 0.0
     loss = build_loss(name, **({} if kind == "mixup" else {**fixed, **options}))
-    return fit(model, train, val, config=config, loss_fn=loss, on_epoch=on_epoch,
-               batch_transform=batch_transform, mixup_alpha=mixup)
+    return fit(
+        model,
+        train,
+        val,
+        config=config,
+        loss_fn=loss,
+        on_epoch=on_epoch,
+        batch_transform=batch_transform,
+        mixup_alpha=mixup,
+    )
 
 
-def mean_loss_sgd(lr: float, momentum: float, weight_decay: float, grad_clip: float | None,
-                  rows: int) -> Any:
+def mean_loss_sgd(
+    lr: float, momentum: float, weight_decay: float, grad_clip: float | None, rows: int
+) -> Any:
     """The recipe's SGD step on a loss summed over ``rows`` rows, rewritten for the mean of that
     loss (BO4SC's inner loss): learning rate ``rows lr``, weight decay ``wd / rows`` and clipping
     at ``c / rows`` give the same step (a differentiable :class:`selfcal.bilevel.SGD`)."""
     from selfcal.bilevel import SGD
 
-    return SGD(lr * rows, momentum=momentum, weight_decay=weight_decay / rows,
-               max_norm=None if grad_clip is None else grad_clip / rows)
+    return SGD(
+        lr * rows,
+        momentum=momentum,
+        weight_decay=weight_decay / rows,
+        max_norm=None if grad_clip is None else grad_clip / rows,
+    )
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -223,23 +263,29 @@ def scores(pred: Any, n_bins: int) -> dict[str, float]:
     """Error, NLL, Brier, ECE, MCE, AdaECE (equal-mass, "ACE") and classwise ECE."""
     import selfcal.metrics as M
 
-    return {"error": float(M.error(pred)), "nll": float(M.nll(pred)),
-            "brier": float(M.brier(pred)), "ece": float(M.ece(pred, n_bins=n_bins)),
-            "mce": float(M.mce(pred, n_bins=n_bins)),
-            "adaece": float(M.adaece(pred, n_bins=n_bins)),
-            "classwise_ece": float(M.classwise_ece(pred, n_bins=n_bins))}
+    return {
+        "error": float(M.error(pred)),
+        "nll": float(M.nll(pred)),
+        "brier": float(M.brier(pred)),
+        "ece": float(M.ece(pred, n_bins=n_bins)),
+        "mce": float(M.mce(pred, n_bins=n_bins)),
+        "adaece": float(M.adaece(pred, n_bins=n_bins)),
+        "classwise_ece": float(M.classwise_ece(pred, n_bins=n_bins)),
+    }
 
 
 def grid_temperature(z: torch.Tensor, y: torch.Tensor) -> float:
     """The reference code's temperature: grid 0.1 .. 10.0 by validation 15-bin ECE."""
     from selfcal.posthoc import TemperatureScaling
 
-    return float(TemperatureScaling(method="grid", criterion="ece").fit(logits=z,
-                                                                        labels=y).temperature_)
+    return float(
+        TemperatureScaling(method="grid", criterion="ece").fit(logits=z, labels=y).temperature_
+    )
 
 
-def evaluate(protocol: ImageProtocol, model: torch.nn.Module, data: Any
-             ) -> tuple[dict[str, float], torch.Tensor]:
+def evaluate(
+    protocol: ImageProtocol, model: torch.nn.Module, data: Any
+) -> tuple[dict[str, float], torch.Tensor]:
     """Validation scores (selection), test scores before and after temperature scaling
     (``_ts``), the temperature, and the training error (has the model memorised?). Returns
     the metrics and the test logits."""
@@ -249,14 +295,22 @@ def evaluate(protocol: ImageProtocol, model: torch.nn.Module, data: Any
     z_val, z = logits(model, data.val.x), logits(model, data.test.x)
     val = Predictions.from_logits(z_val, data.val.y)
     temperature = grid_temperature(z_val, data.val.y)
-    out = {"val_nll": float(M.nll(val)), "val_ece": float(M.ece(val, n_bins=protocol.n_bins)),
-           "val_accuracy": float(M.accuracy(val)), "temperature": temperature,
-           "train_error": float(M.error(logits=logits(model, data.train.x),
-                                        labels=data.train.y))}
+    out = {
+        "val_nll": float(M.nll(val)),
+        "val_ece": float(M.ece(val, n_bins=protocol.n_bins)),
+        "val_accuracy": float(M.accuracy(val)),
+        "temperature": temperature,
+        "train_error": float(M.error(logits=logits(model, data.train.x), labels=data.train.y)),
+    }
     out.update(scores(Predictions.from_logits(z, data.test.y), protocol.n_bins))
-    out.update({f"{k}_ts": v for k, v in scores(Predictions.from_logits(z / temperature,
-                                                                        data.test.y),
-                                                protocol.n_bins).items()})
+    out.update(
+        {
+            f"{k}_ts": v
+            for k, v in scores(
+                Predictions.from_logits(z / temperature, data.test.y), protocol.n_bins
+            ).items()
+        }
+    )
     out["accuracy"] = 1.0 - out["error"]
     return out, z
 
@@ -293,17 +347,20 @@ class Curves:
             gamma = _forward(model, lambda m, x: meta(m.features(x)), self.data.test.x)
             self.values.setdefault("test_gamma_mean", []).append(float(gamma.double().mean()))
             self.values.setdefault("test_gamma_std", []).append(
-                float(gamma.double().std(unbiased=False)))
+                float(gamma.double().std(unbiased=False))
+            )
 
     def _record(self, epoch: int, model: torch.nn.Module) -> None:
         import selfcal.metrics as M
 
         z = logits(model, self.data.test.x)
         self.values["epoch"].append(epoch + 1)
-        self.values["test_ece"].append(float(M.ece(logits=z, labels=self.data.test.y,
-                                                   n_bins=self.n_bins)))
+        self.values["test_ece"].append(
+            float(M.ece(logits=z, labels=self.data.test.y, n_bins=self.n_bins))
+        )
         self.values["val_temperature"].append(
-            grid_temperature(logits(model, self.data.val.x), self.data.val.y))
+            grid_temperature(logits(model, self.data.val.x), self.data.val.y)
+        )
 
     def artefacts(self) -> dict[str, np.ndarray]:
         return {f"curve_{k}": np.asarray(v, np.float64) for k, v in self.values.items()}
@@ -321,8 +378,15 @@ def _forward(model: torch.nn.Module, forward: Any, x: torch.Tensor) -> torch.Ten
         model.train(was_training)
 
 
-def curve_figure(results: Any, dataset: str, curve: str, label: str, scale: float,
-                 names: Sequence[str], labels: dict[str, str]) -> Any:
+def curve_figure(
+    results: Any,
+    dataset: str,
+    curve: str,
+    label: str,
+    scale: float,
+    names: Sequence[str],
+    labels: dict[str, str],
+) -> Any:
     """A per-epoch curve of :class:`Curves` (seed mean of the selected runs) for the methods
     ``names``, one panel per regime."""
     from selfcal.plots import method_colours, new_figure
@@ -333,8 +397,9 @@ def curve_figure(results: Any, dataset: str, curve: str, label: str, scale: floa
     colours = method_colours(len(names))
     for ax, regime in zip(axes, panels):
         for method, colour in zip(names, colours):
-            runs = [r for r in results.runs(dataset, method, regime)
-                    if f"curve_{curve}" in r.artefacts]
+            runs = [
+                r for r in results.runs(dataset, method, regime) if f"curve_{curve}" in r.artefacts
+            ]
             if runs:
                 values = np.mean([results.artefact(r, f"curve_{curve}") for r in runs], 0)
                 epochs = results.artefact(runs[0], "curve_epoch")
@@ -353,16 +418,22 @@ def intro(results: Any, docs: Sequence[str | None], criterion: Any, cells: str) 
     from selfcal.experiments.report import prose
 
     parts = [line for doc in docs for line in prose(doc)]
-    parts += [*prose(__doc__.split("\n\n", 1)[1]),
-              f"Tuned and unstated hyperparameters are selected per seed by the {criterion} "
-              "among each method's candidates (listed at the end with every seed's choice). "
-              f"Cells: mean ± 95% CI half-width over seeds, {cells}. Ranks and verdicts come "
-              "from paired t-intervals of the per-seed differences (95%, no multiple-comparison "
-              "correction); 'tied' means the interval contains 0.", ""]
+    parts += [
+        *prose(__doc__.split("\n\n", 1)[1]),
+        f"Tuned and unstated hyperparameters are selected per seed by the {criterion} "
+        "among each method's candidates (listed at the end with every seed's choice). "
+        f"Cells: mean ± 95% CI half-width over seeds, {cells}. Ranks and verdicts come "
+        "from paired t-intervals of the per-seed differences (95%, no multiple-comparison "
+        "correction); 'tied' means the interval contains 0.",
+        "",
+    ]
     if not any(d in CIFAR for d in results.datasets):
-        parts += ["CIFAR-10/100 rows were not run: their files are not under `$SELFCAL_DATA` "
-                  "(they run for real, with the papers' 350-epoch schedule and settings, when "
-                  "present).", ""]
+        parts += [
+            "CIFAR-10/100 rows were not run: their files are not under `$SELFCAL_DATA` "
+            "(they run for real, with the papers' 350-epoch schedule and settings, when "
+            "present).",
+            "",
+        ]
     return parts
 
 
@@ -371,16 +442,26 @@ def regimes(results: Any, dataset: str) -> list[str]:
     return [r.name for r in results.protocol.regimes_for(dataset)]
 
 
-def regime_sections(results: Any, datasets: Sequence[str], models: dict[str, str],
-                    table: Any, verdicts: Any, after: Any = lambda dataset: []) -> list[str]:
+def regime_sections(
+    results: Any,
+    datasets: Sequence[str],
+    models: dict[str, str],
+    table: Any,
+    verdicts: Any,
+    after: Any = lambda dataset: [],
+) -> list[str]:
     """Per dataset, ``table(results, dataset, regime)`` under a heading for each regime, then
     ``after(dataset)``; then a "Verdicts" section of ``verdicts(results, dataset, regime)``."""
     parts = []
     for d in datasets:
         for regime in regimes(results, d):
-            parts += [f"## {d} ({models[d]}), {regime} regime "
-                      f"({results.protocol.regime(regime).epochs} epochs)", "",
-                      *table(results, d, regime), ""]
+            parts += [
+                f"## {d} ({models[d]}), {regime} regime "
+                f"({results.protocol.regime(regime).epochs} epochs)",
+                "",
+                *table(results, d, regime),
+                "",
+            ]
         parts += after(d)
     parts += ["## Verdicts", ""]
     for d in datasets:
@@ -389,9 +470,15 @@ def regime_sections(results: Any, datasets: Sequence[str], models: dict[str, str
     return parts
 
 
-def regime_specs(study: Any, protocol: ImageProtocol, methods: Sequence[str],
-                 datasets: Sequence[str]) -> list[Any]:
+def regime_specs(
+    study: Any, protocol: ImageProtocol, methods: Sequence[str], datasets: Sequence[str]
+) -> list[Any]:
     """One spec per (dataset, regime, method, candidate, seed)."""
-    return [study.spec(protocol, d, m, seed, regime=r.name, config=c)
-            for d in datasets for r in protocol.regimes_for(d) for m in methods
-            for c in protocol.candidates(d, m) for seed in protocol.seeds]
+    return [
+        study.spec(protocol, d, m, seed, regime=r.name, config=c)
+        for d in datasets
+        for r in protocol.regimes_for(d)
+        for m in methods
+        for c in protocol.candidates(d, m)
+        for seed in protocol.seeds
+    ]

@@ -91,8 +91,9 @@ def fit(
     if validation is None and (config.early_stopping is not None or config.restore_best):
         raise ValueError("early_stopping and restore_best need validation data (val=...)")
     loss_fn = F.cross_entropy if loss_fn is None else loss_fn
-    batch_loss = _batch_loss(loss_fn, batch_transform, _mixup_alpha(mixup_alpha, x), config.seed,
-                             device)
+    batch_loss = _batch_loss(
+        loss_fn, batch_transform, _mixup_alpha(mixup_alpha, x), config.seed, device
+    )
     optimizer = make_optimizer(model, config)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(
         optimizer, list(config.milestones), gamma=config.lr_decay

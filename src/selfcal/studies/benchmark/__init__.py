@@ -25,11 +25,13 @@ from selfcal.studies.benchmark.protocol import (
 class Benchmark(Study):
     name = "benchmark"
     title = "Benchmark: every method of the three papers on the same data, one leaderboard"
-    help = ("All 13 training methods of the three papers (CE, Brier, MMCE, label smoothing, "
-            "mixup, focal, FLSD-53, DFL, BSCE, BSCE-GRA, CE-DECE, FLγ-SECE, BO4SC) on MNIST-1D, "
-            "digits, Blobs 1.7, Spiral 3.5 and breast cancer (CIFAR when present), raw / after "
-            "TS / after isotonic regression, memorising and early-stopped, 10 seeds; a "
-            "leaderboard with paired intervals against CE and CE + TS.")
+    help = (
+        "All 13 training methods of the three papers (CE, Brier, MMCE, label smoothing, "
+        "mixup, focal, FLSD-53, DFL, BSCE, BSCE-GRA, CE-DECE, FLγ-SECE, BO4SC) on MNIST-1D, "
+        "digits, Blobs 1.7, Spiral 3.5 and breast cancer (CIFAR when present), raw / after "
+        "TS / after isotonic regression, memorising and early-stopped, 10 seeds; a "
+        "leaderboard with paired intervals against CE and CE + TS."
+    )
     version = 1
     protocols = PROTOCOLS
     selection = SELECTION
@@ -39,10 +41,16 @@ class Benchmark(Study):
 
     def specs(self, protocol: BenchmarkProtocol):
         datasets = tuple(protocol.datasets) + (
-            _images.available_cifar() if protocol.name == "full" else ())
-        return [self.spec(protocol, d, m, seed, regime=r, config=c)
-                for d in datasets for m in protocol.methods
-                for c in protocol.candidates(d, m) for seed in protocol.seeds for r in REGIMES]
+            _images.available_cifar() if protocol.name == "full" else ()
+        )
+        return [
+            self.spec(protocol, d, m, seed, regime=r, config=c)
+            for d in datasets
+            for m in protocol.methods
+            for c in protocol.candidates(d, m)
+            for seed in protocol.seeds
+            for r in REGIMES
+        ]
 
     def batch_by(self, spec) -> Hashable:
         """Both regimes of one (dataset, method, candidate, seed) come from one run."""

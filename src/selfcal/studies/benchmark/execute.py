@@ -60,12 +60,22 @@ def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, 
     start = time.perf_counter()
     extra: dict[str, float] = {}
     if spec.method == "bo4sc":
-        extra = train_bo4sc(protocol, recipe, model, train, meta_val, options, transform,
-                            spec.seed, checkpoint)
+        extra = train_bo4sc(
+            protocol, recipe, model, train, meta_val, options, transform, spec.seed, checkpoint
+        )
     else:
         config = train_config(recipe, spec.seed, device)
-        _images.train_as(METHODS[spec.method], options, model, train, None, meta_val, config,
-                         checkpoint.after_epoch, transform)
+        _images.train_as(
+            METHODS[spec.method],
+            options,
+            model,
+            train,
+            None,
+            meta_val,
+            config,
+            checkpoint.after_epoch,
+            transform,
+        )
     extra["train_seconds"] = time.perf_counter() - start
     last = evaluate(protocol, model, data)
     last.metrics.update({**extra, "hp.epochs": float(recipe.epochs)})
@@ -78,22 +88,43 @@ def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, 
 def build(recipe: Recipe, data: Any, seed: int) -> torch.nn.Module:
     """The recipe's backbone, initialised from ``seed``."""
     if recipe.model == "mlp":
-        return build_model("mlp", seed=seed, n_features=data.n_features,
-                           n_classes=data.n_classes, hidden=recipe.hidden)
+        return build_model(
+            "mlp",
+            seed=seed,
+            n_features=data.n_features,
+            n_classes=data.n_classes,
+            hidden=recipe.hidden,
+        )
     return build_model(recipe.model, seed=seed, n_classes=data.n_classes)
 
 
 def train_config(recipe: Recipe, seed: int, device: str) -> Any:
-    return TrainConfig(epochs=recipe.epochs, optimizer=recipe.optimizer, lr=recipe.lr,
-                       momentum=recipe.momentum, weight_decay=recipe.weight_decay,
-                       batch_size=recipe.batch_size, milestones=recipe.milestones,
-                       grad_clip=recipe.grad_clip, seed=seed, device=device)
+    return TrainConfig(
+        epochs=recipe.epochs,
+        optimizer=recipe.optimizer,
+        lr=recipe.lr,
+        momentum=recipe.momentum,
+        weight_decay=recipe.weight_decay,
+        batch_size=recipe.batch_size,
+        milestones=recipe.milestones,
+        grad_clip=recipe.grad_clip,
+        seed=seed,
+        device=device,
+    )
 
 
 # ----------------------------------------------------------------------------- BO4SC
-def train_bo4sc(protocol: BenchmarkProtocol, recipe: Recipe, model: torch.nn.Module,
-                train: tuple, meta_val: tuple, options: dict[str, Any], transform: Any,
-                seed: int, checkpoint: BestCheckpoint) -> dict[str, float]:
+def train_bo4sc(
+    protocol: BenchmarkProtocol,
+    recipe: Recipe,
+    model: torch.nn.Module,
+    train: tuple,
+    meta_val: tuple,
+    options: dict[str, Any],
+    transform: Any,
+    seed: int,
+    checkpoint: BestCheckpoint,
+) -> dict[str, float]:
     """BO4SC with the recipe's optimizer as its inner step and the recipe's budget of
     ``epochs x steps per epoch`` inner steps, ``T`` (``options["inner_steps"]``) per outer
     iteration. The recipe's losses are sums over a batch of ``B`` rows and BO4SC's is the mean,
@@ -104,10 +135,13 @@ def train_bo4sc(protocol: BenchmarkProtocol, recipe: Recipe, model: torch.nn.Mod
     rows = n if recipe.batch_size is None else recipe.batch_size
     per_epoch = n // rows
     milestones = [m * per_epoch // steps for m in recipe.milestones]
-    inner: Any = Adam(recipe.lr, weight_decay=recipe.weight_decay) \
-        if recipe.optimizer == "adam" else \
-        _images.mean_loss_sgd(recipe.lr, recipe.momentum, recipe.weight_decay, recipe.grad_clip,
-                              rows)
+    inner: Any = (
+        Adam(recipe.lr, weight_decay=recipe.weight_decay)
+        if recipe.optimizer == "adam"
+        else _images.mean_loss_sgd(
+            recipe.lr, recipe.momentum, recipe.weight_decay, recipe.grad_clip, rows
+        )
+    )
 
     def offer(iteration: int, params: Any) -> bool:
         done, before = (iteration + 1) * steps // per_epoch, iteration * steps // per_epoch
@@ -115,15 +149,23 @@ def train_bo4sc(protocol: BenchmarkProtocol, recipe: Recipe, model: torch.nn.Mod
             checkpoint.offer(done - 1, model, params)
         return False
 
-    fitted = BO4SC(model, batch_size=recipe.batch_size,
-                   val_batch_size=None if recipe.batch_size is None else
-                   min(len(meta_val[0]), protocol.val_batch_size),
-                   estimator=Unrolled(steps), inner_optimizer=inner,
-                   outer_iterations=recipe.epochs * per_epoch // steps,
-                   weight_lr=float(options["weight_lr"]), beta=float(options["beta"]),
-                   inner_lr_schedule=lambda i: DECAY ** sum(i >= m for m in milestones),
-                   batch_transform=transform, record_weights=False, seed=seed,
-                   callback=offer).fit(*train, *meta_val)
+    fitted = BO4SC(
+        model,
+        batch_size=recipe.batch_size,
+        val_batch_size=None
+        if recipe.batch_size is None
+        else min(len(meta_val[0]), protocol.val_batch_size),
+        estimator=Unrolled(steps),
+        inner_optimizer=inner,
+        outer_iterations=recipe.epochs * per_epoch // steps,
+        weight_lr=float(options["weight_lr"]),
+        beta=float(options["beta"]),
+        inner_lr_schedule=lambda i: DECAY ** sum(i >= m for m in milestones),
+        batch_transform=transform,
+        record_weights=False,
+        seed=seed,
+        callback=offer,
+    ).fit(*train, *meta_val)
     w = fitted.weights_.detach().double().cpu()
     return {"weight_mean": float(w.mean()), "weight_below_half": float((w < 0.5).double().mean())}
 
@@ -145,8 +187,7 @@ class BestCheckpoint:
         return False
 
     def offer(self, epoch: int, model: torch.nn.Module, params: Any = None) -> None:
-        nll = float(torch.nn.functional.cross_entropy(self._logits(model, params).double(),
-                                                      self.y))
+        nll = float(torch.nn.functional.cross_entropy(self._logits(model, params).double(), self.y))
         if nll < self.nll:
             state = {k: v.detach().clone() for k, v in model.state_dict().items()}
             state.update({k: v.detach().clone() for k, v in (params or {}).items()})
@@ -164,9 +205,12 @@ class BestCheckpoint:
         model.eval()
         try:
             with torch.no_grad():
-                return torch.cat([model(c) if params is None else
-                                  functional_call(model, params, (c,))
-                                  for c in self.x.split(_images.EVAL_CHUNK)])
+                return torch.cat(
+                    [
+                        model(c) if params is None else functional_call(model, params, (c,))
+                        for c in self.x.split(_images.EVAL_CHUNK)
+                    ]
+                )
         finally:
             model.train(was_training)
 
@@ -180,21 +224,38 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
     temperature = float(TemperatureScaling().fit(logits=z_val, labels=data.val.y).temperature_)
     iso = IsotonicCalibration().fit(logits=z_val, labels=data.val.y)
     raw = Predictions.from_logits(z, data.test.y)
-    calibrated = {"": raw, "_ts": Predictions.from_logits(z / temperature, data.test.y),
-                  "_iso": raw.with_confidence(iso.predict_confidence(logits=z))}
+    calibrated = {
+        "": raw,
+        "_ts": Predictions.from_logits(z / temperature, data.test.y),
+        "_iso": raw.with_confidence(iso.predict_confidence(logits=z)),
+    }
     bins = protocol.n_bins
-    metrics = {"val_nll": float(M.nll(val)), "val_ece": float(M.ece(val, n_bins=bins)),
-               "val_accuracy": float(M.accuracy(val)), "temperature": temperature,
-               "train_error": float(M.error(logits=_images.logits(model, data.train.x),
-                                            labels=data.train.y)),
-               "accuracy": float(M.accuracy(raw)), "aurc": float(M.aurc(raw))}
+    metrics = {
+        "val_nll": float(M.nll(val)),
+        "val_ece": float(M.ece(val, n_bins=bins)),
+        "val_accuracy": float(M.accuracy(val)),
+        "temperature": temperature,
+        "train_error": float(
+            M.error(logits=_images.logits(model, data.train.x), labels=data.train.y)
+        ),
+        "accuracy": float(M.accuracy(raw)),
+        "aurc": float(M.aurc(raw)),
+    }
     metrics.update(_images.scores(raw, bins))
     metrics.update({f"{k}_ts": v for k, v in _images.scores(calibrated["_ts"], bins).items()})
-    metrics.update({"ece_iso": float(M.ece(calibrated["_iso"], n_bins=bins)),
-                    "adaece_iso": float(M.adaece(calibrated["_iso"], n_bins=bins)),
-                    "mce_iso": float(M.mce(calibrated["_iso"], n_bins=bins))})
-    return RunResult(metrics=metrics, artefacts={f"bins{suffix or '_raw'}": bin_sums(pred, bins)
-                                                 for suffix, pred in calibrated.items()})
+    metrics.update(
+        {
+            "ece_iso": float(M.ece(calibrated["_iso"], n_bins=bins)),
+            "adaece_iso": float(M.adaece(calibrated["_iso"], n_bins=bins)),
+            "mce_iso": float(M.mce(calibrated["_iso"], n_bins=bins)),
+        }
+    )
+    return RunResult(
+        metrics=metrics,
+        artefacts={
+            f"bins{suffix or '_raw'}": bin_sums(pred, bins) for suffix, pred in calibrated.items()
+        },
+    )
 
 
 def bin_sums(pred: Any, n_bins: int) -> np.ndarray:

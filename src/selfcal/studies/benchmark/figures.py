@@ -35,13 +35,24 @@ def ece_vs_error(results: StudyResults, dataset: str, regime: str) -> Any:
     colours = dict(zip(results.protocol.methods, method_colours(len(results.protocol.methods))))
     for ax, (title, metric, _) in zip(axes, PANELS):
         for m in methods:
-            err, ece = results.get(dataset, m, "error", regime), results.get(dataset, m, metric,
-                                                                              regime)
-            ax.errorbar(100 * err.mean, 100 * ece.mean, xerr=100 * half_width(err),
-                        yerr=100 * half_width(ece), fmt="o", ms=4, capsize=2,
-                        color=colours[m], label=LABELS[m])
-        ax.set(xlabel="test error (%)", ylabel="test ECE (%)",
-               title=f"{dataset}, {regime}: {title}")
+            err, ece = (
+                results.get(dataset, m, "error", regime),
+                results.get(dataset, m, metric, regime),
+            )
+            ax.errorbar(
+                100 * err.mean,
+                100 * ece.mean,
+                xerr=100 * half_width(err),
+                yerr=100 * half_width(ece),
+                fmt="o",
+                ms=4,
+                capsize=2,
+                color=colours[m],
+                label=LABELS[m],
+            )
+        ax.set(
+            xlabel="test error (%)", ylabel="test ECE (%)", title=f"{dataset}, {regime}: {title}"
+        )
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize="x-small", ncol=2, loc="best")
     return fig

@@ -29,10 +29,21 @@ METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
 """method -> (kind, loss or meta method, fixed options), as
 :func:`selfcal.studies._images.train_as` reads it; ``"bo4sc"``: minibatch (or full-batch)
 :class:`selfcal.bilevel.BO4SC` with the recipe's optimizer as its inner step."""
-LABELS = {"ce": "CE", "brier": "Brier", "mmce": "MMCE", "label-smoothing": "Label smoothing",
-          "mixup": "Mixup α=1", "focal": "Focal", "flsd-53": "FLSD-53", "dfl": "Dual focal",
-          "bsce": "BSCE", "bsce-gra": "BSCE-GRA", "ce-dece": "CE-DECE", "flγ-sece": "FLγ-SECE",
-          "bo4sc": "BO4SC"}
+LABELS = {
+    "ce": "CE",
+    "brier": "Brier",
+    "mmce": "MMCE",
+    "label-smoothing": "Label smoothing",
+    "mixup": "Mixup α=1",
+    "focal": "Focal",
+    "flsd-53": "FLSD-53",
+    "dfl": "Dual focal",
+    "bsce": "BSCE",
+    "bsce-gra": "BSCE-GRA",
+    "ce-dece": "CE-DECE",
+    "flγ-sece": "FLγ-SECE",
+    "bo4sc": "BO4SC",
+}
 REGIMES = ("memorise", "early-stop")
 REGIMES_DOC = """\
 * `memorise`: the last iterate of the whole schedule, long enough that cross-entropy drives
@@ -74,9 +85,12 @@ def image_recipe(model: str, epochs: int = 105, milestones: tuple[int, ...] = (4
 TABULAR = Recipe("mlp", 400, "adam", 1e-2, None, hidden=(64, 64, 64))
 """The BO4SC study's ``overfit`` regime: a 3 x 64 MLP, full-batch Adam at 1e-2 for 400 epochs
 (where Standard over-fits Blobs 1.7 and Spiral 3.5; results/bo4sc)."""
-RECIPES = {"mnist1d": image_recipe("cnn1d"), "digits-images": image_recipe("cnn2d"),
-           "cifar10": image_recipe("resnet18", 350, (150, 250)),
-           "cifar100": image_recipe("resnet18", 350, (150, 250))}
+RECIPES = {
+    "mnist1d": image_recipe("cnn1d"),
+    "digits-images": image_recipe("cnn2d"),
+    "cifar10": image_recipe("resnet18", 350, (150, 250)),
+    "cifar100": image_recipe("resnet18", 350, (150, 250)),
+}
 """Every other dataset trains with :data:`TABULAR`. CIFAR: ResNet-18 with the papers' own
 350-epoch schedule, on the GPU when present."""
 
@@ -96,34 +110,54 @@ selected per seed -- focal γ ∈ {1, 2, 3}, ε ∈ {0.05, 0.1}, MMCE λ ∈ {1,
 (T = 10, η_w = 100, β = 10). CIFAR: the papers' stated values."""
 REUSED = {
     "mnist1d": {
-        "focal": {"gamma": 3.0}, "label-smoothing": {"eps": 0.05}, "mmce": {"lam": 1.0},
-        "dfl": {"gamma": 5.0}, "bsce": {"gamma": 4.0, "norm": 2},
-        "bsce-gra": {"gamma": 4.0, "norm": 1}, "ce-dece": {"meta_lr": 1e-4},
-        "flγ-sece": {"meta_lr": 1e-5}, "bo4sc": {"beta": 20.0, "inner_steps": 10,
-                                                 "weight_lr": 3.0}},
+        "focal": {"gamma": 3.0},
+        "label-smoothing": {"eps": 0.05},
+        "mmce": {"lam": 1.0},
+        "dfl": {"gamma": 5.0},
+        "bsce": {"gamma": 4.0, "norm": 2},
+        "bsce-gra": {"gamma": 4.0, "norm": 1},
+        "ce-dece": {"meta_lr": 1e-4},
+        "flγ-sece": {"meta_lr": 1e-5},
+        "bo4sc": {"beta": 20.0, "inner_steps": 10, "weight_lr": 3.0},
+    },
     "digits-images": {
-        "focal": {"gamma": 2.0}, "label-smoothing": {"eps": 0.05}, "mmce": {"lam": 4.0},
-        "dfl": {"gamma": 4.0}, "bsce": {"gamma": 2.0, "norm": 2},
-        "bsce-gra": {"gamma": 2.0, "norm": 1}, "ce-dece": {"meta_lr": 1e-5},
-        "flγ-sece": {"meta_lr": 1e-3}, "bo4sc": {"beta": 20.0, "inner_steps": 5,
-                                                 "weight_lr": 300.0}},
+        "focal": {"gamma": 2.0},
+        "label-smoothing": {"eps": 0.05},
+        "mmce": {"lam": 4.0},
+        "dfl": {"gamma": 4.0},
+        "bsce": {"gamma": 2.0, "norm": 2},
+        "bsce-gra": {"gamma": 2.0, "norm": 1},
+        "ce-dece": {"meta_lr": 1e-5},
+        "flγ-sece": {"meta_lr": 1e-3},
+        "bo4sc": {"beta": 20.0, "inner_steps": 5, "weight_lr": 300.0},
+    },
 }
 """The reused candidate of each tuned method on MNIST-1D and digits (:data:`CANDIDATES_DOC`;
 bsce-gra's study trained on the whole training split, the others on the benchmark's split)."""
 PAPER_VALUES = {
-    "focal": {"gamma": 1.0}, "label-smoothing": {"eps": 0.05}, "mmce": {"lam": 2.0},
-    "dfl": {"gamma": 5.0}, "bsce": {"gamma": 4.0, "norm": 2}, "bsce-gra": {"gamma": 4.0, "norm": 2},
-    "ce-dece": {"meta_lr": 1e-3}, "flγ-sece": {"meta_lr": 1e-3},
-    "bo4sc": {"beta": 20.0, "inner_steps": 10, "weight_lr": 30.0}}
+    "focal": {"gamma": 1.0},
+    "label-smoothing": {"eps": 0.05},
+    "mmce": {"lam": 2.0},
+    "dfl": {"gamma": 5.0},
+    "bsce": {"gamma": 4.0, "norm": 2},
+    "bsce-gra": {"gamma": 4.0, "norm": 2},
+    "ce-dece": {"meta_lr": 1e-3},
+    "flγ-sece": {"meta_lr": 1e-3},
+    "bo4sc": {"beta": 20.0, "inner_steps": 10, "weight_lr": 30.0},
+}
 """CIFAR (350 GPU epochs a candidate): the papers' stated values (the reference code's for
 BSCE, DFL and MMCE), Meta-Calibration's meta learning rate, and bo4sc-images' CIFAR point."""
 GAMMAS = (1.0, 3.0, 5.0)
 META_LRS = (1e-5, 1e-4, 1e-3)
 TABULAR_GRIDS = (
-    Grid("focal", gamma=(1.0, 2.0, 3.0)), Grid("label-smoothing", eps=(0.05, 0.1)),
-    Grid("mmce", lam=(1.0, 2.0, 4.0)), Grid("dfl", gamma=GAMMAS),
-    Grid("bsce", gamma=GAMMAS, norm=(1, 2)), Grid("bsce-gra", gamma=GAMMAS, norm=(1, 2)),
-    Grid("ce-dece", meta_lr=META_LRS), Grid("flγ-sece", meta_lr=META_LRS),
+    Grid("focal", gamma=(1.0, 2.0, 3.0)),
+    Grid("label-smoothing", eps=(0.05, 0.1)),
+    Grid("mmce", lam=(1.0, 2.0, 4.0)),
+    Grid("dfl", gamma=GAMMAS),
+    Grid("bsce", gamma=GAMMAS, norm=(1, 2)),
+    Grid("bsce-gra", gamma=GAMMAS, norm=(1, 2)),
+    Grid("ce-dece", meta_lr=META_LRS),
+    Grid("flγ-sece", meta_lr=META_LRS),
     Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10, "weight_lr": 100.0}]),
 )
 """The tabular sets' candidates (:data:`CANDIDATES_DOC`): meta-reg's grids, bsce-gra's thinned
@@ -136,8 +170,13 @@ class BenchmarkProtocol(StudyProtocol):
     ``val_batch_size``: the most meta-validation rows one BO4SC outer loss reads."""
 
     seeds: tuple[int, ...] = tuple(range(10))
-    datasets: tuple[str, ...] = ("mnist1d", "digits-images", "blobs-1.7", "spiral-3.5",
-                                 "breast-cancer")
+    datasets: tuple[str, ...] = (
+        "mnist1d",
+        "digits-images",
+        "blobs-1.7",
+        "spiral-3.5",
+        "breast-cancer",
+    )
     methods: tuple[str, ...] = tuple(METHODS)
     mnist1d_sizes: tuple[int, int, int] = (4000, 2000, 10000)
     tabular: Recipe = TABULAR
@@ -161,16 +200,25 @@ class BenchmarkProtocol(StudyProtocol):
 
 FULL = BenchmarkProtocol("full")
 QUICK = BenchmarkProtocol(
-    "quick", seeds=(0, 1), datasets=("blobs-1.7",),
+    "quick",
+    seeds=(0, 1),
+    datasets=("blobs-1.7",),
     tabular=Recipe("mlp", 60, "adam", 1e-2, None, hidden=(32, 32)),
-    tabular_grids=(Grid("focal", gamma=(2.0,)), Grid("label-smoothing", eps=(0.05,)),
-                   Grid("mmce", lam=(2.0,)), Grid("dfl", gamma=(3.0,)),
-                   Grid("bsce", gamma=(3.0,), norm=(2,)),
-                   Grid("bsce-gra", gamma=(3.0,), norm=(2,)),
-                   Grid("ce-dece", meta_lr=(1e-3,)), Grid("flγ-sece", meta_lr=(1e-3,)),
-                   Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10,
-                                         "weight_lr": 100.0}])),
-    notes=("--quick: Blobs 1.7 only, two seeds, a 2 x 32 MLP for 60 epochs, one candidate "
-           "per method; every method and both regimes, for tests and a first look, not for "
-           "conclusions.",))
+    tabular_grids=(
+        Grid("focal", gamma=(2.0,)),
+        Grid("label-smoothing", eps=(0.05,)),
+        Grid("mmce", lam=(2.0,)),
+        Grid("dfl", gamma=(3.0,)),
+        Grid("bsce", gamma=(3.0,), norm=(2,)),
+        Grid("bsce-gra", gamma=(3.0,), norm=(2,)),
+        Grid("ce-dece", meta_lr=(1e-3,)),
+        Grid("flγ-sece", meta_lr=(1e-3,)),
+        Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10, "weight_lr": 100.0}]),
+    ),
+    notes=(
+        "--quick: Blobs 1.7 only, two seeds, a 2 x 32 MLP for 60 epochs, one candidate "
+        "per method; every method and both regimes, for tests and a first look, not for "
+        "conclusions.",
+    ),
+)
 PROTOCOLS = {p.name: p for p in (FULL, QUICK)}

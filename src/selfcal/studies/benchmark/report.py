@@ -27,13 +27,23 @@ from selfcal.studies.benchmark.protocol import (
     SELECTION,
 )
 
-COLUMNS = (("ECE + TS", "ece_ts", 100.0), ("ECE", "ece", 100.0), ("ECE + iso", "ece_iso", 100.0),
-           ("accuracy", "accuracy", 100.0), ("NLL", "nll", 1.0), ("NLL + TS", "nll_ts", 1.0),
-           ("AdaECE", "adaece", 100.0), ("CW-ECE", "classwise_ece", 100.0),
-           ("AURC", "aurc", 100.0))
+COLUMNS = (
+    ("ECE + TS", "ece_ts", 100.0),
+    ("ECE", "ece", 100.0),
+    ("ECE + iso", "ece_iso", 100.0),
+    ("accuracy", "accuracy", 100.0),
+    ("NLL", "nll", 1.0),
+    ("NLL + TS", "nll_ts", 1.0),
+    ("AdaECE", "adaece", 100.0),
+    ("CW-ECE", "classwise_ece", 100.0),
+    ("AURC", "aurc", 100.0),
+)
 """The leaderboard's metric columns (%, NLL raw): test scores of the selected runs."""
-RIVALS = (("ECE − CE's", "ece", "ece"), ("ECE − (CE + TS)'s", "ece", "ece_ts"),
-          ("ECE + TS − (CE + TS)'s", "ece_ts", "ece_ts"))
+RIVALS = (
+    ("ECE − CE's", "ece", "ece"),
+    ("ECE − (CE + TS)'s", "ece", "ece_ts"),
+    ("ECE + TS − (CE + TS)'s", "ece_ts", "ece_ts"),
+)
 """The paired comparisons against CE: (column, the method's metric, CE's metric)."""
 WORDS = {"better": "**better**", "tied": "tied", "worse": "worse"}
 
@@ -55,8 +65,10 @@ def entries(results: StudyResults, dataset: str, regime: str) -> list[Entry]:
     rank = ranks(results, dataset, methods, "ece_ts", regime)
     out = []
     for m in methods:
-        diffs = tuple(None if m == "ce" else compare(results, dataset, (m, mine), ("ce", theirs),
-                                                     regime) for _, mine, theirs in RIVALS)
+        diffs = tuple(
+            None if m == "ce" else compare(results, dataset, (m, mine), ("ce", theirs), regime)
+            for _, mine, theirs in RIVALS
+        )
         out.append(Entry(m, rank[m], diffs, time_ratio(results, dataset, m, regime)))
     mean = {m: results.get(dataset, m, "ece_ts", regime) for m in methods}
     return sorted(out, key=lambda e: mean[e.method].mean if mean[e.method] else float("inf"))
@@ -65,8 +77,14 @@ def entries(results: StudyResults, dataset: str, regime: str) -> list[Entry]:
 def time_ratio(results: StudyResults, dataset: str, method: str, regime: str) -> float | None:
     """Median training seconds over seeds relative to CE's median (medians: the first run of
     each worker process also pays its warm-up)."""
-    seconds = {m: [r.metrics["train_seconds"] for r in results.runs(dataset, m, regime)
-                   if "train_seconds" in r.metrics] for m in (method, "ce")}
+    seconds = {
+        m: [
+            r.metrics["train_seconds"]
+            for r in results.runs(dataset, m, regime)
+            if "train_seconds" in r.metrics
+        ]
+        for m in (method, "ce")
+    }
     if not seconds[method] or not seconds["ce"]:
         return None
     return statistics.median(seconds[method]) / statistics.median(seconds["ce"])
@@ -80,17 +98,25 @@ def table(results: StudyResults, dataset: str, regime: str) -> list[str]:
     head = ["rank", "method", *(n for n, _, _ in COLUMNS), "time × CE", *(n for n, _, _ in RIVALS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for e in entries(results, dataset, regime):
-        cells = [cell(results, dataset, e.method, metric, regime, scale, 3 if scale == 1 else 2)
-                 for _, metric, scale in COLUMNS]
+        cells = [
+            cell(results, dataset, e.method, metric, regime, scale, 3 if scale == 1 else 2)
+            for _, metric, scale in COLUMNS
+        ]
         ratio = "—" if e.time_ratio is None else f"{e.time_ratio:.2f}"
-        lines.append(f"| {e.rank} | {LABELS[e.method]} | " + " | ".join(cells) + f" | {ratio} | "
-                     + " | ".join(difference_cell(d) for d in e.differences) + " |")
+        lines.append(
+            f"| {e.rank} | {LABELS[e.method]} | "
+            + " | ".join(cells)
+            + f" | {ratio} | "
+            + " | ".join(difference_cell(d) for d in e.differences)
+            + " |"
+        )
     return lines
 
 
 # ----------------------------------------------------------------------------- summary
-def verdicts(results: StudyResults, regime: str, column: int, verdict: str
-             ) -> list[tuple[str, str, Difference]]:
+def verdicts(
+    results: StudyResults, regime: str, column: int, verdict: str
+) -> list[tuple[str, str, Difference]]:
     """``(dataset, method, difference)`` of every method whose ``RIVALS[column]`` comparison
     has ``verdict``."""
     out = []
@@ -102,16 +128,17 @@ def verdicts(results: StudyResults, regime: str, column: int, verdict: str
     return out
 
 
-def listing(results: StudyResults, regime: str,
-            found: list[tuple[str, str, Difference]]) -> str:
+def listing(results: StudyResults, regime: str, found: list[tuple[str, str, Difference]]) -> str:
     """``LABEL on DATASET (ECE difference; accuracy difference against CE)``, or ``none``."""
     if not found:
         return "none"
     out = []
     for d, m, diff in found:
         accuracy = compare(results, d, (m, "accuracy"), ("ce", "accuracy"), regime)
-        out.append(f"{LABELS[m]} on {d} ({diff.format(100.0, 2)}; accuracy "
-                   f"{'—' if accuracy is None else accuracy.format(100.0, 2)})")
+        out.append(
+            f"{LABELS[m]} on {d} ({diff.format(100.0, 2)}; accuracy "
+            f"{'—' if accuracy is None else accuracy.format(100.0, 2)})"
+        )
     return "; ".join(out)
 
 
@@ -122,17 +149,23 @@ def summary_lines(results: StudyResults) -> list[str]:
     for regime in regime_names(results):
         pairs = sum(len(entries(results, d, regime)) - 1 for d in results.datasets)
         worse = verdicts(results, regime, 2, "worse")
-        better = [listing(results, regime, verdicts(results, regime, column, "better"))
-                  for column in range(len(RIVALS))]
-        lines += [f"**{regime} regime** ({pairs} method × dataset pairs against CE; "
-                  "differences in points, method − CE, paired 95% CI over seeds):", "",
-                  f"- better than CE + TS without post-hoc calibration: {better[1]}.",
-                  f"- better than CE + TS with TS applied to them too: {better[2]}.",
-                  f"- worse than CE + TS with TS applied to them too: {len(worse)} of {pairs}.",
-                  f"- better than raw CE (no post-hoc calibration on either): {better[0]}.",
-                  f"- chance: with {pairs} uncorrected comparisons per line, about "
-                  f"{0.025 * pairs:.1f} \"better\" verdicts per line are expected even if no "
-                  "method differed from CE.", ""]
+        better = [
+            listing(results, regime, verdicts(results, regime, column, "better"))
+            for column in range(len(RIVALS))
+        ]
+        lines += [
+            f"**{regime} regime** ({pairs} method × dataset pairs against CE; "
+            "differences in points, method − CE, paired 95% CI over seeds):",
+            "",
+            f"- better than CE + TS without post-hoc calibration: {better[1]}.",
+            f"- better than CE + TS with TS applied to them too: {better[2]}.",
+            f"- worse than CE + TS with TS applied to them too: {len(worse)} of {pairs}.",
+            f"- better than raw CE (no post-hoc calibration on either): {better[0]}.",
+            f"- chance: with {pairs} uncorrected comparisons per line, about "
+            f'{0.025 * pairs:.1f} "better" verdicts per line are expected even if no '
+            "method differed from CE.",
+            "",
+        ]
     return lines
 
 
@@ -142,13 +175,17 @@ def regime_names(results: StudyResults) -> list[str]:
 
 # ----------------------------------------------------------------------------- report
 def recipe_lines(results: StudyResults) -> list[str]:
-    lines = ["| dataset | backbone | optimizer | epochs | batch | milestones |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | backbone | optimizer | epochs | batch | milestones |",
+        "|---|---|---|---|---|---|",
+    ]
     for d in results.datasets:
         r = results.protocol.recipe(d)
         backbone = r.model if r.hidden is None else f"MLP {' × '.join(map(str, r.hidden))}"
-        lines.append(f"| {d} | {backbone} | {r.optimizer} {r.lr:g} | {r.epochs} | "
-                     f"{r.batch_size or 'full'} | {', '.join(map(str, r.milestones)) or '—'} |")
+        lines.append(
+            f"| {d} | {backbone} | {r.optimizer} {r.lr:g} | {r.epochs} | "
+            f"{r.batch_size or 'full'} | {', '.join(map(str, r.milestones)) or '—'} |"
+        )
     return lines
 
 
@@ -156,28 +193,52 @@ def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import benchmark
     from selfcal.studies.benchmark import execute
 
-    parts = ["## Summary", "", *summary_lines(results), "## Protocol", "",
-             *prose(benchmark.__doc__), *prose(execute.__doc__), REGIMES_DOC, "",
-             *recipe_lines(results), "", *prose(CANDIDATES_DOC),
-             f"Candidates are selected per seed and regime by the {SELECTION}. Cells: mean ± "
-             "95% CI half-width over seeds (% except NLL). Rank: 1 + the number of methods "
-             "whose post-TS ECE is significantly lower (paired 95% t-interval). The last three "
-             "columns are paired differences against CE's runs of the same seeds (ECE "
-             "points): **better** / worse when the interval excludes 0, no "
-             "multiple-comparison correction. time × CE: the median training time over seeds "
-             "relative to CE's.", ""]
+    parts = [
+        "## Summary",
+        "",
+        *summary_lines(results),
+        "## Protocol",
+        "",
+        *prose(benchmark.__doc__),
+        *prose(execute.__doc__),
+        REGIMES_DOC,
+        "",
+        *recipe_lines(results),
+        "",
+        *prose(CANDIDATES_DOC),
+        f"Candidates are selected per seed and regime by the {SELECTION}. Cells: mean ± "
+        "95% CI half-width over seeds (% except NLL). Rank: 1 + the number of methods "
+        "whose post-TS ECE is significantly lower (paired 95% t-interval). The last three "
+        "columns are paired differences against CE's runs of the same seeds (ECE "
+        "points): **better** / worse when the interval excludes 0, no "
+        "multiple-comparison correction. time × CE: the median training time over seeds "
+        "relative to CE's.",
+        "",
+    ]
     if not any(d in _images.CIFAR for d in results.datasets):
-        parts += ["CIFAR-10/100 rows were not run: their files are not under `$SELFCAL_DATA` "
-                  "(they run with ResNet-18 and the papers' 350-epoch schedule when present).",
-                  ""]
+        parts += [
+            "CIFAR-10/100 rows were not run: their files are not under `$SELFCAL_DATA` "
+            "(they run with ResNet-18 and the papers' 350-epoch schedule when present).",
+            "",
+        ]
     for d in results.datasets:
         for regime in regime_names(results):
-            parts += [f"## {d}, {regime} regime", "", *table(results, d, regime), "",
-                      detectable_line(results, d, "ce", list(results.protocol.methods),
-                                      "ece_ts", regime), ""]
-    parts += ["## Hyperparameters selected on validation", "",
-              "Tuned values and (`epochs`) the checkpoint each regime evaluated.", "",
-              *hyperparameter_table(results, list(results.protocol.methods), LABELS), ""]
+            parts += [
+                f"## {d}, {regime} regime",
+                "",
+                *table(results, d, regime),
+                "",
+                detectable_line(results, d, "ce", list(results.protocol.methods), "ece_ts", regime),
+                "",
+            ]
+    parts += [
+        "## Hyperparameters selected on validation",
+        "",
+        "Tuned values and (`epochs`) the checkpoint each regime evaluated.",
+        "",
+        *hyperparameter_table(results, list(results.protocol.methods), LABELS),
+        "",
+    ]
     return parts
 
 
@@ -197,14 +258,25 @@ def payload(results: StudyResults) -> dict[str, Any]:
     for d in results.datasets:
         for regime in regime_names(results):
             for e in entries(results, d, regime):
-                stats = {metric: results.get(d, e.method, metric, regime)
-                         for _, metric, _ in COLUMNS}
-                board.append({
-                    "dataset": d, "regime": regime, "method": e.method, "rank": e.rank,
-                    **{k: None if a is None else a.as_dict() for k, a in stats.items()},
-                    "time_ratio": e.time_ratio,
-                    **{key: None if diff is None else {**diff.as_dict(),
-                                                       "verdict": diff.verdict()}
-                       for key, diff in zip(("ece_vs_ce", "ece_vs_ce_ts", "ece_ts_vs_ce_ts"),
-                                            e.differences)}})
+                stats = {
+                    metric: results.get(d, e.method, metric, regime) for _, metric, _ in COLUMNS
+                }
+                board.append(
+                    {
+                        "dataset": d,
+                        "regime": regime,
+                        "method": e.method,
+                        "rank": e.rank,
+                        **{k: None if a is None else a.as_dict() for k, a in stats.items()},
+                        "time_ratio": e.time_ratio,
+                        **{
+                            key: None
+                            if diff is None
+                            else {**diff.as_dict(), "verdict": diff.verdict()}
+                            for key, diff in zip(
+                                ("ece_vs_ce", "ece_vs_ce_ts", "ece_ts_vs_ce_ts"), e.differences
+                            )
+                        },
+                    }
+                )
     return {"leaderboard": board}

@@ -16,14 +16,18 @@ from typing import Any
 
 NAMES = {"ls": "label-smoothing", "flg-sece": "flγ-sece"}
 """Method names of the paper studies that the benchmark spells differently."""
-SOURCES = {"meta-reg": ("focal", "ls", "mmce", "ce-dece", "flg-sece"),
-           "bsce-gra": ("dfl", "bsce", "bsce-gra"), "bo4sc-images": ("bo4sc",)}
+SOURCES = {
+    "meta-reg": ("focal", "ls", "mmce", "ce-dece", "flg-sece"),
+    "bsce-gra": ("dfl", "bsce", "bsce-gra"),
+    "bo4sc-images": ("bo4sc",),
+}
 """Which study each method's values come from (MMCE: meta-reg, which trains on the same
 reduced training set as the benchmark)."""
 
 
-def pooled_choices(study_name: str, path: str, regime: str = "long"
-                   ) -> dict[tuple[str, str], dict[str, Any]]:
+def pooled_choices(
+    study_name: str, path: str, regime: str = "long"
+) -> dict[tuple[str, str], dict[str, Any]]:
     """``{(dataset, method): candidate}`` of one study's store (its full protocol)."""
     from selfcal.experiments.store import ResultsStore
     from selfcal.experiments.study import get_study
@@ -33,10 +37,14 @@ def pooled_choices(study_name: str, path: str, regime: str = "long"
     scores: dict[tuple[str, str, tuple], list[float]] = defaultdict(list)
     for record in ResultsStore(path).runs(study=study_name):
         method = record.spec.method
-        if record.key in keys and record.spec.hparams.get("regime") == regime and \
-                method in SOURCES[study_name]:
-            config = tuple(sorted((k[3:], v) for k, v in record.spec.hparams.items()
-                                  if k.startswith("hp.")))
+        if (
+            record.key in keys
+            and record.spec.hparams.get("regime") == regime
+            and method in SOURCES[study_name]
+        ):
+            config = tuple(
+                sorted((k[3:], v) for k, v in record.spec.hparams.items() if k.startswith("hp."))
+            )
             scores[(record.spec.dataset, method, config)].append(record.metrics["val_ece"])
     best: dict[tuple[str, str], tuple[float, tuple]] = {}
     for (dataset, method, config), values in sorted(scores.items()):

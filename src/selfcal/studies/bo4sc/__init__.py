@@ -17,10 +17,12 @@ from selfcal.studies.bo4sc.protocol import METHODS, PROTOCOLS, Bo4scProtocol
 class Bo4sc(Study):
     name = "bo4sc"
     title = "BO4SC reproduction (Sanguin et al., AICS 2024, Table 1 and Figures 1-3)"
-    help = ("BO4SC (Sanguin et al. 2024): Table 1 and Figures 1-3 -- Standard / IsoReg / "
-            "temperature scaling / BO4SC on Blobs, Spiral, BAC and two held-out sets, 5 seeds, "
-            "three regimes (NLL early stopping; the paper's selection by validation accuracy; a "
-            "larger network trained to overfit), beside the published numbers.")
+    help = (
+        "BO4SC (Sanguin et al. 2024): Table 1 and Figures 1-3 -- Standard / IsoReg / "
+        "temperature scaling / BO4SC on Blobs, Spiral, BAC and two held-out sets, 5 seeds, "
+        "three regimes (NLL early stopping; the paper's selection by validation accuracy; a "
+        "larger network trained to overfit), beside the published numbers."
+    )
     version = 3
     protocols = PROTOCOLS
 
@@ -28,10 +30,15 @@ class Bo4sc(Study):
         out = []
         for r in protocol.regimes:
             for method in METHODS:
-                configs = (r.grid.configs() if method == "bo4sc"
-                           else [{"lr": lr} for lr in r.standard_lrs])
-                out += [self.spec(protocol, d, method, seed, regime=r.name, config=c)
-                        for d in protocol.datasets for c in configs for seed in protocol.seeds]
+                configs = (
+                    r.grid.configs() if method == "bo4sc" else [{"lr": lr} for lr in r.standard_lrs]
+                )
+                out += [
+                    self.spec(protocol, d, method, seed, regime=r.name, config=c)
+                    for d in protocol.datasets
+                    for c in configs
+                    for seed in protocol.seeds
+                ]
         return sorted(out, key=lambda s: s.method != "bo4sc")  # the longest groups first
 
     def batch_by(self, spec) -> Hashable:
@@ -42,4 +49,3 @@ class Bo4sc(Study):
 
         protocol = self.protocol_of(record.spec)
         return protocol.regime(regime(record)).criterion(record.spec.method)
-

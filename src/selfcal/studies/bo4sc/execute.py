@@ -83,8 +83,7 @@ def spec_key(spec: RunSpec) -> tuple:
 
 def execute(protocol: Bo4scProtocol, group: list[RunSpec]) -> list[RunResult]:
     fam = family(group[0].method)
-    regimes = [protocol.regime(r) for r in dict.fromkeys(str(s.hparams["regime"])
-                                                         for s in group)]
+    regimes = [protocol.regime(r) for r in dict.fromkeys(str(s.hparams["regime"]) for s in group)]
     members = sorted({(spec.dataset, spec.seed) for spec in group})
     runner = bo4sc_runs if fam == "bo4sc" else standard_runs
     results = runner(protocol, members, regimes)
@@ -105,8 +104,11 @@ class Problems:
 
     def index(self) -> list[tuple[Member, dict[str, Any], int]]:
         """``(member, config, problem)`` for every problem."""
-        return [(m, c, i * len(self.configs) + j) for i, m in enumerate(self.members)
-                for j, c in enumerate(self.configs)]
+        return [
+            (m, c, i * len(self.configs) + j)
+            for i, m in enumerate(self.members)
+            for j, c in enumerate(self.configs)
+        ]
 
     def initial_params(self) -> dict[str, torch.Tensor]:
         """Each member's MLP initialisation: its seed's (the same for every configuration,
@@ -114,9 +116,16 @@ class Problems:
         from selfcal.models import build_model, stack_models
 
         first = self.data[self.members[0]]
-        models = [build_model("mlp", seed=seed, n_features=first.n_features,
-                              n_classes=first.n_classes, hidden=self.hidden)
-                  for (_, seed), _, _ in self.index()]
+        models = [
+            build_model(
+                "mlp",
+                seed=seed,
+                n_features=first.n_features,
+                n_classes=first.n_classes,
+                hidden=self.hidden,
+            )
+            for (_, seed), _, _ in self.index()
+        ]
         params, _ = stack_models(models)
         return {k: v.detach() for k, v in params.items()}
 
@@ -132,8 +141,9 @@ def template(data: Any, hidden: tuple[int, ...]) -> torch.nn.Module:
     """The MLP of the study on the meta device (its structure only, for functional calls)."""
     from selfcal.models import build_model
 
-    return build_model("mlp", seed=0, n_features=data.n_features, n_classes=data.n_classes,
-                       hidden=hidden).to("meta")
+    return build_model(
+        "mlp", seed=0, n_features=data.n_features, n_classes=data.n_classes, hidden=hidden
+    ).to("meta")
 
 
 def load(members: Sequence[Member]) -> dict[Member, Any]:
@@ -147,15 +157,21 @@ def load(members: Sequence[Member]) -> dict[Member, Any]:
     return data
 
 
-def forward(model: torch.nn.Module, params: dict[str, torch.Tensor],
-            x: torch.Tensor) -> torch.Tensor:
+def forward(
+    model: torch.nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
     with torch.no_grad():
         return functional_call(model, params, (x,)).detach()
 
 
-def checkpoint_scores(model: torch.nn.Module, snapshots: list[dict[str, torch.Tensor]],
-                      x: torch.Tensor, y: torch.Tensor) -> dict[str, np.ndarray]:
+def checkpoint_scores(
+    model: torch.nn.Module,
+    snapshots: list[dict[str, torch.Tensor]],
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> dict[str, np.ndarray]:
     """Validation NLL and accuracy ``(problems, checkpoints)`` of every snapshot."""
+
     def scores(params, x, y):
         z = functional_call(model, params, (x,))
         return F.cross_entropy(z, y), (z.argmax(1) == y).float().mean()
@@ -166,8 +182,10 @@ def checkpoint_scores(model: torch.nn.Module, snapshots: list[dict[str, torch.Te
             n, a = vmap(scores)(snapshot, x, y)
             nll.append(n.numpy())
             acc.append(a.numpy())
-    return {"val_nll": np.stack(nll, 1).astype(np.float64),
-            "val_accuracy": np.stack(acc, 1).astype(np.float64)}
+    return {
+        "val_nll": np.stack(nll, 1).astype(np.float64),
+        "val_accuracy": np.stack(acc, 1).astype(np.float64),
+    }
 
 
 def pick(regime: Regime, method: str, scores: dict[str, np.ndarray], problem: int) -> int:
@@ -181,39 +199,54 @@ def pick(regime: Regime, method: str, scores: dict[str, np.ndarray], problem: in
 
 
 # ------------------------------------------------------------------------------ Standard
-def standard_runs(protocol: Bo4scProtocol, members: list[Member],
-                  regimes: list[Regime]) -> dict[tuple, RunResult]:
+def standard_runs(
+    protocol: Bo4scProtocol, members: list[Member], regimes: list[Regime]
+) -> dict[tuple, RunResult]:
     first = regimes[0]
     data = load(members)
     problems = Problems(members, grid(lr=first.standard_lrs), data, first.hidden)
     model = template(data[members[0]], first.hidden)
     x, y = problems.stacked("train")
-    snapshots = train_standard(model, problems.initial_params(), x, y, problems.hyper("lr"),
-                               first.epochs, protocol.checkpoint_every)
+    snapshots = train_standard(
+        model,
+        problems.initial_params(),
+        x,
+        y,
+        problems.hyper("lr"),
+        first.epochs,
+        protocol.checkpoint_every,
+    )
     scores = checkpoint_scores(model, snapshots, *problems.stacked("val"))
     out = {}
     for regime in regimes:
         for member, config, p in problems.index():
             k = pick(regime, "standard", scores, p)
             params = {name: t[p] for name, t in snapshots[k].items()}
-            chosen = {"hp.epochs": float(protocol.checkpoint_every * (k + 1)),
-                      **{name: float(v[p, k]) for name, v in scores.items()}}
+            chosen = {
+                "hp.epochs": float(protocol.checkpoint_every * (k + 1)),
+                **{name: float(v[p, k]) for name, v in scores.items()},
+            }
             figure = member[1] == protocol.seeds[0]
-            for method, result in posthoc_results(protocol, data[member], model, params,
-                                                  chosen, figure).items():
+            for method, result in posthoc_results(
+                protocol, data[member], model, params, chosen, figure
+            ).items():
                 out[key(method, regime.name, config, member)] = result
     return out
 
 
-def posthoc_results(protocol: Bo4scProtocol, split: Any, model: torch.nn.Module,
-                    params: dict[str, torch.Tensor], chosen: dict[str, float],
-                    figure: bool) -> dict[str, RunResult]:
+def posthoc_results(
+    protocol: Bo4scProtocol,
+    split: Any,
+    model: torch.nn.Module,
+    params: dict[str, torch.Tensor],
+    chosen: dict[str, float],
+    figure: bool,
+) -> dict[str, RunResult]:
     """Standard, IsoReg and TS results of one Standard model."""
     from selfcal import Predictions
     from selfcal.posthoc import IsotonicCalibration, TemperatureScaling
 
-    logits, val_logits = forward(model, params, split.test.x), forward(model, params,
-                                                                       split.val.x)
+    logits, val_logits = forward(model, params, split.test.x), forward(model, params, split.val.x)
     standard = Predictions.from_logits(logits, split.test.y)
     iso = IsotonicCalibration().fit(logits=val_logits, labels=split.val.y)
     iso_pred = standard.with_confidence(iso.predict_confidence(logits=logits))
@@ -250,8 +283,9 @@ def train_standard(model, params, x, y, lr, epochs: int, every: int):
 
 
 # ------------------------------------------------------------------------------ BO4SC
-def bo4sc_runs(protocol: Bo4scProtocol, members: list[Member],
-               regimes: list[Regime]) -> dict[tuple, RunResult]:
+def bo4sc_runs(
+    protocol: Bo4scProtocol, members: list[Member], regimes: list[Regime]
+) -> dict[tuple, RunResult]:
     first = regimes[0]
     data = load(members)
     model = template(data[members[0]], first.hidden)
@@ -260,23 +294,38 @@ def bo4sc_runs(protocol: Bo4scProtocol, members: list[Member],
     for t in dict.fromkeys(c["T"] for c in configs):
         problems = Problems(members, [c for c in configs if c["T"] == t], data, first.hidden)
         run = trajectories(protocol, first, model, problems, t)
-        scores = {**checkpoint_scores(model, run["snapshots"], *problems.stacked("val")),
-                  "val_bce": run["val_bce"]}
+        scores = {
+            **checkpoint_scores(model, run["snapshots"], *problems.stacked("val")),
+            "val_bce": run["val_bce"],
+        }
         for regime in regimes:
             for member, config, p in problems.index():
                 k = pick(regime, "bo4sc", scores, p)
                 epochs = protocol.checkpoint_every * (k + 1)
                 history = run["weights"][p, : epochs // t + 1]
                 out[key("bo4sc", regime.name, config, member)] = bo4sc_result(
-                    protocol, member, data[member], model,
-                    {name: x[p] for name, x in run["snapshots"][k].items()}, config,
-                    {"hp.epochs": float(epochs),
-                     **{name: float(v[p, k]) for name, v in scores.items()}}, history)
+                    protocol,
+                    member,
+                    data[member],
+                    model,
+                    {name: x[p] for name, x in run["snapshots"][k].items()},
+                    config,
+                    {
+                        "hp.epochs": float(epochs),
+                        **{name: float(v[p, k]) for name, v in scores.items()},
+                    },
+                    history,
+                )
     return out
 
 
-def trajectories(protocol: Bo4scProtocol, regime: Regime, model: torch.nn.Module,
-                 problems: Problems, inner_steps: int) -> dict[str, Any]:
+def trajectories(
+    protocol: Bo4scProtocol,
+    regime: Regime,
+    model: torch.nn.Module,
+    problems: Problems,
+    inner_steps: int,
+) -> dict[str, Any]:
     """Every problem's BO4SC run: parameters and outer loss (validation BCE) at each
     checkpoint, and the weights after every outer iteration."""
     from selfcal.bilevel.bo4sc import BO4SCConfig, BO4SCData, bo4sc_init, bo4sc_step
@@ -289,8 +338,9 @@ def trajectories(protocol: Bo4scProtocol, regime: Regime, model: torch.nn.Module
     beta = problems.hyper("beta")
 
     def config(lr, wlr, b):
-        return BO4SCConfig(estimator=Unrolled(inner_steps), inner_optimizer=Adam(lr),
-                           weight_lr=wlr, beta=b)
+        return BO4SCConfig(
+            estimator=Unrolled(inner_steps), inner_optimizer=Adam(lr), weight_lr=wlr, beta=b
+        )
 
     def init(theta):
         one = torch.tensor(1.0)
@@ -309,14 +359,23 @@ def trajectories(protocol: Bo4scProtocol, regime: Regime, model: torch.nn.Module
         if (it * inner_steps) % protocol.checkpoint_every == 0:
             val_bce.append(info.outer_loss.detach().numpy())
             snapshots.append(state.params)
-    return {"val_bce": np.stack(val_bce, 1).astype(np.float64), "snapshots": snapshots,
-            "weights": torch.stack(weights, 1).numpy()}
+    return {
+        "val_bce": np.stack(val_bce, 1).astype(np.float64),
+        "snapshots": snapshots,
+        "weights": torch.stack(weights, 1).numpy(),
+    }
 
 
-def bo4sc_result(protocol: Bo4scProtocol, member: Member, split: Any,
-                 model: torch.nn.Module, params: dict[str, torch.Tensor],
-                 config: dict[str, Any], chosen: dict[str, float],
-                 history: np.ndarray) -> RunResult:
+def bo4sc_result(
+    protocol: Bo4scProtocol,
+    member: Member,
+    split: Any,
+    model: torch.nn.Module,
+    params: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    chosen: dict[str, float],
+    history: np.ndarray,
+) -> RunResult:
     from selfcal import Predictions
     from selfcal.bilevel.bo4sc import boltzmann_confidence
 
@@ -325,8 +384,10 @@ def bo4sc_result(protocol: Bo4scProtocol, member: Member, split: Any,
     dataset, seed = member
     kept: dict[str, np.ndarray] = {}
     if seed == protocol.seeds[0]:
-        kept = {PARAMS: flat(params),
-                TEST_CONFIDENCE_SMOOTH: smooth.confidence.numpy().astype(np.float32)}
+        kept = {
+            PARAMS: flat(params),
+            TEST_CONFIDENCE_SMOOTH: smooth.confidence.numpy().astype(np.float32),
+        }
         if dataset == FIG3_DATASET:
             train_logits = forward(model, params, split.train.x)
             kept[WEIGHT_HISTORY] = history.astype(np.float32)
@@ -358,14 +419,24 @@ def top_label_metrics(protocol: Bo4scProtocol, pred: Any) -> dict[str, float]:
     }
 
 
-def result(protocol: Bo4scProtocol, pred: Any, chosen: dict[str, float],
-           artefacts: dict[str, np.ndarray], proper_scores: Any = None) -> RunResult:
+def result(
+    protocol: Bo4scProtocol,
+    pred: Any,
+    chosen: dict[str, float],
+    artefacts: dict[str, np.ndarray],
+    proper_scores: Any = None,
+) -> RunResult:
     """Test metrics of ``pred`` (NLL / Brier from ``proper_scores`` when the calibrated
     probability vector differs from the scores), with the validation scores and the chosen
     epoch."""
     import selfcal.metrics as M
 
     scored = pred if proper_scores is None else proper_scores
-    metrics = {"accuracy": float(M.accuracy(pred)), **top_label_metrics(protocol, pred),
-               "nll": float(M.nll(scored)), "brier": float(M.brier(scored)), **chosen}
+    metrics = {
+        "accuracy": float(M.accuracy(pred)),
+        **top_label_metrics(protocol, pred),
+        "nll": float(M.nll(scored)),
+        "brier": float(M.brier(scored)),
+        **chosen,
+    }
     return RunResult(metrics=metrics, artefacts=artefacts)

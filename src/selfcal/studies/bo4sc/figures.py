@@ -31,8 +31,7 @@ def figures(results: StudyResults) -> dict[str, Any]:
     out = {}
     for r in results.protocol.regimes:
         out[f"fig1_confidence_regions_{FIG1_DATASET}_{r.name}.png"] = figure1(results, r.name)
-        out[f"fig2_histograms_reliability_{FIG2_DATASET}_{r.name}.png"] = figure2(results,
-                                                                                r.name)
+        out[f"fig2_histograms_reliability_{FIG2_DATASET}_{r.name}.png"] = figure2(results, r.name)
         out[f"fig3_weights_{FIG3_DATASET}_{r.name}.png"] = figure3(results, r.name)
         out[f"rejection_risk_coverage_{r.name}.png"] = rejection_figure(results, r.name)
     return out
@@ -48,8 +47,13 @@ class Rebuilt:
         self.run = run
         self.data = load_dataset(run.spec.dataset, run.spec.seed)
         hidden = results.protocol.regime(regime(run)).hidden
-        self.model = build_model("mlp", seed=0, n_features=self.data.n_features,
-                                 n_classes=self.data.n_classes, hidden=hidden)
+        self.model = build_model(
+            "mlp",
+            seed=0,
+            n_features=self.data.n_features,
+            n_classes=self.data.n_classes,
+            hidden=hidden,
+        )
         flat = torch.from_numpy(results.artefact(run, PARAMS))
         torch.nn.utils.vector_to_parameters(flat, self.model.parameters())
         self.iso = None
@@ -87,8 +91,7 @@ class Rebuilt:
         return pred.with_confidence(self.confidence(self.data.test.x))
 
 
-def _rebuilt(results: StudyResults, dataset: str, method: str, regime_name: str
-             ) -> Rebuilt | None:
+def _rebuilt(results: StudyResults, dataset: str, method: str, regime_name: str) -> Rebuilt | None:
     run = results.run(dataset, method, results.protocol.seeds[0], regime_name)
     return None if run is None or PARAMS not in run.artefacts else Rebuilt(results, run)
 
@@ -111,8 +114,13 @@ def figure1(results: StudyResults, regime_name: str) -> Any:
         points = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], 1))
         conf = rebuilt.confidence(rebuilt.data.standardize(points)).numpy().reshape(xx.shape)
         maps[f"{LABELS[method]} ({regime_name})"] = ConfidenceRegionDisplay(
-            xx=xx, yy=yy, confidence=np.clip(conf, 0, 1), x=rebuilt.data.raw("test").numpy(),
-            y=rebuilt.data.test.y.numpy(), name=LABELS[method])
+            xx=xx,
+            yy=yy,
+            confidence=np.clip(conf, 0, 1),
+            x=rebuilt.data.raw("test").numpy(),
+            y=rebuilt.data.test.y.numpy(),
+            name=LABELS[method],
+        )
     return bo4sc_figure1(maps)
 
 
@@ -141,9 +149,11 @@ def figure3(results: StudyResults, regime_name: str) -> Any:
     wrong = results.artefact(run, TRAIN_MISCLASSIFIED)
     data = load_dataset(FIG3_DATASET, run.spec.seed)
     return bo4sc_figure3(
-        WeightTrajectoryDisplay(history=history, misclassified=wrong,
-                                epoch_unit=int(hyperparameters(run)["T"])),
-        WeightMapDisplay(x=data.raw("train").numpy(), weights=history[-1], misclassified=wrong))
+        WeightTrajectoryDisplay(
+            history=history, misclassified=wrong, epoch_unit=int(hyperparameters(run)["T"])
+        ),
+        WeightMapDisplay(x=data.raw("train").numpy(), weights=history[-1], misclassified=wrong),
+    )
 
 
 def rejection_figure(results: StudyResults, regime_name: str) -> Any:
@@ -157,6 +167,7 @@ def rejection_figure(results: StudyResults, regime_name: str) -> Any:
         for method in FIGURE_METHODS:
             rebuilt = _rebuilt(results, d, method, regime_name)
             if rebuilt is not None:
-                RiskCoverageDisplay.from_predictions(rebuilt.prediction(), name=LABELS[method],
-                                                     ax=ax, title=f"{d} ({regime_name})")
+                RiskCoverageDisplay.from_predictions(
+                    rebuilt.prediction(), name=LABELS[method], ax=ax, title=f"{d} ({regime_name})"
+                )
     return fig

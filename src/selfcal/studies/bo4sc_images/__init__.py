@@ -15,14 +15,17 @@ from selfcal.studies.bo4sc_images.protocol import PROTOCOLS, SELECTION, BO4SCIma
 class BO4SCImages(Study):
     name = "bo4sc-images"
     title = "BO4SC on images: minibatch BO4SC against CE and CE + TS"
-    help = ("Minibatch BO4SC against cross-entropy (raw and temperature-scaled) on MNIST-1D and "
-            "digits (CIFAR when present), the image studies' recipe and epoch budgets, eta_w "
-            "and T selected on validation, a short and a long schedule, 10 seeds; weight "
-            "figures as [BO4SC] Fig. 3.")
+    help = (
+        "Minibatch BO4SC against cross-entropy (raw and temperature-scaled) on MNIST-1D and "
+        "digits (CIFAR when present), the image studies' recipe and epoch budgets, eta_w "
+        "and T selected on validation, a short and a long schedule, 10 seeds; weight "
+        "figures as [BO4SC] Fig. 3."
+    )
     version = 1
     protocols = PROTOCOLS
     selection = SELECTION
 
     def specs(self, protocol: BO4SCImagesProtocol):
-        return _images.regime_specs(self, protocol, protocol.methods,
-                                    _images.sweep_datasets(protocol))
+        return _images.regime_specs(
+            self, protocol, protocol.methods, _images.sweep_datasets(protocol)
+        )

@@ -50,15 +50,23 @@ def run(protocol: BO4SCImagesProtocol, spec: RunSpec) -> RunResult:
     else:
         options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
         device = _images.train_config(protocol, regime, spec.dataset, spec.seed).device
-        fitted = train_bo4sc(protocol, regime, spec.seed, model.to(device), train, meta_val,
-                             options, transform)
+        fitted = train_bo4sc(
+            protocol, regime, spec.seed, model.to(device), train, meta_val, options, transform
+        )
         artefacts, metrics = weight_record(model, fitted, train)
     scores, _ = _images.evaluate(protocol, model, data)
     return RunResult(metrics={**scores, **metrics}, artefacts=artefacts)
 
 
-def train_ce(protocol: BO4SCImagesProtocol, regime: _images.Regime, spec: RunSpec,
-             model: torch.nn.Module, train: tuple, val: tuple, transform: Any) -> None:
+def train_ce(
+    protocol: BO4SCImagesProtocol,
+    regime: _images.Regime,
+    spec: RunSpec,
+    model: torch.nn.Module,
+    train: tuple,
+    val: tuple,
+    transform: Any,
+) -> None:
     from selfcal.losses import build_loss
     from selfcal.training import fit
 
@@ -66,9 +74,16 @@ def train_ce(protocol: BO4SCImagesProtocol, regime: _images.Regime, spec: RunSpe
     fit(model, train, val, config=config, loss_fn=build_loss("ce"), batch_transform=transform)
 
 
-def train_bo4sc(protocol: BO4SCImagesProtocol, regime: _images.Regime, seed: int,
-                model: torch.nn.Module, train: tuple, meta_val: tuple, options: dict[str, Any],
-                transform: Any) -> Any:
+def train_bo4sc(
+    protocol: BO4SCImagesProtocol,
+    regime: _images.Regime,
+    seed: int,
+    model: torch.nn.Module,
+    train: tuple,
+    meta_val: tuple,
+    options: dict[str, Any],
+    transform: Any,
+) -> Any:
     """Minibatch BO4SC with the recipe's steps (module doc); ``options``: ``weight_lr``,
     ``inner_steps``, ``beta``."""
     from selfcal.bilevel import BO4SC, Unrolled
@@ -76,20 +91,28 @@ def train_bo4sc(protocol: BO4SCImagesProtocol, regime: _images.Regime, seed: int
     batch, steps = protocol.batch_size, int(options["inner_steps"])
     per_epoch = len(train[0]) // batch
     milestones = [m * per_epoch // steps for m in regime.milestones]
-    inner = _images.mean_loss_sgd(protocol.lr, protocol.momentum, protocol.weight_decay,
-                                  protocol.grad_clip, batch)
-    return BO4SC(model, batch_size=batch,
-                 val_batch_size=min(len(meta_val[0]), protocol.val_batch_size),
-                 estimator=Unrolled(steps), inner_optimizer=inner,
-                 outer_iterations=regime.epochs * per_epoch // steps,
-                 weight_lr=float(options["weight_lr"]), beta=float(options["beta"]),
-                 inner_lr_schedule=lambda i: DECAY ** sum(i >= m for m in milestones),
-                 batch_transform=transform, history_rows=200, seed=seed,
-                 ).fit(*train, *meta_val)
+    inner = _images.mean_loss_sgd(
+        protocol.lr, protocol.momentum, protocol.weight_decay, protocol.grad_clip, batch
+    )
+    return BO4SC(
+        model,
+        batch_size=batch,
+        val_batch_size=min(len(meta_val[0]), protocol.val_batch_size),
+        estimator=Unrolled(steps),
+        inner_optimizer=inner,
+        outer_iterations=regime.epochs * per_epoch // steps,
+        weight_lr=float(options["weight_lr"]),
+        beta=float(options["beta"]),
+        inner_lr_schedule=lambda i: DECAY ** sum(i >= m for m in milestones),
+        batch_transform=transform,
+        history_rows=200,
+        seed=seed,
+    ).fit(*train, *meta_val)
 
 
-def weight_record(model: torch.nn.Module, fitted: Any, train: tuple
-                  ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+def weight_record(
+    model: torch.nn.Module, fitted: Any, train: tuple
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Every training row's final weight, final cross-entropy and correctness (artefacts), and
     their summaries (metrics): the mean weight, the share of weights below 0.5, and the mean
     weight of the rows the final model classifies correctly and (when there are any) of those
@@ -100,12 +123,17 @@ def weight_record(model: torch.nn.Module, fitted: Any, train: tuple
     loss = F.cross_entropy(z, train[1], reduction="none")
     correct = z.argmax(1) == train[1]
     w = fitted.weights_.detach().double().cpu()
-    metrics = {"weight_mean": float(w.mean()),
-               "weight_below_half": float((w < 0.5).double().mean())}
+    metrics = {
+        "weight_mean": float(w.mean()),
+        "weight_below_half": float((w < 0.5).double().mean()),
+    }
     for name, rows in (("weight_mean_correct", correct), ("weight_mean_wrong", ~correct)):
         if rows.any():  # a memorised training set has no misclassified row
             metrics[name] = float(w[rows].mean())
-    artefacts = {"train_weight": w.float().numpy(), "train_loss": loss.float().numpy(),
-                 "train_correct": correct.numpy(),
-                 "weight_quantiles": fitted.weight_quantiles_.numpy()}
+    artefacts = {
+        "train_weight": w.float().numpy(),
+        "train_loss": loss.float().numpy(),
+        "train_correct": correct.numpy(),
+        "weight_quantiles": fitted.weight_quantiles_.numpy(),
+    }
     return artefacts, metrics

@@ -29,12 +29,24 @@ def weight_figure(results: StudyResults, dataset: str) -> Any:
         weight = results.artefact(run, "train_weight")
         loss = results.artefact(run, "train_loss")
         correct = results.artefact(run, "train_correct").astype(bool)
-        for mask, colour, label in ((correct, "tab:blue", "classified correctly"),
-                                    (~correct, "tab:red", "misclassified")):
-            ax.scatter(np.maximum(loss[mask], 1e-6), weight[mask], s=4, alpha=0.5,
-                       color=colour, label=f"{label} ({int(mask.sum())})")
-        ax.set(xscale="log", xlabel="cross-entropy of the row under the final model",
-               ylabel="final weight", ylim=(-0.03, 1.03),
-               title=f"{dataset}, {regime}, seed {seed}")
+        for mask, colour, label in (
+            (correct, "tab:blue", "classified correctly"),
+            (~correct, "tab:red", "misclassified"),
+        ):
+            ax.scatter(
+                np.maximum(loss[mask], 1e-6),
+                weight[mask],
+                s=4,
+                alpha=0.5,
+                color=colour,
+                label=f"{label} ({int(mask.sum())})",
+            )
+        ax.set(
+            xscale="log",
+            xlabel="cross-entropy of the row under the final model",
+            ylabel="final weight",
+            ylim=(-0.03, 1.03),
+            title=f"{dataset}, {regime}, seed {seed}",
+        )
         ax.legend(fontsize="x-small", loc="lower left")
     return fig

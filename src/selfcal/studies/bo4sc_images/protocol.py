@@ -9,8 +9,12 @@ from dataclasses import dataclass
 from selfcal.experiments.selection import VAL_ECE, Grid
 from selfcal.studies._images import ImageProtocol, Regime
 
-MODELS = {"mnist1d": "cnn1d", "digits-images": "cnn2d", "cifar10": "resnet18",
-          "cifar100": "resnet18"}
+MODELS = {
+    "mnist1d": "cnn1d",
+    "digits-images": "cnn2d",
+    "cifar10": "resnet18",
+    "cifar100": "resnet18",
+}
 METHODS = ("ce", "bo4sc")
 LABELS = {"ce": "CE", "ce-ts": "CE + TS", "bo4sc": "BO4SC", "bo4sc-ts": "BO4SC + TS"}
 SELECTION = VAL_ECE
@@ -40,8 +44,14 @@ class BO4SCImagesProtocol(ImageProtocol):
 
 FULL = BO4SCImagesProtocol("full")
 QUICK = BO4SCImagesProtocol(
-    "quick", seeds=(0, 1), datasets=("digits-images",), regimes=(Regime("short", 3, (2,)),),
+    "quick",
+    seeds=(0, 1),
+    datasets=("digits-images",),
+    regimes=(Regime("short", 3, (2,)),),
     grids=(Grid("bo4sc", weight_lr=(30.0,), inner_steps=(2,), beta=(20.0,)),),
-    notes=("--quick: digits only, two seeds, 3 epochs, one BO4SC candidate; for tests and a "
-           "first look, not for conclusions.",))
+    notes=(
+        "--quick: digits only, two seeds, 3 epochs, one BO4SC candidate; for tests and a "
+        "first look, not for conclusions.",
+    ),
+)
 PROTOCOLS = {p.name: p for p in (FULL, QUICK)}

@@ -15,27 +15,45 @@ from selfcal.experiments.study import StudyResults
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images.protocol import LABELS, METHODS, MODELS, SELECTION
 
-COLUMNS = (("Error", "error", 100.0), ("NLL", "nll", 1.0), ("ECE", "ece", 100.0),
-           ("AdaECE", "adaece", 100.0), ("CW-ECE", "classwise_ece", 100.0),
-           ("Brier", "brier", 1.0), ("T", "temperature", 1.0), ("train error", "train_error",
-                                                                100.0))
-AFTER_TS = {"nll": "nll_ts", "ece": "ece_ts", "adaece": "adaece_ts",
-            "classwise_ece": "classwise_ece_ts", "brier": "brier_ts"}
+COLUMNS = (
+    ("Error", "error", 100.0),
+    ("NLL", "nll", 1.0),
+    ("ECE", "ece", 100.0),
+    ("AdaECE", "adaece", 100.0),
+    ("CW-ECE", "classwise_ece", 100.0),
+    ("Brier", "brier", 1.0),
+    ("T", "temperature", 1.0),
+    ("train error", "train_error", 100.0),
+)
+AFTER_TS = {
+    "nll": "nll_ts",
+    "ece": "ece_ts",
+    "adaece": "adaece_ts",
+    "classwise_ece": "classwise_ece_ts",
+    "brier": "brier_ts",
+}
 """A method's row after temperature scaling reads these metrics instead (the error and the
 fitted temperature are the same run's)."""
-WEIGHTS = (("mean weight", "weight_mean"), ("weight < 0.5 (share)", "weight_below_half"),
-           ("mean weight, rows the final model gets right", "weight_mean_correct"),
-           ("mean weight, rows it gets wrong (seeds with any)", "weight_mean_wrong"))
+WEIGHTS = (
+    ("mean weight", "weight_mean"),
+    ("weight < 0.5 (share)", "weight_below_half"),
+    ("mean weight, rows the final model gets right", "weight_mean_correct"),
+    ("mean weight, rows it gets wrong (seeds with any)", "weight_mean_wrong"),
+)
 
 
 def table(results: StudyResults, dataset: str, regime: str) -> list[str]:
     """CE, CE + TS, BO4SC, BO4SC + TS: every column (%, NLL / Brier / T raw)."""
-    lines = ["| method | " + " | ".join(n for n, _, _ in COLUMNS) + " |",
-             "|---|" + "---|" * len(COLUMNS)]
+    lines = [
+        "| method | " + " | ".join(n for n, _, _ in COLUMNS) + " |",
+        "|---|" + "---|" * len(COLUMNS),
+    ]
     for method in METHODS:
         for ts in (False, True):
-            cells = [cell(results, dataset, method, AFTER_TS.get(m, m) if ts else m, regime, s)
-                     for _, m, s in COLUMNS]
+            cells = [
+                cell(results, dataset, method, AFTER_TS.get(m, m) if ts else m, regime, s)
+                for _, m, s in COLUMNS
+            ]
             label = LABELS[f"{method}-ts" if ts else method]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
@@ -45,16 +63,17 @@ def verdicts(results: StudyResults, dataset: str, regime: str) -> list[str]:
     """Paired intervals (BO4SC − rival, per seed), ECE and error, before and after TS."""
     if not results.runs(dataset, "bo4sc", regime):
         return []
-    pairs = ((("bo4sc", "ece"), ("ce", "ece"), "BO4SC", "CE", "ECE (points)"),
-             (("bo4sc", "ece"), ("ce", "ece_ts"), "BO4SC", "CE + TS", "ECE (points)"),
-             (("bo4sc", "ece_ts"), ("ce", "ece_ts"), "BO4SC + TS", "CE + TS", "ECE (points)"),
-             (("bo4sc", "adaece"), ("ce", "adaece"), "BO4SC", "CE", "AdaECE (points)"),
-             (("bo4sc", "nll"), ("ce", "nll"), "BO4SC", "CE", "NLL (×100)"),
-             (("bo4sc", "error"), ("ce", "error"), "BO4SC", "CE", "error (points)"))
+    pairs = (
+        (("bo4sc", "ece"), ("ce", "ece"), "BO4SC", "CE", "ECE (points)"),
+        (("bo4sc", "ece"), ("ce", "ece_ts"), "BO4SC", "CE + TS", "ECE (points)"),
+        (("bo4sc", "ece_ts"), ("ce", "ece_ts"), "BO4SC + TS", "CE + TS", "ECE (points)"),
+        (("bo4sc", "adaece"), ("ce", "adaece"), "BO4SC", "CE", "AdaECE (points)"),
+        (("bo4sc", "nll"), ("ce", "nll"), "BO4SC", "CE", "NLL (×100)"),
+        (("bo4sc", "error"), ("ce", "error"), "BO4SC", "CE", "error (points)"),
+    )
     lines = [f"**{dataset}, {regime} regime.**", ""]
     for a, b, name_a, name_b, what in pairs:
-        lines.append(comparison_line(compare(results, dataset, a, b, regime), name_a, name_b,
-                                     what))
+        lines.append(comparison_line(compare(results, dataset, a, b, regime), name_a, name_b, what))
     lines += ["", detectable_line(results, dataset, "ce", ["bo4sc"], "ece", regime), ""]
     return lines
 
@@ -62,11 +81,16 @@ def verdicts(results: StudyResults, dataset: str, regime: str) -> list[str]:
 def weight_lines(results: StudyResults, dataset: str) -> list[str]:
     """What the selected BO4SC runs did to the weights, per regime (mean ± 95% CI)."""
     regimes = _images.regimes(results, dataset)
-    lines = ["| weights at the end | " + " | ".join(regimes) + " |",
-             "|---|" + "---|" * len(regimes)]
+    lines = [
+        "| weights at the end | " + " | ".join(regimes) + " |",
+        "|---|" + "---|" * len(regimes),
+    ]
     for label, metric in WEIGHTS:
-        lines.append(f"| {label} | " + " | ".join(cell(results, dataset, "bo4sc", metric, r,
-                                                        1.0, 3) for r in regimes) + " |")
+        lines.append(
+            f"| {label} | "
+            + " | ".join(cell(results, dataset, "bo4sc", metric, r, 1.0, 3) for r in regimes)
+            + " |"
+        )
     return lines
 
 
@@ -74,18 +98,30 @@ def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import bo4sc_images
     from selfcal.studies.bo4sc_images import execute
 
-    parts = _images.intro(results, [bo4sc_images.__doc__, execute.__doc__.split("\n\n", 1)[1]],
-                          SELECTION, "in % (NLL, Brier and T raw)")
+    parts = _images.intro(
+        results,
+        [bo4sc_images.__doc__, execute.__doc__.split("\n\n", 1)[1]],
+        SELECTION,
+        "in % (NLL, Brier and T raw)",
+    )
     parts += _images.regime_sections(results, results.datasets, MODELS, table, verdicts)
-    parts += ["## BO4SC's weights", "",
-              "Selected runs, mean ± 95% CI over seeds; figures `fig3_weights_*` show every "
-              "training row of the first seed (weight against its final cross-entropy, coloured "
-              "by whether the final model classifies it correctly: [BO4SC] Fig. 3, right panel, "
-              "on images).", ""]
+    parts += [
+        "## BO4SC's weights",
+        "",
+        "Selected runs, mean ± 95% CI over seeds; figures `fig3_weights_*` show every "
+        "training row of the first seed (weight against its final cross-entropy, coloured "
+        "by whether the final model classifies it correctly: [BO4SC] Fig. 3, right panel, "
+        "on images).",
+        "",
+    ]
     for d in results.datasets:
         parts += [f"**{d}**", "", *weight_lines(results, d), ""]
-    parts += ["## Hyperparameters selected on validation", "",
-              *hyperparameter_table(results, list(METHODS), LABELS), ""]
+    parts += [
+        "## Hyperparameters selected on validation",
+        "",
+        *hyperparameter_table(results, list(METHODS), LABELS),
+        "",
+    ]
     return parts
 
 
@@ -93,6 +129,10 @@ def summary(results: StudyResults) -> list[str]:
     lines = []
     for d in results.datasets:
         for regime in _images.regimes(results, d):
-            lines += [f"{d}, {regime} regime (%, mean ± 95% CI over seeds)",
-                      *table(results, d, regime), "", *verdicts(results, d, regime)]
+            lines += [
+                f"{d}, {regime} regime (%, mean ± 95% CI over seeds)",
+                *table(results, d, regime),
+                "",
+                *verdicts(results, d, regime),
+            ]
     return lines

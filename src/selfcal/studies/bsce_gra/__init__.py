@@ -21,20 +21,24 @@ from selfcal.studies.bsce_gra.rest_point import method_name
 @register_study
 class BsceGra(Study):
     name = "bsce-gra"
-    title = ("BSCE-GRA reproduction (Lin et al., uncertainty-weighted gradients): Tables 1-5 "
-             "and 2")
-    help = ("BSCE-GRA (Lin et al.): the loss comparison of Tables 1-5 and 2 on MNIST-1D and "
-            "digits, 5 seeds, each loss's gamma / norm / lambda selected on validation, a "
-            "short and a long (memorising) schedule, pre/post temperature scaling, the rest "
-            "point of the method; the published CIFAR numbers beside (CIFAR rows run when the "
-            "data is under $SELFCAL_DATA).")
+    title = "BSCE-GRA reproduction (Lin et al., uncertainty-weighted gradients): Tables 1-5 and 2"
+    help = (
+        "BSCE-GRA (Lin et al.): the loss comparison of Tables 1-5 and 2 on MNIST-1D and "
+        "digits, 5 seeds, each loss's gamma / norm / lambda selected on validation, a "
+        "short and a long (memorising) schedule, pre/post temperature scaling, the rest "
+        "point of the method; the published CIFAR numbers beside (CIFAR rows run when the "
+        "data is under $SELFCAL_DATA)."
+    )
     version = 2
     protocols = PROTOCOLS
     selection = SELECTION
 
     def specs(self, protocol: BsceGraProtocol):
-        checks = [self.spec(protocol, REST_POINT_DATASET, method_name(g), seed)
-                  for g in (None, *REST_POINT_GAMMAS) for seed in protocol.seeds]
-        return checks + _images.regime_specs(self, protocol, protocol.losses,
-                                             _images.sweep_datasets(protocol))
-
+        checks = [
+            self.spec(protocol, REST_POINT_DATASET, method_name(g), seed)
+            for g in (None, *REST_POINT_GAMMAS)
+            for seed in protocol.seeds
+        ]
+        return checks + _images.regime_specs(
+            self, protocol, protocol.losses, _images.sweep_datasets(protocol)
+        )

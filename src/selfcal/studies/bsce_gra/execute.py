@@ -23,8 +23,12 @@ from selfcal.studies.bsce_gra.protocol import MODELS, REST_POINT_DATASET, BsceGr
 def execute(protocol: BsceGraProtocol, group: list[RunSpec]) -> list[RunResult]:
     from selfcal.studies.bsce_gra.rest_point import binary_check
 
-    return [binary_check(protocol, spec) if spec.dataset == REST_POINT_DATASET
-            else train_and_evaluate(protocol, spec) for spec in group]
+    return [
+        binary_check(protocol, spec)
+        if spec.dataset == REST_POINT_DATASET
+        else train_and_evaluate(protocol, spec)
+        for spec in group
+    ]
 
 
 def loss_options(spec: RunSpec) -> dict[str, Any]:
@@ -42,8 +46,11 @@ def train_and_evaluate(protocol: BsceGraProtocol, spec: RunSpec) -> RunResult:
     model = build_model(MODELS[spec.dataset], seed=spec.seed, n_classes=data.n_classes)
     loss = build_loss(spec.method, **loss_options(spec))
     curves = _images.Curves(data, regime.curve_every, regime.epochs, protocol.n_bins)
-    snapshots = (Snapshots(protocol, data, loss, regime.figure_epochs)
-                 if spec.seed == protocol.seeds[0] else None)
+    snapshots = (
+        Snapshots(protocol, data, loss, regime.figure_epochs)
+        if spec.seed == protocol.seeds[0]
+        else None
+    )
 
     def on_epoch(epoch: int, model: torch.nn.Module, history: Any) -> bool:
         curves.after_epoch(epoch, model)
@@ -51,9 +58,14 @@ def train_and_evaluate(protocol: BsceGraProtocol, spec: RunSpec) -> RunResult:
             snapshots(epoch, model)
         return False
 
-    fit(model, (data.train.x, data.train.y),
-        config=_images.train_config(protocol, regime, spec.dataset, spec.seed), loss_fn=loss,
-        on_epoch=on_epoch, batch_transform=_images.augmentation(data, spec.dataset))
+    fit(
+        model,
+        (data.train.x, data.train.y),
+        config=_images.train_config(protocol, regime, spec.dataset, spec.seed),
+        loss_fn=loss,
+        on_epoch=on_epoch,
+        batch_transform=_images.augmentation(data, spec.dataset),
+    )
     metrics, _ = _images.evaluate(protocol, model, data)
     artefacts = {**curves.artefacts(), **({} if snapshots is None else snapshots.arrays)}
     return RunResult(metrics=metrics, artefacts=artefacts)
@@ -63,8 +75,9 @@ class Snapshots:
     """At the figure epochs: last-layer gradient norms and Brier scores of training samples
     (Fig. 4), true-class probabilities and correctness of test samples (Figs. 7-8)."""
 
-    def __init__(self, protocol: BsceGraProtocol, data: Any, loss: torch.nn.Module,
-                 epochs: tuple[int, ...]) -> None:
+    def __init__(
+        self, protocol: BsceGraProtocol, data: Any, loss: torch.nn.Module, epochs: tuple[int, ...]
+    ) -> None:
         self.protocol, self.data, self.loss, self.epochs = protocol, data, loss, set(epochs)
         self.arrays: dict[str, np.ndarray] = {}
 
@@ -78,15 +91,16 @@ class Snapshots:
         self.arrays[f"true_prob_e{done}"] = p.gather(1, test_y[:, None])[:, 0].float().numpy()
         self.arrays[f"correct_e{done}"] = (p.argmax(1) == test_y).numpy()
         device = next(model.parameters()).device
-        norm, brier = last_layer_gradient_norms(model, self.loss,
-                                                self.data.train.x[:n].to(device),
-                                                self.data.train.y[:n].to(device))
+        norm, brier = last_layer_gradient_norms(
+            model, self.loss, self.data.train.x[:n].to(device), self.data.train.y[:n].to(device)
+        )
         self.arrays[f"grad_norm_e{done}"] = norm.float().numpy()
         self.arrays[f"brier_e{done}"] = brier.float().numpy()
 
 
-def last_layer_gradient_norms(model: torch.nn.Module, loss: torch.nn.Module, x: torch.Tensor,
-                              y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def last_layer_gradient_norms(
+    model: torch.nn.Module, loss: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample ``||d loss_i / d W||_F`` of the last linear layer ``z = W h + b`` and the
     per-sample Brier score ``sum_k (p_k - y_k)^2``.
 

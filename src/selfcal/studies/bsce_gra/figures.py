@@ -21,11 +21,18 @@ def figures(results: StudyResults) -> dict[str, Any]:
         last = regimes(results, d)[-1]
         out[f"fig4_gradient_norm_vs_brier_{d}.png"] = figure4(results, d, last)
         out[f"fig5a_test_ece_per_epoch_{d}.png"] = curve_figure(
-            results, d, "test_ece", "test ECE (%)", 100.0, ("ce", "flsd53", "bsce-gra"), LABELS)
+            results, d, "test_ece", "test ECE (%)", 100.0, ("ce", "flsd53", "bsce-gra"), LABELS
+        )
         out[f"fig7_true_class_probability_{d}.png"] = figure7(results, d, last)
         out[f"fig_temperature_per_epoch_{d}.png"] = curve_figure(
-            results, d, "val_temperature", "optimal temperature (validation)", 1.0,
-            losses(results), LABELS)
+            results,
+            d,
+            "val_temperature",
+            "optimal temperature (validation)",
+            1.0,
+            losses(results),
+            LABELS,
+        )
     if results.runs(REST_POINT_DATASET):
         out["fig_rest_point.png"] = rest_point_figure(results)
     return out
@@ -42,8 +49,11 @@ def figure1() -> Any:
     p = torch.linspace(1e-3, 1 - 1e-3, 400, dtype=torch.float64)
     for gamma in (0.0, 1.0, 2.0, 3.0, 5.0):
         ax.plot(p.numpy(), focal_gradient_factor(p, gamma).numpy(), label=f"γ = {gamma:g}")
-    ax.set(xlabel="true-class probability p", ylabel="g(p, γ)",
-           title="Focal loss: gradient = g(p, γ) · CE gradient")
+    ax.set(
+        xlabel="true-class probability p",
+        ylabel="g(p, γ)",
+        title="Focal loss: gradient = g(p, γ) · CE gradient",
+    )
     ax.legend(fontsize="small")
     return fig
 
@@ -63,8 +73,12 @@ def figure4(results: StudyResults, dataset: str, regime: str) -> Any:
         for j, e in enumerate(epochs):
             ax = axes[i, j]
             if run is not None and f"brier_e{e}" in run.artefacts:
-                ax.scatter(results.artefact(run, f"brier_e{e}"),
-                           results.artefact(run, f"grad_norm_e{e}"), s=3, alpha=0.4)
+                ax.scatter(
+                    results.artefact(run, f"brier_e{e}"),
+                    results.artefact(run, f"grad_norm_e{e}"),
+                    s=3,
+                    alpha=0.4,
+                )
             ax.set_title(f"{LABELS[loss]}, epoch {e}", fontsize="small")
             ax.set_xlabel("Brier score", fontsize="small")
             ax.set_ylabel("‖∇W loss‖", fontsize="small")
@@ -113,8 +127,11 @@ def rest_point_figure(results: StudyResults) -> Any:
         right.plot(eta.numpy(), multi[:, 0].numpy(), label=f"γ = {gamma:g}")
     for ax, title in ((left, "2 classes"), (right, "10 classes, rest spread evenly")):
         ax.plot([0.5, 1], [0.5, 1], color="grey", ls="--", lw=0.8, label="calibrated (p = η)")
-        ax.set(xlabel="true posterior of the class η", ylabel="rest point p*",
-               title=f"BSCE-GRA rest point, {title}")
+        ax.set(
+            xlabel="true posterior of the class η",
+            ylabel="rest point p*",
+            title=f"BSCE-GRA rest point, {title}",
+        )
         ax.legend(fontsize="small")
     learned = []
     for gamma in REST_POINT_GAMMAS:
@@ -123,7 +140,9 @@ def rest_point_figure(results: StudyResults) -> Any:
             learned.append((gamma, np.mean([r.metrics["slope_ratio"] for r in runs])))
     if learned:
         text = "trained, slope / Bayes slope:\n" + "\n".join(
-            f"γ={g:g}: {v:.3f} (predicted {1 / (1 + g):.3f})" for g, v in learned)
-        left.text(0.98, 0.02, text, transform=left.transAxes, ha="right", va="bottom",
-                  fontsize="x-small")
+            f"γ={g:g}: {v:.3f} (predicted {1 / (1 + g):.3f})" for g, v in learned
+        )
+        left.text(
+            0.98, 0.02, text, transform=left.transAxes, ha="right", va="bottom", fontsize="x-small"
+        )
     return fig

@@ -47,15 +47,22 @@ def loss_table(results: StudyResults, dataset: str, regime: str) -> list[str]:
     table = [x for x in TABLE_LOSSES if x in losses(results)]
     rank = ranks(results, dataset, table, "ece", regime)
     head = " | ".join(f"{name} | {name} (TS)" for name, _ in COLUMNS)
-    lines = [f"| loss | {head} | accuracy | T | train error | rank (ECE) |",
-             "|---|" + "---|" * (2 * len(COLUMNS) + 4)]
+    lines = [
+        f"| loss | {head} | accuracy | T | train error | rank (ECE) |",
+        "|---|" + "---|" * (2 * len(COLUMNS) + 4),
+    ]
     for loss in losses(results):
-        cells = [cell(results, dataset, loss, m + suffix, regime) for _, m in COLUMNS
-                 for suffix in ("", "_ts")]
-        cells += [cell(results, dataset, loss, "accuracy", regime),
-                  cell(results, dataset, loss, "temperature", regime, 1.0),
-                  cell(results, dataset, loss, "train_error", regime),
-                  str(rank.get(loss, "—"))]
+        cells = [
+            cell(results, dataset, loss, m + suffix, regime)
+            for _, m in COLUMNS
+            for suffix in ("", "_ts")
+        ]
+        cells += [
+            cell(results, dataset, loss, "accuracy", regime),
+            cell(results, dataset, loss, "temperature", regime, 1.0),
+            cell(results, dataset, loss, "train_error", regime),
+            str(rank.get(loss, "—")),
+        ]
         lines.append(f"| {LABELS[loss]} | " + " | ".join(cells) + " |")
     return lines
 
@@ -66,40 +73,76 @@ def verdict_lines(results: StudyResults, dataset: str, regime: str) -> list[str]
         return []
     table = [x for x in TABLE_LOSSES if x in losses(results)]
     rank = ranks(results, dataset, table, "ece", regime)
-    better = [LABELS[x] for x in table if x != "bsce-gra" and _verdict(
-        results, dataset, regime, ("bsce-gra", "ece"), (x, "ece")) == "better"]
-    worse = [LABELS[x] for x in table if x != "bsce-gra" and _verdict(
-        results, dataset, regime, ("bsce-gra", "ece"), (x, "ece")) == "worse"]
+    better = [
+        LABELS[x]
+        for x in table
+        if x != "bsce-gra"
+        and _verdict(results, dataset, regime, ("bsce-gra", "ece"), (x, "ece")) == "better"
+    ]
+    worse = [
+        LABELS[x]
+        for x in table
+        if x != "bsce-gra"
+        and _verdict(results, dataset, regime, ("bsce-gra", "ece"), (x, "ece")) == "worse"
+    ]
     vs_ce = _verdict(results, dataset, regime, ("bsce-gra", "ece"), ("ce", "ece"))
     holds = rank.get("bsce-gra") == 1 and vs_ce == "better"
-    out = [f"**{dataset}, {regime} regime.** BSCE-GRA's pre-TS ECE ranks "
-           f"{rank.get('bsce-gra')} of {len(rank)} (1 = no loss significantly lower); "
-           f"significantly lower than: {', '.join(better) or 'none'}; significantly higher "
-           f"than: {', '.join(worse) or 'none'}. The paper's claim (BSCE-GRA the best "
-           f"calibrated, beating CE) {'holds' if holds else 'does not hold'} here.", ""]
+    out = [
+        f"**{dataset}, {regime} regime.** BSCE-GRA's pre-TS ECE ranks "
+        f"{rank.get('bsce-gra')} of {len(rank)} (1 = no loss significantly lower); "
+        f"significantly lower than: {', '.join(better) or 'none'}; significantly higher "
+        f"than: {', '.join(worse) or 'none'}. The paper's claim (BSCE-GRA the best "
+        f"calibrated, beating CE) {'holds' if holds else 'does not hold'} here.",
+        "",
+    ]
     for other in ("ce", "flsd53", "dfl", "mmce"):
         if other in table:
-            out.append(comparison_line(
-                compare(results, dataset, ("bsce-gra", "ece"), (other, "ece"), regime),
-                "BSCE-GRA", LABELS[other], "pre-TS ECE (points)"))
-    out.append(comparison_line(
-        compare(results, dataset, ("bsce-gra", "ece"), ("ce", "ece_ts"), regime),
-        "BSCE-GRA", "CE + TS", "ECE, BSCE-GRA without TS (points)"))
-    out.append(comparison_line(
-        compare(results, dataset, ("bsce-gra", "ece_ts"), ("ce", "ece_ts"), regime),
-        "BSCE-GRA + TS", "CE + TS", "post-TS ECE (points)"))
-    out.append(comparison_line(
-        compare(results, dataset, ("bsce-gra", "accuracy"), ("ce", "accuracy"), regime),
-        "BSCE-GRA", "CE", "accuracy (points)", lower_is_better=False))
+            out.append(
+                comparison_line(
+                    compare(results, dataset, ("bsce-gra", "ece"), (other, "ece"), regime),
+                    "BSCE-GRA",
+                    LABELS[other],
+                    "pre-TS ECE (points)",
+                )
+            )
+    out.append(
+        comparison_line(
+            compare(results, dataset, ("bsce-gra", "ece"), ("ce", "ece_ts"), regime),
+            "BSCE-GRA",
+            "CE + TS",
+            "ECE, BSCE-GRA without TS (points)",
+        )
+    )
+    out.append(
+        comparison_line(
+            compare(results, dataset, ("bsce-gra", "ece_ts"), ("ce", "ece_ts"), regime),
+            "BSCE-GRA + TS",
+            "CE + TS",
+            "post-TS ECE (points)",
+        )
+    )
+    out.append(
+        comparison_line(
+            compare(results, dataset, ("bsce-gra", "accuracy"), ("ce", "accuracy"), regime),
+            "BSCE-GRA",
+            "CE",
+            "accuracy (points)",
+            lower_is_better=False,
+        )
+    )
     t = results.get(dataset, "bsce-gra", "temperature", regime)
     if t is not None:
         out.append(f"- BSCE-GRA's optimal temperature: {t.format(digits=2)} → {_near_one(t)}.")
     for loss, gra in GRA_PAIRS:
         if loss in losses(results) and gra in losses(results):
-            out.append(comparison_line(
-                compare(results, dataset, (gra, "ece"), (loss, "ece"), regime),
-                LABELS[gra], LABELS[loss], "pre-TS ECE, weight on the gradient vs on the "
-                "loss (points)"))
+            out.append(
+                comparison_line(
+                    compare(results, dataset, (gra, "ece"), (loss, "ece"), regime),
+                    LABELS[gra],
+                    LABELS[loss],
+                    "pre-TS ECE, weight on the gradient vs on the loss (points)",
+                )
+            )
     out += ["", detectable_line(results, dataset, "ce", table, "ece", regime), ""]
     return out
 
@@ -122,11 +165,16 @@ def _near_one(t) -> str:
 def temperature_table(results: StudyResults, dataset: str) -> list[str]:
     """The optimal (validation) temperature at the end of each regime, per loss."""
     names = regimes(results, dataset)
-    lines = ["| loss | " + " | ".join(f"T, {r}" for r in names) + " |",
-             "|---|" + "---|" * len(names)]
+    lines = [
+        "| loss | " + " | ".join(f"T, {r}" for r in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for loss in losses(results):
-        lines.append(f"| {LABELS[loss]} | " + " | ".join(
-            cell(results, dataset, loss, "temperature", r, 1.0) for r in names) + " |")
+        lines.append(
+            f"| {LABELS[loss]} | "
+            + " | ".join(cell(results, dataset, loss, "temperature", r, 1.0) for r in names)
+            + " |"
+        )
     return lines
 
 
@@ -146,30 +194,43 @@ def rest_point_lines(results: StudyResults) -> list[str]:
         "method settles under-confident by the temperature 1 / (1 + γ) wherever labels are "
         "uncertain (figure `fig_rest_point.png`). The paper's appendix puts η inside the "
         "weight (`Σ_k (q_k − η_k)²`, the same for every label) and concludes `p = η`; that "
-        "weight cannot be computed from a sampled label, and the reference code does not.", "",
-        "Checked by training:", "", *prose(rest_point.__doc__),
+        "weight cannot be computed from a sampled label, and the reference code does not.",
+        "",
+        "Checked by training:",
+        "",
+        *prose(rest_point.__doc__),
         "| loss | learned slope / Bayes slope | predicted 1 / (1 + γ) | mean \\|p − p*\\| | "
-        "mean \\|p − η\\| |", "|---|---|---|---|---|"]
+        "mean \\|p − η\\| |",
+        "|---|---|---|---|---|",
+    ]
     for gamma in (None, *REST_POINT_GAMMAS):
         runs = results.runs(REST_POINT_DATASET, rest_point.method_name(gamma))
         if not runs:
             continue
         cells = {a.metric: a for a in aggregate(runs)}
         name = "CE" if gamma is None else f"BSCE-GRA γ={gamma:g}, norm 2"
-        lines.append(f"| {name} | {cells['slope_ratio'].format(digits=3)} | "
-                     f"{cells['predicted_ratio'].mean:.3f} | "
-                     f"{cells['p_minus_rest_point'].format(digits=4)} | "
-                     f"{cells['p_minus_eta'].format(digits=4)} |")
-    return lines + ["", "When the training set is memorised (labels effectively "
-                    "deterministic) the rest point of every loss is the one-hot label, so the "
-                    "under-confidence fades with long training -- the two regimes above show "
-                    "by how much.", ""]
+        lines.append(
+            f"| {name} | {cells['slope_ratio'].format(digits=3)} | "
+            f"{cells['predicted_ratio'].mean:.3f} | "
+            f"{cells['p_minus_rest_point'].format(digits=4)} | "
+            f"{cells['p_minus_eta'].format(digits=4)} |"
+        )
+    return lines + [
+        "",
+        "When the training set is memorised (labels effectively "
+        "deterministic) the rest point of every loss is the one-hot label, so the "
+        "under-confidence fades with long training -- the two regimes above show "
+        "by how much.",
+        "",
+    ]
 
 
 def published_table() -> list[str]:
     """[GRA] Tables 1 and 3 (ECE % pre/post; accuracy %), ResNet rows, for reference."""
-    lines = ["| dataset / model | " + " | ".join(LABELS[x] for x in published.LOSSES) + " |",
-             "|---|" + "---|" * len(published.LOSSES)]
+    lines = [
+        "| dataset / model | " + " | ".join(LABELS[x] for x in published.LOSSES) + " |",
+        "|---|" + "---|" * len(published.LOSSES),
+    ]
     for dataset in ("cifar10", "cifar100"):
         for model in ("resnet50", "resnet110"):
             ece = [published.ECE[(dataset, model, x)] for x in published.LOSSES]
@@ -182,22 +243,36 @@ def published_table() -> list[str]:
 def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import bsce_gra
 
-    parts = _images.intro(results, [bsce_gra.__doc__], SELECTION,
-                          "in % (T: the temperature)")
-    parts += _images.regime_sections(results, image_datasets(results), MODELS, loss_table,
-                                     verdict_lines)
-    parts += ["## Optimal temperature against training length", "",
-              "The temperature fitted on validation at the end of each regime (the figures "
-              "`fig_temperature_*` follow it epoch by epoch). Over-confidence (T > 1) grows "
-              "once the training set is memorised.", ""]
+    parts = _images.intro(results, [bsce_gra.__doc__], SELECTION, "in % (T: the temperature)")
+    parts += _images.regime_sections(
+        results, image_datasets(results), MODELS, loss_table, verdict_lines
+    )
+    parts += [
+        "## Optimal temperature against training length",
+        "",
+        "The temperature fitted on validation at the end of each regime (the figures "
+        "`fig_temperature_*` follow it epoch by epoch). Over-confidence (T > 1) grows "
+        "once the training set is memorised.",
+        "",
+    ]
     for dataset in image_datasets(results):
         parts += [f"**{dataset}**", "", *temperature_table(results, dataset), ""]
-    parts += ["## BSCE-GRA's rest point", "", *rest_point_lines(results),
-              "## Hyperparameters selected on validation", "",
-              *hyperparameter_table(results, losses(results), LABELS), "",
-              "## Published ([GRA] Tables 1 and 3, CIFAR; % pre/post TS)", "",
-              "Different data and networks: printed for reference, never compared as if the "
-              "same experiment.", "", *published_table(), ""]
+    parts += [
+        "## BSCE-GRA's rest point",
+        "",
+        *rest_point_lines(results),
+        "## Hyperparameters selected on validation",
+        "",
+        *hyperparameter_table(results, losses(results), LABELS),
+        "",
+        "## Published ([GRA] Tables 1 and 3, CIFAR; % pre/post TS)",
+        "",
+        "Different data and networks: printed for reference, never compared as if the "
+        "same experiment.",
+        "",
+        *published_table(),
+        "",
+    ]
     return parts
 
 
@@ -205,7 +280,10 @@ def summary(results: StudyResults) -> list[str]:
     lines = []
     for dataset in image_datasets(results):
         for regime in regimes(results, dataset):
-            lines += [f"{dataset}, {regime} regime (%, mean ± 95% CI over seeds)",
-                      *loss_table(results, dataset, regime), "",
-                      *verdict_lines(results, dataset, regime)]
+            lines += [
+                f"{dataset}, {regime} regime (%, mean ± 95% CI over seeds)",
+                *loss_table(results, dataset, regime),
+                "",
+                *verdict_lines(results, dataset, regime),
+            ]
     return lines

@@ -42,8 +42,11 @@ def binary_check(protocol: BsceGraProtocol, spec: RunSpec) -> RunResult:
     with torch.no_grad():
         model.weight.zero_()
         model.bias.zero_()
-    loss = build_loss("ce", reduction="mean") if gamma is None else build_loss(
-        "bsce-gra", gamma=gamma, norm=2, reduction="mean")
+    loss = (
+        build_loss("ce", reduction="mean")
+        if gamma is None
+        else build_loss("bsce-gra", gamma=gamma, norm=2, reduction="mean")
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
     for _ in range(protocol.rest_point_steps):
         optimizer.zero_grad()
@@ -55,8 +58,11 @@ def binary_check(protocol: BsceGraProtocol, spec: RunSpec) -> RunResult:
     eta = torch.sigmoid(2 * MU * GRID)
     eta2 = torch.stack([1 - eta, eta], 1)
     p_star = eta2 if gamma is None else gra_rest_point(eta2, BrierWeight(gamma, 2))
-    return RunResult(metrics={
-        "slope_ratio": slope / (2 * MU),
-        "predicted_ratio": 1.0 if gamma is None else 1.0 / (1.0 + gamma),
-        "p_minus_rest_point": float((p - p_star).abs()[:, 1].mean()),
-        "p_minus_eta": float((p[:, 1] - eta).abs().mean())})
+    return RunResult(
+        metrics={
+            "slope_ratio": slope / (2 * MU),
+            "predicted_ratio": 1.0 if gamma is None else 1.0 / (1.0 + gamma),
+            "p_minus_rest_point": float((p - p_star).abs()[:, 1].mean()),
+            "p_minus_eta": float((p[:, 1] - eta).abs().mean()),
+        }
+    )

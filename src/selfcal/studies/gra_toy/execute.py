@@ -55,8 +55,11 @@ def make_toy_data(seed: int, protocol: GraToyProtocol) -> ToyData:
     k = protocol.n_classes
     means = rng.uniform(-protocol.mean_range, protocol.mean_range, size=(k, 2))
     x, y = {}, {}
-    for split, per_class in (("train", protocol.train_per_class),
-                             ("val", protocol.val_per_class), ("test", protocol.test_per_class)):
+    for split, per_class in (
+        ("train", protocol.train_per_class),
+        ("val", protocol.val_per_class),
+        ("test", protocol.test_per_class),
+    ):
         labels = np.repeat(np.arange(k), per_class)
         points = means[labels] + rng.standard_normal((k * per_class, 2))
         x[split] = torch.from_numpy(points.astype(np.float32))
@@ -93,15 +96,24 @@ def train_toy_model(seed: int, protocol: GraToyProtocol, data: ToyData) -> dict[
     from selfcal.models import build_model
     from selfcal.training import TrainConfig, fit, predict_logits
 
-    model = build_model("mlp", n_features=2, n_classes=protocol.n_classes,
-                        hidden=(protocol.hidden,), seed=seed)
-    config = TrainConfig(epochs=protocol.epochs, optimizer="sgd", lr=protocol.lr, momentum=0.0,
-                         batch_size=protocol.batch_size, seed=seed)
+    model = build_model(
+        "mlp", n_features=2, n_classes=protocol.n_classes, hidden=(protocol.hidden,), seed=seed
+    )
+    config = TrainConfig(
+        epochs=protocol.epochs,
+        optimizer="sgd",
+        lr=protocol.lr,
+        momentum=0.0,
+        batch_size=protocol.batch_size,
+        seed=seed,
+    )
     train = data.x["train"]
     shift, scale = (train.mean(0), train.std(0)) if protocol.standardize else (0.0, 1.0)
     fit(model, ((train - shift) / scale, data.y["train"]), config=config)
-    return {split: torch.softmax(predict_logits(model, (x - shift) / scale).double(), 1)
-            for split, x in data.x.items()}
+    return {
+        split: torch.softmax(predict_logits(model, (x - shift) / scale).double(), 1)
+        for split, x in data.x.items()
+    }
 
 
 def execute(protocol: GraToyProtocol, group: list[RunSpec]) -> list[RunResult]:
@@ -115,15 +127,23 @@ def execute(protocol: GraToyProtocol, group: list[RunSpec]) -> list[RunResult]:
         eta = true_posterior(data.x[split], data.means)
         error[split] = (eta.gather(1, labels) - probs[split].gather(1, labels))[:, 0].numpy()
     test = probs["test"]
-    shared = {"test_accuracy": float((test.argmax(1) == data.y["test"]).double().mean()),
-              "calibration_error": float(error["test"].mean()),
-              "abs_calibration_error": float(np.abs(error["test"]).mean())}
+    shared = {
+        "test_accuracy": float((test.argmax(1) == data.y["test"]).double().mean()),
+        "calibration_error": float(error["test"].mean()),
+        "abs_calibration_error": float(np.abs(error["test"]).mean()),
+    }
     results = []
     for spec in group:
         weight = weight_function(spec.method, float(spec.hparams["hp.gamma"]), protocol)
         u = {split: weight(probs[split], data.y[split]).numpy() for split in ("val", "test")}
-        results.append(RunResult(metrics={
-            "val_pearson": pearson(error["val"], u["val"]),
-            "pearson": pearson(error["test"], u["test"]),
-            "pearson_abs": pearson(np.abs(error["test"]), u["test"]), **shared}))
+        results.append(
+            RunResult(
+                metrics={
+                    "val_pearson": pearson(error["val"], u["val"]),
+                    "pearson": pearson(error["test"], u["test"]),
+                    "pearson_abs": pearson(np.abs(error["test"]), u["test"]),
+                    **shared,
+                }
+            )
+        )
     return results

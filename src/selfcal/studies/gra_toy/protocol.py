@@ -34,8 +34,15 @@ class GraToyProtocol(StudyProtocol):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        counts = (self.n_classes, self.train_per_class, self.val_per_class,
-                  self.test_per_class, self.hidden, self.batch_size, self.epochs)
+        counts = (
+            self.n_classes,
+            self.train_per_class,
+            self.val_per_class,
+            self.test_per_class,
+            self.hidden,
+            self.batch_size,
+            self.epochs,
+        )
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in counts):
             raise ValueError("class, sample, width, batch and epoch counts must be positive ints")
         if self.n_classes < 2:
@@ -45,11 +52,19 @@ class GraToyProtocol(StudyProtocol):
 
 
 FULL = GraToyProtocol(
-    "full", seeds=tuple(range(20)),
-    notes=("20 seeds (the paper averages 5): the correlations vary a lot between draws of the "
-           "class means, and the intervals show it.",))
-QUICK = GraToyProtocol("quick", seeds=(0, 1), train_per_class=2_000, val_per_class=300,
-                       test_per_class=300,
-                       notes=("--quick: two seeds and smaller draws; for tests, not "
-                              "conclusions.",))
+    "full",
+    seeds=tuple(range(20)),
+    notes=(
+        "20 seeds (the paper averages 5): the correlations vary a lot between draws of the "
+        "class means, and the intervals show it.",
+    ),
+)
+QUICK = GraToyProtocol(
+    "quick",
+    seeds=(0, 1),
+    train_per_class=2_000,
+    val_per_class=300,
+    test_per_class=300,
+    notes=("--quick: two seeds and smaller draws; for tests, not conclusions.",),
+)
 PROTOCOLS = {p.name: p for p in (FULL, QUICK)}

@@ -15,11 +15,13 @@ from selfcal.studies.meta_reg.protocol import METHODS, PROTOCOLS, SELECTION, Met
 class MetaReg(Study):
     name = "meta-reg"
     title = "Meta-regularization reproduction (γ-Net + SECE): Tables 1-2 and Figures 3-5"
-    help = ("Meta-regularization (Wang & Golebiowski): gamma-Net + SECE / DECE against CE, "
-            "focal, FLSD-53, label smoothing, mixup, MMCE and meta-calibration (CE-DECE, "
-            "CE-SECE) on MNIST-1D and digits, 5 seeds, tuned and unstated hyperparameters "
-            "(the meta learning rate included) selected on validation, a short and a long "
-            "schedule; Tables 1-2 and Figures 3-5.")
+    help = (
+        "Meta-regularization (Wang & Golebiowski): gamma-Net + SECE / DECE against CE, "
+        "focal, FLSD-53, label smoothing, mixup, MMCE and meta-calibration (CE-DECE, "
+        "CE-SECE) on MNIST-1D and digits, 5 seeds, tuned and unstated hyperparameters "
+        "(the meta learning rate included) selected on validation, a short and a long "
+        "schedule; Tables 1-2 and Figures 3-5."
+    )
     version = 2
     protocols = PROTOCOLS
     selection = SELECTION
@@ -28,6 +30,6 @@ class MetaReg(Study):
         return {"methods": METHODS}
 
     def specs(self, protocol: MetaRegProtocol):
-        return _images.regime_specs(self, protocol, protocol.methods,
-                                    _images.sweep_datasets(protocol))
-
+        return _images.regime_specs(
+            self, protocol, protocol.methods, _images.sweep_datasets(protocol)
+        )

@@ -34,12 +34,21 @@ def run(protocol: MetaRegProtocol, spec: RunSpec) -> RunResult:
     data, train, meta_val = load_splits(protocol, spec.dataset, spec.seed)
     model = build_model(MODELS[spec.dataset], seed=spec.seed, n_classes=data.n_classes)
     curves = _images.Curves(data, regime.curve_every, regime.epochs, protocol.n_bins)
-    config = _images.train_config(protocol, regime, spec.dataset, spec.seed, restore_best=True,
-                                  best_by=protocol.best_by)
+    config = _images.train_config(
+        protocol, regime, spec.dataset, spec.seed, restore_best=True, best_by=protocol.best_by
+    )
     options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
-    history = train_method(spec.method, options, model, train, (data.val.x, data.val.y),
-                           meta_val, config, curves,
-                           _images.augmentation(data, spec.dataset))
+    history = train_method(
+        spec.method,
+        options,
+        model,
+        train,
+        (data.val.x, data.val.y),
+        meta_val,
+        config,
+        curves,
+        _images.augmentation(data, spec.dataset),
+    )
     metrics, z = _images.evaluate(protocol, model, data)
     metrics.update(bin_sweep(z, data.test.y))
     metrics["hp.epochs"] = float(history.best_epoch + 1)
@@ -49,16 +58,28 @@ def run(protocol: MetaRegProtocol, spec: RunSpec) -> RunResult:
     return RunResult(metrics=metrics, artefacts=artefacts)
 
 
-def train_method(method: str, options: dict[str, Any], model: torch.nn.Module, train: tuple,
-                 val: tuple, meta_val: tuple, config: Any, curves: _images.Curves | None = None,
-                 batch_transform: Any = None) -> Any:
+def train_method(
+    method: str,
+    options: dict[str, Any],
+    model: torch.nn.Module,
+    train: tuple,
+    val: tuple,
+    meta_val: tuple,
+    config: Any,
+    curves: _images.Curves | None = None,
+    batch_transform: Any = None,
+) -> Any:
     """Train ``model`` in place as ``METHODS[method]`` (:func:`selfcal.studies._images.train_as`)
     with the candidate's ``options``, recording ``curves``; the history."""
     entry = METHODS[method]
-    on_epoch = None if curves is None else (
-        curves.after_meta_epoch if entry[0] == "meta" else curves.after_epoch)
-    return _images.train_as(entry, options, model, train, val, meta_val, config, on_epoch,
-                            batch_transform)
+    on_epoch = (
+        None
+        if curves is None
+        else (curves.after_meta_epoch if entry[0] == "meta" else curves.after_epoch)
+    )
+    return _images.train_as(
+        entry, options, model, train, val, meta_val, config, on_epoch, batch_transform
+    )
 
 
 def bin_sweep(z: torch.Tensor, y: torch.Tensor) -> dict[str, float]:

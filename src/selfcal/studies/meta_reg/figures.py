@@ -19,13 +19,20 @@ def figures(results: StudyResults) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for d in results.datasets:
         out[f"fig3_test_ece_per_epoch_{d}.png"] = curve_figure(
-            results, d, "test_ece", "test ECE (%)", 100.0, methods(results), LABELS)
+            results, d, "test_ece", "test ECE (%)", 100.0, methods(results), LABELS
+        )
         out[f"fig3_gamma_per_seed_{d}.png"] = gamma_figure(results, d)
         out[f"fig4_reliability_bins_{d}.png"] = figure4(results, d)
         out[f"fig5_ece_mce_vs_bins_{d}.png"] = figure5(results, d)
         out[f"fig_temperature_per_epoch_{d}.png"] = curve_figure(
-            results, d, "val_temperature", "optimal temperature (validation)", 1.0,
-            methods(results), LABELS)
+            results,
+            d,
+            "val_temperature",
+            "optimal temperature (validation)",
+            1.0,
+            methods(results),
+            LABELS,
+        )
     return out
 
 
@@ -37,8 +44,7 @@ def gamma_figure(results: StudyResults, dataset: str) -> Any:
     if not panels:
         return None
     fig = new_figure((4.2 * len(nets), 3.4 * len(regimes(results, dataset))))
-    axes = np.atleast_2d(fig.subplots(len(regimes(results, dataset)), len(nets),
-                                      squeeze=False))
+    axes = np.atleast_2d(fig.subplots(len(regimes(results, dataset)), len(nets), squeeze=False))
     colours = method_colours(len(results.protocol.seeds))
     for ax, (regime, method) in zip(axes.ravel(), panels):
         for seed, colour in zip(results.protocol.seeds, colours):
@@ -48,8 +54,7 @@ def gamma_figure(results: StudyResults, dataset: str) -> Any:
             epochs = results.artefact(run, "curve_epoch")
             mean = results.artefact(run, "curve_test_gamma_mean")
             std = results.artefact(run, "curve_test_gamma_std")
-            ax.plot(epochs, mean, color=colour,
-                    label=f"seed {seed}{_lr(run)}")
+            ax.plot(epochs, mean, color=colour, label=f"seed {seed}{_lr(run)}")
             ax.fill_between(epochs, mean - std, mean + std, color=colour, alpha=0.15)
         ax.set(xlabel="epoch", ylabel="γ on the test set", title=f"{LABELS[method]}, {regime}")
         ax.legend(fontsize="xx-small")
@@ -71,11 +76,13 @@ def figure4(results: StudyResults, dataset: str) -> Any:
     for row, (regime, run) in enumerate(zip(names, runs)):
         if run is None or TEST_LOGITS not in run.artefacts:
             continue
-        pred = Predictions.from_logits(results.artefact(run, TEST_LOGITS),
-                                       results.artefact(run, TEST_LABELS))
+        pred = Predictions.from_logits(
+            results.artefact(run, TEST_LOGITS), results.artefact(run, TEST_LABELS)
+        )
         for ax, bins in zip(axes[row], (20, 50, 100)):
             ReliabilityDiagramDisplay.from_predictions(
-                pred, n_bins=bins, ax=ax, title=f"FLγ-SECE, {regime}, {bins} bins")
+                pred, n_bins=bins, ax=ax, title=f"FLγ-SECE, {regime}, {bins} bins"
+            )
     return fig
 
 
@@ -88,12 +95,22 @@ def figure5(results: StudyResults, dataset: str) -> Any:
     for row, regime in enumerate(names):
         for ax, metric in zip(axes[row], ("ece", "mce")):
             for method, colour in zip(methods(results), colours):
-                cells = [results.get(dataset, method, f"{metric}_{b}_bins", regime)
-                         for b in BIN_COUNTS]
+                cells = [
+                    results.get(dataset, method, f"{metric}_{b}_bins", regime) for b in BIN_COUNTS
+                ]
                 if all(cells):
-                    ax.plot(BIN_COUNTS, [100 * c.mean for c in cells], marker="o",
-                            label=LABELS[method], color=colour)
-            ax.set(xscale="log", xlabel="number of bins", ylabel=f"{metric.upper()} (%)",
-                   title=f"{dataset}, {regime}: {metric.upper()} vs bins")
+                    ax.plot(
+                        BIN_COUNTS,
+                        [100 * c.mean for c in cells],
+                        marker="o",
+                        label=LABELS[method],
+                        color=colour,
+                    )
+            ax.set(
+                xscale="log",
+                xlabel="number of bins",
+                ylabel=f"{metric.upper()} (%)",
+                title=f"{dataset}, {regime}: {metric.upper()} vs bins",
+            )
     axes[0, 0].legend(fontsize="x-small", ncol=2)
     return fig

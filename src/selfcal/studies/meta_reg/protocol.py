@@ -10,8 +10,12 @@ from typing import Any
 from selfcal.experiments.selection import VAL_ECE, Grid
 from selfcal.studies._images import ImageProtocol, Regime
 
-MODELS = {"mnist1d": "cnn1d", "digits-images": "cnn2d", "cifar10": "resnet18",
-          "cifar100": "resnet18"}
+MODELS = {
+    "mnist1d": "cnn1d",
+    "digits-images": "cnn2d",
+    "cifar10": "resnet18",
+    "cifar100": "resnet18",
+}
 METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ce": ("loss", "ce", {}),
     "focal": ("loss", "focal", {}),
@@ -33,9 +37,20 @@ cross-entropy of the meta-validation batch: the paper does not state its meta-ob
 this is our reading (spec §6.6 item 8)."""
 META = tuple(m for m, (kind, _, _) in METHODS.items() if kind == "meta")
 GAMMA_NETS = ("flg", "flg-dece", "flg-sece")
-LABELS = {"ce": "CE", "ce-ts": "CE (TS)", "focal": "Focal", "flsd53": "FLSD-53",
-          "ls": "LS", "mixup": "Mixup α=1", "mmce": "MMCE", "ce-dece": "CE-DECE",
-          "ce-sece": "CE-SECE", "flg": "FLγ", "flg-dece": "FLγ-DECE", "flg-sece": "FLγ-SECE"}
+LABELS = {
+    "ce": "CE",
+    "ce-ts": "CE (TS)",
+    "focal": "Focal",
+    "flsd53": "FLSD-53",
+    "ls": "LS",
+    "mixup": "Mixup α=1",
+    "mmce": "MMCE",
+    "ce-dece": "CE-DECE",
+    "ce-sece": "CE-SECE",
+    "flg": "FLγ",
+    "flg-dece": "FLγ-DECE",
+    "flg-sece": "FLγ-SECE",
+}
 SELECTION = VAL_ECE
 """[MetaReg] names no selection criterion (and no meta learning rate); ours is the lowest
 validation ECE before temperature scaling, on the validation split (not the meta-validation
@@ -43,12 +58,20 @@ split the meta-learners train on)."""
 META_LRS = (1e-5, 1e-4, 1e-3)
 """Adam's learning rate on the meta module: unstated in the paper; Meta-Calibration's 1e-3
 moves γ = |x̃W| / 0.01 by up to ~0.7 a step, so the grid reaches down to 1e-5."""
-GRIDS = (Grid("focal", gamma=(1.0, 2.0, 3.0)), Grid("ls", eps=(0.05, 0.1)),
-         Grid("mmce", lam=(1.0, 2.0, 4.0)), *(Grid(m, meta_lr=META_LRS) for m in META))
+GRIDS = (
+    Grid("focal", gamma=(1.0, 2.0, 3.0)),
+    Grid("ls", eps=(0.05, 0.1)),
+    Grid("mmce", lam=(1.0, 2.0, 4.0)),
+    *(Grid(m, meta_lr=META_LRS) for m in META),
+)
 """Focal gamma ([FLC]'s 1-3; the paper's baseline uses 1), label smoothing's two published
 values, MMCE's lambda around the reference 2, and the meta learning rate."""
-PAPER_GRIDS = (Grid("focal", gamma=(1.0,)), Grid("ls", eps=(0.05, 0.1)),
-               Grid("mmce", lam=(2.0,)), *(Grid(m, meta_lr=(1e-4, 1e-3)) for m in META))
+PAPER_GRIDS = (
+    Grid("focal", gamma=(1.0,)),
+    Grid("ls", eps=(0.05, 0.1)),
+    Grid("mmce", lam=(2.0,)),
+    *(Grid(m, meta_lr=(1e-4, 1e-3)) for m in META),
+)
 """CIFAR (350 GPU epochs a candidate): the paper's stated values, the meta learning rate at
 Meta-Calibration's 1e-3 and one step below."""
 BIN_COUNTS = (10, 20, 50, 100, 200, 500, 1000)
@@ -68,9 +91,15 @@ class MetaRegProtocol(ImageProtocol):
 
 FULL = MetaRegProtocol("full")
 QUICK = MetaRegProtocol(
-    "quick", seeds=(0, 1), datasets=("digits-images",),
-    methods=("ce", "mixup", "flg", "flg-sece"), regimes=(Regime("short", 3, (2,)),),
+    "quick",
+    seeds=(0, 1),
+    datasets=("digits-images",),
+    methods=("ce", "mixup", "flg", "flg-sece"),
+    regimes=(Regime("short", 3, (2,)),),
     grids=(Grid("flg-sece", meta_lr=(1e-4, 1e-3)),),
-    notes=("--quick: digits only, two seeds, 3 epochs, 4 methods and one small grid; for "
-           "tests and a first look, not for conclusions.",))
+    notes=(
+        "--quick: digits only, two seeds, 3 epochs, 4 methods and one small grid; for "
+        "tests and a first look, not for conclusions.",
+    ),
+)
 PROTOCOLS = {p.name: p for p in (FULL, QUICK)}

@@ -9,8 +9,20 @@ same experiment.
 from __future__ import annotations
 
 COLUMNS = ("error", "nll", "ece", "mce", "adaece", "classwise_ece")
-ROWS = ("ce", "ce-ts", "focal-1", "flsd53", "ls-0.05", "ls-0.1", "mixup-1", "mmce", "ce-dece",
-        "ce-sece", "flg-dece", "flg-sece")
+ROWS = (
+    "ce",
+    "ce-ts",
+    "focal-1",
+    "flsd53",
+    "ls-0.05",
+    "ls-0.1",
+    "mixup-1",
+    "mmce",
+    "ce-dece",
+    "ce-sece",
+    "flg-dece",
+    "flg-sece",
+)
 """Table 1's rows in its order, by our method names (``ce-ts``: CE after temperature
 scaling, our CE run's ``_ts`` metrics)."""
 
@@ -63,6 +75,8 @@ def _parse(table: str, rows: tuple[str, ...]) -> dict[tuple[str, str], dict[str,
 
 TABLE1 = _parse(_TABLE1, ROWS)
 """``(dataset, method) -> {column: "mean±std"}``, [MetaReg] Table 1 (ResNet-18)."""
-TABLE2 = {**_parse(_TABLE2_FLG, ("flg",)),
-          **{k: v for k, v in TABLE1.items() if k[1] == "flg-sece"}}
+TABLE2 = {
+    **_parse(_TABLE2_FLG, ("flg",)),
+    **{k: v for k, v in TABLE1.items() if k[1] == "flg-sece"},
+}
 """[MetaReg] Table 2 "SECE gain": FLγ (γ-Net without SECE) and FLγ-SECE (= Table 1's row)."""

@@ -25,17 +25,34 @@ from selfcal.studies.meta_reg.protocol import (
     SELECTION,
 )
 
-COLUMNS = (("Error", "error", 100.0), ("NLL", "nll", 1.0), ("ECE", "ece", 100.0),
-           ("ECE (TS)", "ece_ts", 100.0), ("MCE", "mce", 100.0), ("ACE", "adaece", 100.0),
-           ("CW-ECE", "classwise_ece", 100.0), ("T", "temperature", 1.0))
+COLUMNS = (
+    ("Error", "error", 100.0),
+    ("NLL", "nll", 1.0),
+    ("ECE", "ece", 100.0),
+    ("ECE (TS)", "ece_ts", 100.0),
+    ("MCE", "mce", 100.0),
+    ("ACE", "adaece", 100.0),
+    ("CW-ECE", "classwise_ece", 100.0),
+    ("T", "temperature", 1.0),
+)
 ERROR_TOLERANCE = 0.01
 """'Comparable error': FLγ-SECE's error not significantly above CE's, or above it by at most
 one point on average (the paper's Table 1 has it 0.6 points above CE on CIFAR-10)."""
-PUBLISHED_LABELS = {"ce": "CE", "ce-ts": "CE (TS)", "focal-1": "Focal γ=1",
-                    "flsd53": "FLSD-53", "ls-0.05": "LS-0.05", "ls-0.1": "LS-0.1",
-                    "mixup-1": "Mixup α=1", "mmce": "MMCE", "ce-dece": "CE-DECE",
-                    "ce-sece": "CE-SECE", "flg": "FLγ", "flg-dece": "FLγ-DECE",
-                    "flg-sece": "FLγ-SECE"}
+PUBLISHED_LABELS = {
+    "ce": "CE",
+    "ce-ts": "CE (TS)",
+    "focal-1": "Focal γ=1",
+    "flsd53": "FLSD-53",
+    "ls-0.05": "LS-0.05",
+    "ls-0.1": "LS-0.1",
+    "mixup-1": "Mixup α=1",
+    "mmce": "MMCE",
+    "ce-dece": "CE-DECE",
+    "ce-sece": "CE-SECE",
+    "flg": "FLγ",
+    "flg-dece": "FLγ-DECE",
+    "flg-sece": "FLγ-SECE",
+}
 
 
 def methods(results: StudyResults) -> list[str]:
@@ -53,8 +70,10 @@ def ece_by_seed(results: StudyResults, dataset: str, regime: str) -> dict[str, d
 def table1(results: StudyResults, dataset: str, regime: str) -> list[str]:
     """Every Table 1 column (%, NLL raw) with the post-TS ECE and T, and the ECE rank."""
     rank = paired_ranks(ece_by_seed(results, dataset, regime))
-    lines = ["| method | " + " | ".join(n for n, _, _ in COLUMNS) + " | rank (ECE) |",
-             "|---|" + "---|" * (len(COLUMNS) + 1)]
+    lines = [
+        "| method | " + " | ".join(n for n, _, _ in COLUMNS) + " | rank (ECE) |",
+        "|---|" + "---|" * (len(COLUMNS) + 1),
+    ]
     rows = [(m, m) for m in methods(results)]
     if "ce" in methods(results):
         rows.insert(1, ("ce", "ce-ts"))
@@ -62,11 +81,16 @@ def table1(results: StudyResults, dataset: str, regime: str) -> list[str]:
         cells = []
         for _, metric, scale in COLUMNS:
             if row == "ce-ts":
-                metric = {"ece": "ece_ts", "mce": "mce_ts", "adaece": "adaece_ts",
-                          "classwise_ece": "classwise_ece_ts", "nll": "nll_ts",
-                          "ece_ts": "", "temperature": ""}.get(metric, metric)
-            cells.append(cell(results, dataset, method, metric, regime, scale)
-                         if metric else "—")
+                metric = {
+                    "ece": "ece_ts",
+                    "mce": "mce_ts",
+                    "adaece": "adaece_ts",
+                    "classwise_ece": "classwise_ece_ts",
+                    "nll": "nll_ts",
+                    "ece_ts": "",
+                    "temperature": "",
+                }.get(metric, metric)
+            cells.append(cell(results, dataset, method, metric, regime, scale) if metric else "—")
         lines.append(f"| {LABELS[row]} | " + " | ".join(cells) + f" | {rank.get(row, '—')} |")
     return lines
 
@@ -77,33 +101,48 @@ def verdict_lines(results: StudyResults, dataset: str, regime: str) -> list[str]
     by_seed = ece_by_seed(results, dataset, regime)
     rank = paired_ranks(by_seed)
     error = compare(results, dataset, ("flg-sece", "error"), ("ce", "error"), regime)
-    comparable = error is not None and (error.verdict() != "worse"
-                                        or error.mean <= ERROR_TOLERANCE)
+    comparable = error is not None and (error.verdict() != "worse" or error.mean <= ERROR_TOLERANCE)
     holds = rank.get("flg-sece") == 1 and comparable and _better(by_seed, "flg-sece", "ce-ts")
-    out = [f"**{dataset}, {regime} regime.** FLγ-SECE's ECE ranks {rank.get('flg-sece')} of "
-           f"{len(rank)} rows (CE after temperature scaling included; 1 = no row significantly "
-           f"lower). The paper's claim (FLγ-SECE the lowest ECE, below CE (TS), at an error "
-           f"comparable to CE's) {'holds' if holds else 'does not hold'} here.", ""]
+    out = [
+        f"**{dataset}, {regime} regime.** FLγ-SECE's ECE ranks {rank.get('flg-sece')} of "
+        f"{len(rank)} rows (CE after temperature scaling included; 1 = no row significantly "
+        f"lower). The paper's claim (FLγ-SECE the lowest ECE, below CE (TS), at an error "
+        f"comparable to CE's) {'holds' if holds else 'does not hold'} here.",
+        "",
+    ]
     for other, metric in (("ce", "ece"), ("ce", "ece_ts"), ("focal", "ece"), ("flsd53", "ece")):
         if other in methods(results):
-            out.append(comparison_line(
-                compare(results, dataset, ("flg-sece", "ece"), (other, metric), regime),
-                "FLγ-SECE", LABELS["ce-ts"] if metric == "ece_ts" else LABELS[other],
-                "ECE (points)"))
+            out.append(
+                comparison_line(
+                    compare(results, dataset, ("flg-sece", "ece"), (other, metric), regime),
+                    "FLγ-SECE",
+                    LABELS["ce-ts"] if metric == "ece_ts" else LABELS[other],
+                    "ECE (points)",
+                )
+            )
     out.append(comparison_line(error, "FLγ-SECE", "CE", "error (points)"))
     for a, b in (("flg-sece", "flg"), ("flg-sece", "flg-dece"), ("ce-sece", "ce-dece")):
         if a in methods(results) and b in methods(results):
             for metric, what in (("ece", "ECE"), ("error", "error")):
-                out.append(comparison_line(
-                    compare(results, dataset, (a, metric), (b, metric), regime),
-                    LABELS[a], LABELS[b], f"{what} (points)"))
+                out.append(
+                    comparison_line(
+                        compare(results, dataset, (a, metric), (b, metric), regime),
+                        LABELS[a],
+                        LABELS[b],
+                        f"{what} (points)",
+                    )
+                )
     spread = {m: bin_spread(results, dataset, m, regime) for m in ("flg-sece", "flg-dece")}
     if all(spread.values()):
-        out.append(comparison_line(paired(spread["flg-sece"], spread["flg-dece"]),
-                                   "FLγ-SECE", "FLγ-DECE", "ECE spread (max − min) over "
-                                   f"{list(BIN_COUNTS)} bins (points)"))
-    return out + ["", detectable_line(results, dataset, "ce", methods(results), "ece", regime),
-                  ""]
+        out.append(
+            comparison_line(
+                paired(spread["flg-sece"], spread["flg-dece"]),
+                "FLγ-SECE",
+                "FLγ-DECE",
+                f"ECE spread (max − min) over {list(BIN_COUNTS)} bins (points)",
+            )
+        )
+    return out + ["", detectable_line(results, dataset, "ce", methods(results), "ece", regime), ""]
 
 
 def _better(by_seed: dict[str, dict[int, float]], a: str, b: str) -> bool:
@@ -111,8 +150,7 @@ def _better(by_seed: dict[str, dict[int, float]], a: str, b: str) -> bool:
     return diff is not None and diff.verdict() == "better"
 
 
-def bin_spread(results: StudyResults, dataset: str, method: str,
-               regime: str) -> dict[int, float]:
+def bin_spread(results: StudyResults, dataset: str, method: str, regime: str) -> dict[int, float]:
     """``{seed: max - min of ECE over the Fig. 5 bin counts}``."""
     out = {}
     for run in results.runs(dataset, method, regime):
@@ -125,8 +163,10 @@ def gamma_lines(results: StudyResults, dataset: str) -> list[str]:
     """Every seed's γ on the test set at the evaluated checkpoint's end of training: mean ±
     std over test samples, with its meta learning rate."""
     seeds = list(results.protocol.seeds)
-    lines = ["| regime | method | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-             "|---|---|" + "---|" * len(seeds)]
+    lines = [
+        "| regime | method | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---|---|" + "---|" * len(seeds),
+    ]
     for regime in regimes(results, dataset):
         for method in (m for m in GAMMA_NETS if m in methods(results)):
             runs = {r.spec.seed: r for r in results.runs(dataset, method, regime)}
@@ -152,13 +192,18 @@ def _lr(run) -> str:
 def published_lines(dataset: str) -> list[str]:
     """[MetaReg] Table 1 and the Table 2 FLγ row for a CIFAR dataset (mean ± std)."""
     names = ("error", "nll", "ece", "mce", "adaece", "classwise_ece")
-    lines = ["| method (published) | Error | NLL | ECE | MCE | ACE | CW-ECE |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| method (published) | Error | NLL | ECE | MCE | ACE | CW-ECE |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in (*published.ROWS, "flg"):
         cells = {**published.TABLE1, **published.TABLE2}.get((dataset, row))
         if cells is not None:
-            lines.append(f"| {PUBLISHED_LABELS[row]} | "
-                         + " | ".join(cells[n].replace("±", " ± ") for n in names) + " |")
+            lines.append(
+                f"| {PUBLISHED_LABELS[row]} | "
+                + " | ".join(cells[n].replace("±", " ± ") for n in names)
+                + " |"
+            )
     return lines
 
 
@@ -166,27 +211,44 @@ def published_rows(dataset: str) -> list[str]:
     """The paper's numbers under a CIFAR dataset's tables (nothing elsewhere)."""
     if dataset not in _images.CIFAR:
         return []
-    return [f"Published, [MetaReg] Tables 1-2 ({dataset}, ResNet-18, 5 seeds):", "",
-            *published_lines(dataset), ""]
+    return [
+        f"Published, [MetaReg] Tables 1-2 ({dataset}, ResNet-18, 5 seeds):",
+        "",
+        *published_lines(dataset),
+        "",
+    ]
 
 
 def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import meta_reg
     from selfcal.studies.meta_reg import execute
 
-    parts = _images.intro(results, [meta_reg.__doc__, execute.__doc__.split("\n\n", 1)[1]],
-                          SELECTION, "in % (NLL and T raw)")
+    parts = _images.intro(
+        results,
+        [meta_reg.__doc__, execute.__doc__.split("\n\n", 1)[1]],
+        SELECTION,
+        "in % (NLL and T raw)",
+    )
     datasets = results.datasets
-    parts += _images.regime_sections(results, datasets, MODELS, table1, verdict_lines,
-                                     after=published_rows)
-    parts += ["## γ-Net's γ on the test set, every seed", "",
-              "Mean ± std over the test samples at the end of training (figures "
-              "`fig3_*` follow it epoch by epoch), with the meta learning rate selected for "
-              "the seed.", ""]
+    parts += _images.regime_sections(
+        results, datasets, MODELS, table1, verdict_lines, after=published_rows
+    )
+    parts += [
+        "## γ-Net's γ on the test set, every seed",
+        "",
+        "Mean ± std over the test samples at the end of training (figures "
+        "`fig3_*` follow it epoch by epoch), with the meta learning rate selected for "
+        "the seed.",
+        "",
+    ]
     for d in datasets:
         parts += [f"**{d}**", "", *gamma_lines(results, d), ""]
-    parts += ["## Hyperparameters selected on validation", "",
-              *hyperparameter_table(results, methods(results), LABELS), ""]
+    parts += [
+        "## Hyperparameters selected on validation",
+        "",
+        *hyperparameter_table(results, methods(results), LABELS),
+        "",
+    ]
     return parts
 
 
@@ -194,6 +256,10 @@ def summary(results: StudyResults) -> list[str]:
     lines = []
     for d in results.datasets:
         for regime in regimes(results, d):
-            lines += [f"{d}, {regime} regime (%, mean ± 95% CI over seeds; NLL, T raw)",
-                      *table1(results, d, regime), "", *verdict_lines(results, d, regime)]
+            lines += [
+                f"{d}, {regime} regime (%, mean ± 95% CI over seeds; NLL, T raw)",
+                *table1(results, d, regime),
+                "",
+                *verdict_lines(results, d, regime),
+            ]
     return lines
