@@ -5,7 +5,7 @@ and draw it (:mod:`selfcal.plots`). Heavy optional dependencies (scikit-learn, m
 imported only when used.
 """
 
-from selfcal._inputs import PROB_ATOL, Predictions, as_predictions
+from selfcal.predictions import PROB_ATOL, Predictions, as_predictions
 
 __version__ = "0.1.0"
 __all__ = ["PROB_ATOL", "Predictions", "__version__", "as_predictions"]

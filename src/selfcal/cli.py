@@ -25,6 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 import selfcal
+from selfcal._validation import check_choice, check_real
+from selfcal.io import KINDS
 
 app = typer.Typer(
     name="selfcal",
@@ -105,11 +107,6 @@ def _finite(x: float) -> float | None:
 
 def _fmt(x: float) -> str:
     return f"{x:.4f}" if math.isfinite(x) else "n/a"
-
-
-def _check_kind(kind: str | None) -> None:
-    if kind is not None and kind not in ("logits", "probs"):
-        raise ValueError(f"--kind must be 'logits' or 'probs', got {kind!r}")
 
 
 @contextmanager
@@ -201,11 +198,10 @@ def evaluate(
 ) -> None:
     """Every calibration metric of FILE with bootstrap confidence intervals."""
     with _errors():
-        _check_kind(kind)
-        if not 0 < confidence < 1:
-            raise ValueError(f"--confidence must be in (0, 1), got {confidence}")
-        if interval not in ("percentile", "basic"):
-            raise ValueError(f"--interval must be 'percentile' or 'basic', got {interval!r}")
+        if kind is not None:
+            check_choice("--kind", kind, KINDS)
+        check_real("--confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+        check_choice("--interval", interval, ("percentile", "basic"))
         from selfcal.evaluation import METRICS, default_resamples
         from selfcal.evaluation import evaluate as run
         from selfcal.io import load_predictions
@@ -290,10 +286,11 @@ def calibrate(
 ) -> None:
     """Fit a calibrator on --fit, apply it to --apply and write the probabilities to --out."""
     with _errors():
-        _check_kind(kind)
-        from selfcal._inputs import Predictions
+        if kind is not None:
+            check_choice("--kind", kind, KINDS)
         from selfcal.evaluation import point_estimates
         from selfcal.io import load_predictions, save_probs
+        from selfcal.predictions import Predictions
 
         calibrator = _calibrator(method)
         train = load_predictions(fit, kind=kind, label_column=label_column)

@@ -21,8 +21,8 @@ import importlib
 import inspect
 from collections.abc import Callable
 
-from selfcal._inputs import Predictions
 from selfcal.metrics.bootstrap import Interval, Resamples, bootstrap_ci
+from selfcal.predictions import Predictions
 
 METRICS: dict[str, tuple[str, str]] = {
     "accuracy": ("selfcal.metrics", "accuracy"),

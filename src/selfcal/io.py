@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from selfcal._inputs import Predictions
+from selfcal._validation import check_choice
+from selfcal.predictions import Predictions
 
 KINDS = ("logits", "probs")
 TABULAR = (".csv", ".parquet")
@@ -61,11 +62,6 @@ def _format_of(path: Path) -> str:
         f"{path}: unknown file type {suffix or '(no extension)'!r}; "
         "use .npz, .npy (NAME.logits.npy + NAME.labels.npy), .csv or .parquet"
     )
-
-
-def _check_kind(kind: str | None) -> None:
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"kind must be 'logits' or 'probs', got {kind!r}")
 
 
 # ----------------------------------------------------------------------------- readers
@@ -243,7 +239,8 @@ def read_arrays(
     path: str | Path, *, kind: str | None = None, label_column: str = "label"
 ) -> tuple[str, np.ndarray, np.ndarray | None]:
     """``(kind, scores, labels-or-None)`` as stored in ``path``, without validation."""
-    _check_kind(kind)
+    if kind is not None:
+        check_choice("kind", kind, KINDS)
     path = resolve_path(path)
     fmt = _format_of(path)
     if fmt != "npy" and not path.exists():
@@ -267,7 +264,7 @@ def load_predictions(
     """Read and validate predictions from ``path`` (format by extension; see module docstring).
 
     ``kind`` (``"logits"`` / ``"probs"``) is needed only where the file's names do not say it.
-    Raises ``ValueError`` (bad content, including every :mod:`selfcal._inputs` validation error)
+    Raises ``ValueError`` (bad content, including every :mod:`selfcal.predictions` validation error)
     or ``FileNotFoundError``; messages start with the file path.
     """
     path = resolve_path(path)

@@ -25,7 +25,7 @@ from selfcal.bilevel import (
     boltzmann_confidence,
 )
 from selfcal.bilevel._tree import tree_leaves, tree_map
-from selfcal.posthoc import NotFittedError
+from selfcal.exceptions import NotFittedError
 
 
 # ------------------------------------------------------------------ Boltzmann operator

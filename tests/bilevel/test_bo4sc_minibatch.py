@@ -340,11 +340,11 @@ class PairsOfThree(Dataset):
     "kwargs, data, match",
     [
         ({"batch_size": 61}, None, "batch_size .61. exceeds the 60 training rows"),
-        ({"batch_size": 0}, None, "batch_size must be a positive int"),
+        ({"batch_size": 0}, None, "batch_size must be an integer >= 1"),
         ({"batch_size": 10, "val_batch_size": 21}, None, "val_batch_size .21. exceeds"),
         ({"batch_size": 10, "estimator": Implicit(0)}, None, "at least one inner step"),
         ({"batch_size": 10, "batch_transform": lambda x: x[:, :1]}, None, "batch_transform"),
-        ({"history_rows": 0}, None, "history_rows must be a positive int"),
+        ({"history_rows": 0}, None, "history_rows must be an integer >= 1"),
         ({"batch_size": 5}, "datasets", r"\(x, y\) pair"),
         ({}, "mixed", r"fit\(train_dataset, val_dataset\)"),
     ],

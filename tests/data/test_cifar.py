@@ -13,7 +13,8 @@ from image_fakes import CIFAR10_FOLDER, cifar_pickle_bytes, write_cifar10, write
 from selfcal.data import load_dataset
 from selfcal.data.augment import black_fill
 from selfcal.data.cifar import CIFAR_MEAN, CIFAR_STD, read_cifar_file
-from selfcal.data.core import DATA_ENV_VAR, DatasetNotFoundError
+from selfcal.data.core import DATA_ENV_VAR
+from selfcal.exceptions import DatasetNotFoundError
 
 MEAN = torch.tensor(CIFAR_MEAN, dtype=torch.float64).reshape(3, 1, 1)
 STD = torch.tensor(CIFAR_STD, dtype=torch.float64).reshape(3, 1, 1)

@@ -97,8 +97,8 @@ def test_mnist1d_sizes_pool_the_whole_draw_and_split_it_exactly():
     ("options", "match"),
     [
         ({"sizes": (300, 120, 581)}, "multiple of 10"),
-        ({"sizes": (300, 120)}, "three positive ints"),
-        ({"sizes": (0, 120, 580)}, "three positive ints"),
+        ({"sizes": (300, 120)}, "three positive integers"),
+        ({"sizes": (0, 120, 580)}, "three positive integers"),
         ({"sizes": (300, 120, 580), "num_samples": 1000}, "not both"),
     ],
 )

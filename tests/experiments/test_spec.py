@@ -115,7 +115,7 @@ def test_spec_is_immutable() -> None:
         ({"model": {"nested": {"x": float("nan")}}}, "NaN"),
         ({"seed": True}, "seed must be an int"),
         ({"seed": 1.0}, "seed must be an int"),
-        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"seed": -1}, "seed must be an integer >= 0"),
         ({"study": ""}, "study must be a non-empty string"),
         ({"method": None}, "method must be a non-empty string"),
     ],

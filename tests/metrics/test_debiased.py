@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from selfcal._inputs import Predictions
 from selfcal.metrics.debiased import debiased_ece, kumar_equal_mass_edges
+from selfcal.predictions import Predictions
 
 
 def random_probs(rng, n, c, discrete=False):

@@ -9,7 +9,6 @@ import pytest
 import scipy.signal
 import torch
 
-from selfcal._inputs import Predictions
 from selfcal.metrics.smooth import (
     dece,
     kde_ece,
@@ -18,6 +17,7 @@ from selfcal.metrics.smooth import (
     soft_accuracy,
     soft_bin_membership,
 )
+from selfcal.predictions import Predictions
 
 METRICS = [sece, dece, kde_ece, smooth_ece]
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from posthoc_helpers import make_logits
 
+from selfcal.exceptions import NotFittedError
 from selfcal.posthoc import (
     CALIBRATORS,
     Calibrator,
-    NotFittedError,
     TemperatureScaling,
     VectorScaling,
 )

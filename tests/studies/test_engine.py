@@ -8,6 +8,7 @@ import json
 import pytest
 
 from selfcal.cli import main
+from selfcal.exceptions import StaleResults
 from selfcal.experiments import report as reporting
 from selfcal.experiments.selection import hyperparameters
 
@@ -68,15 +69,15 @@ def test_a_report_of_another_version_is_stale(tiny_study, tmp_path, capsys, monk
     )
     reporting.check_provenance(out)
     monkeypatch.setattr(type(tiny_study), "version", 2)
-    with pytest.raises(reporting.StaleResults, match="study version 1, code 2.*regenerate"):
+    with pytest.raises(StaleResults, match="study version 1, code 2.*regenerate"):
         reporting.check_provenance(out)
     monkeypatch.setattr(type(tiny_study), "version", 1)
     made = json.loads((out / "provenance.json").read_text())
     (out / "provenance.json").write_text(json.dumps({**made, "fingerprint": "0" * 12}))
-    with pytest.raises(reporting.StaleResults, match="fingerprint 000000000000"):
+    with pytest.raises(StaleResults, match="fingerprint 000000000000"):
         reporting.check_provenance(out)
     (out / "provenance.json").unlink()
-    with pytest.raises(reporting.StaleResults, match="no provenance.json"):
+    with pytest.raises(StaleResults, match="no provenance.json"):
         reporting.check_provenance(out)
 
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from selfcal.exceptions import TrainingDiverged
 from selfcal.models import MLP, build_model
-from selfcal.training import History, TrainConfig, TrainingDiverged, fit, predict_logits
+from selfcal.training import History, TrainConfig, fit, predict_logits
 
 
 def overfitting_problem(seed: int = 0):

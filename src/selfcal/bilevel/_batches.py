@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from selfcal._inputs import validate_labels
+from selfcal.predictions import validate_labels
 
 QUANTILE_LEVELS = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
 """The weight-table quantiles recorded after every outer iteration."""

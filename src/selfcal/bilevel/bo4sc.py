@@ -55,6 +55,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from selfcal._validation import check_hyper, check_int
 from selfcal.bilevel.engine import BilevelProblem, Estimator
 from selfcal.bilevel.estimators import Unrolled
 from selfcal.bilevel.optim import Adam, Hyper, Optimizer, Params
@@ -91,7 +92,7 @@ def boltzmann_confidence(probs: torch.Tensor, beta: Hyper) -> torch.Tensor:
         raise ValueError(
             f"probs must have a non-empty last (class) dimension, got shape {tuple(probs.shape)}"
         )
-    _check_beta(beta)
+    check_hyper("beta", beta, 0.0)
     return torch.sum(torch.softmax(beta * probs, dim=-1) * probs, dim=-1)
 
 
@@ -114,17 +115,6 @@ def bo4sc_outer_loss(
     correct = (logits.argmax(dim=-1) == labels).to(probs.dtype)
     conf = boltzmann_confidence(probs, beta).clamp(clamp_eps, 1 - clamp_eps)
     return -torch.mean(correct * torch.log(conf) + (1 - correct) * torch.log1p(-conf))
-
-
-def _check_beta(beta: Hyper) -> None:
-    if isinstance(beta, torch.Tensor):
-        if beta.ndim != 0:
-            raise ValueError(f"beta must be a float or a 0-d tensor, got shape {tuple(beta.shape)}")
-        return
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)):
-        raise ValueError(f"beta must be a float or a 0-d tensor, got {type(beta).__name__}")
-    if not (math.isfinite(beta) and beta >= 0):
-        raise ValueError(f"beta must be finite and >= 0, got {beta}")
 
 
 # ------------------------------------------------------------------ functional core
@@ -195,7 +185,7 @@ class BO4SCConfig:
     def __post_init__(self) -> None:
         if self.constraint not in CONSTRAINTS:
             raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {self.constraint!r}")
-        _check_beta(self.beta)
+        check_hyper("beta", self.beta, 0.0)
         if isinstance(self.weight_lr, torch.Tensor):
             if self.weight_lr.ndim != 0:
                 raise ValueError("weight_lr must be a float or a 0-d tensor")
@@ -214,8 +204,7 @@ class BO4SCConfig:
 def bo4sc_init(params: Params, n_train: int, config: BO4SCConfig) -> BO4SCState:
     """The starting state: detached copies of ``params``, a fresh optimizer state and
     ``w = initial_weight`` for each of the ``n_train`` samples."""
-    if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
-        raise ValueError(f"n_train must be a positive int, got {n_train!r}")
+    check_int("n_train", n_train)
     params = {k: p.detach().clone() for k, p in params.items()}
     first = next(iter(params.values()))
     weights = torch.full((n_train,), config.initial_weight, dtype=first.dtype, device=first.device)

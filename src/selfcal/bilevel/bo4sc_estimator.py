@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from selfcal._inputs import ArrayLike, to_tensor, validate_labels
+from selfcal._validation import check_int
 from selfcal.bilevel._batches import EpochSampler, Rows, WeightRecord
 from selfcal.bilevel.bo4sc import (
     DEFAULT_INNER_LR,
@@ -41,7 +41,8 @@ from selfcal.bilevel.bo4sc import (
 from selfcal.bilevel.engine import Estimator
 from selfcal.bilevel.estimators import Unrolled
 from selfcal.bilevel.optim import Adam, Optimizer, Params
-from selfcal.posthoc import NotFittedError
+from selfcal.exceptions import NotFittedError
+from selfcal.predictions import ArrayLike, to_tensor, validate_labels
 
 PREDICT_CHUNK = 4096
 """Rows per forward pass in :meth:`BO4SC.predict_confidence`."""
@@ -134,8 +135,8 @@ class BO4SC:
             raise ValueError("pass inner_steps or estimator, not both")
         if self.inner_optimizer is not None and self.inner_lr is not None:
             raise ValueError("pass inner_lr or inner_optimizer, not both")
-        _check_count("outer_iterations", self.outer_iterations)
-        _check_count("history_rows", self.history_rows)
+        check_int("outer_iterations", self.outer_iterations)
+        check_int("history_rows", self.history_rows)
         steps = DEFAULT_INNER_STEPS if self.inner_steps is None else self.inner_steps
         lr = DEFAULT_INNER_LR if self.inner_lr is None else self.inner_lr
         return BO4SCConfig(
@@ -192,7 +193,7 @@ class BO4SC:
 
     def _batch_sizes(self, n_train: int, n_val: int, steps: int) -> tuple[int | None, int]:
         if self.batch_size is not None:
-            _check_count("batch_size", self.batch_size)
+            check_int("batch_size", self.batch_size)
             if self.batch_size > n_train:
                 raise ValueError(
                     f"batch_size ({self.batch_size}) exceeds the {n_train} training rows"
@@ -203,7 +204,7 @@ class BO4SC:
                     "step (one minibatch per step)"
                 )
         val_size = n_val if self.val_batch_size is None else self.val_batch_size
-        _check_count("val_batch_size", val_size)
+        check_int("val_batch_size", val_size)
         if val_size > n_val:
             raise ValueError(f"val_batch_size ({val_size}) exceeds the {n_val} validation rows")
         return self.batch_size, val_size
@@ -378,11 +379,6 @@ class _Run:
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             raise ValueError("batch_transform must return a tensor of the batch's shape")
         return out
-
-
-def _check_count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _features(x: ArrayLike, name: str, like: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ from typing import Any, cast
 import torch
 from torch.func import grad, vjp
 
+from selfcal._validation import check_int
 from selfcal.bilevel._tree import detach, tree_dot, tree_leaves, tree_map
 from selfcal.bilevel.engine import BilevelProblem, Hypergradient
 from selfcal.bilevel.optim import Params
@@ -45,11 +46,6 @@ def _final_grad(fn: Any, *primals: Any) -> tuple[Any, Any]:
     """
     loss, vjp_fn, aux = cast(tuple[Any, Any, Any], vjp(fn, *primals, has_aux=True))
     return vjp_fn(torch.ones_like(loss), retain_graph=False, create_graph=False), aux
-
-
-def _check_count(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def _with_aux(loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,9 +76,9 @@ class Unrolled:
     backprop_steps: int | None = None
 
     def __post_init__(self) -> None:
-        _check_count("steps", self.steps, 1)
+        check_int("steps", self.steps, 1)
         if self.backprop_steps is not None:
-            _check_count("backprop_steps", self.backprop_steps, 1)
+            check_int("backprop_steps", self.backprop_steps, 1)
             if self.backprop_steps > self.steps:
                 raise ValueError(
                     f"backprop_steps ({self.backprop_steps}) exceeds steps ({self.steps})"
@@ -118,7 +114,7 @@ class OneStepLookahead:
     steps: int = 1
 
     def __post_init__(self) -> None:
-        _check_count("steps", self.steps, 1)
+        check_int("steps", self.steps, 1)
 
     def __call__(
         self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
@@ -149,7 +145,7 @@ class AutogradLookahead:
     steps: int = 1
 
     def __post_init__(self) -> None:
-        _check_count("steps", self.steps, 1)
+        check_int("steps", self.steps, 1)
 
     def __call__(
         self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
@@ -206,7 +202,7 @@ class Implicit:
     solver: ConjugateGradient | Neumann = field(default_factory=ConjugateGradient)
 
     def __post_init__(self) -> None:
-        _check_count("steps", self.steps, 0)
+        check_int("steps", self.steps, 0)
 
     def __call__(
         self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from selfcal._validation import check_int, check_positive
+
 DEFAULT_TAU = 0.01
 
 
@@ -40,11 +42,9 @@ class GammaNet(nn.Module):
 
     def __init__(self, feature_dim: int, n_classes: int, tau: float = DEFAULT_TAU) -> None:
         super().__init__()
-        for name, value, low in (("feature_dim", feature_dim, 1), ("n_classes", n_classes, 2)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
-            raise ValueError(f"tau must be a positive number, got {tau!r}")
+        check_int("feature_dim", feature_dim)
+        check_int("n_classes", n_classes, minimum=2)
+        check_positive("tau", tau)
         self.feature_dim, self.n_classes, self.tau = feature_dim, n_classes, float(tau)
         bound = 1.0 / math.sqrt(feature_dim)
         self.prototypes = nn.Parameter(torch.empty(feature_dim, n_classes).uniform_(-bound, bound))

@@ -72,12 +72,12 @@ from selfcal.bilevel.engine import BilevelProblem, Estimator, Hypergradient
 from selfcal.bilevel.estimators import AutogradLookahead, OneStepLookahead
 from selfcal.bilevel.gamma_net import DEFAULT_TAU, GammaNet
 from selfcal.bilevel.optim import SGD, Params
+from selfcal.exceptions import NonFinite, TrainingDiverged
 from selfcal.losses import focal_loss
 from selfcal.metrics import dece, sece
-from selfcal.training import History, TrainConfig, TrainingDiverged, make_optimizer
+from selfcal.training import History, TrainConfig, make_optimizer
 from selfcal.training.history import HistoryRecorder, StopReason
 from selfcal.training.loop import (
-    NonFinite,
     augmentation_generator,
     bind_transform,
     check_parameters,

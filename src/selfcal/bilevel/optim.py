@@ -23,6 +23,8 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from selfcal._validation import check_hyper
+
 Params = dict[str, torch.Tensor]
 Hyper = float | torch.Tensor
 
@@ -37,25 +39,6 @@ class Optimizer(Protocol):
     def step(self, params: Params, grads: Params, state: Any) -> tuple[Params, Any]:
         """One update; returns the new parameters and the new state (out of place)."""
         ...
-
-
-def _check_hyper(
-    name: str, value: Hyper, low: float, high: float = float("inf"), high_open: bool = False
-) -> None:
-    """Python numbers must lie in ``[low, high]`` (``[low, high)`` if ``high_open``);
-    tensors must be 0-d."""
-    if isinstance(value, torch.Tensor):
-        if value.ndim != 0:
-            raise ValueError(
-                f"{name} must be a Python float or a 0-d tensor, got shape {tuple(value.shape)}"
-            )
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a float or a 0-d tensor, got {type(value).__name__}")
-    above_high = value >= high if high_open else value > high
-    if not value >= low or above_high:  # also rejects NaN
-        bracket = ")" if high_open else "]"
-        raise ValueError(f"{name} must lie in [{low}, {high}{bracket}, got {value}")
 
 
 def _check_params(params: Params) -> None:
@@ -111,11 +94,11 @@ class SGD:
     max_norm: Hyper | None = None
 
     def __post_init__(self) -> None:
-        _check_hyper("lr", self.lr, 0.0)
-        _check_hyper("momentum", self.momentum, 0.0, 1.0, high_open=True)
-        _check_hyper("weight_decay", self.weight_decay, 0.0)
+        check_hyper("lr", self.lr, 0.0)
+        check_hyper("momentum", self.momentum, 0.0, 1.0, high_open=True)
+        check_hyper("weight_decay", self.weight_decay, 0.0)
         if self.max_norm is not None:
-            _check_hyper("max_norm", self.max_norm, 0.0)
+            check_hyper("max_norm", self.max_norm, 0.0)
 
     @property
     def _uses_momentum(self) -> bool:
@@ -187,12 +170,12 @@ class Adam:
     def __post_init__(self) -> None:
         if not isinstance(self.betas, tuple) or len(self.betas) != 2:
             raise ValueError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
-        _check_hyper("lr", self.lr, 0.0)
-        _check_hyper("betas[0]", self.betas[0], 0.0, 1.0, high_open=True)
-        _check_hyper("betas[1]", self.betas[1], 0.0, 1.0, high_open=True)
-        _check_hyper("eps", self.eps, 0.0)
-        _check_hyper("eps_root", self.eps_root, 0.0)
-        _check_hyper("weight_decay", self.weight_decay, 0.0)
+        check_hyper("lr", self.lr, 0.0)
+        check_hyper("betas[0]", self.betas[0], 0.0, 1.0, high_open=True)
+        check_hyper("betas[1]", self.betas[1], 0.0, 1.0, high_open=True)
+        check_hyper("eps", self.eps, 0.0)
+        check_hyper("eps_root", self.eps_root, 0.0)
+        check_hyper("weight_decay", self.weight_decay, 0.0)
 
     def init(self, params: Params) -> AdamState:
         _check_params(params)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
+from selfcal._validation import check_int
 from selfcal.data.core import DataSplits
 
 
@@ -38,8 +39,7 @@ def _check_batch(x: torch.Tensor, generator: torch.Generator, padding: int) -> N
         raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if generator.device.type != x.device.type:
         raise ValueError(f"generator is on {generator.device}, x on {x.device}; use one device")
-    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
-        raise ValueError(f"padding must be a non-negative int, got {padding!r}")
+    check_int("padding", padding, minimum=0)
 
 
 def _fill_column(fill: float | Sequence[float] | torch.Tensor, x: torch.Tensor) -> torch.Tensor:

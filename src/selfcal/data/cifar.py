@@ -6,7 +6,7 @@ archive folder ``cifar-10-batches-py/`` (``data_batch_1`` .. ``data_batch_5``, `
 or ``cifar-100-python/`` (``train``, ``test``), as torchvision's ``root``; ``root`` may also be
 that folder itself. The archives are ``cifar-10-python.tar.gz`` / ``cifar-100-python.tar.gz``
 from https://www.cs.toronto.edu/~kriz/cifar.html. A missing folder raises
-:class:`~selfcal.data.core.DatasetNotFoundError` (a ``FileNotFoundError`` and a ``ValueError``)
+:class:`~selfcal.exceptions.DatasetNotFoundError` (a ``FileNotFoundError`` and a ``ValueError``)
 naming that layout.
 
 The batch files are Python pickles of ``{data: uint8 [n, 3072] (R, G, B planes of 32x32, row
@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal._validation import check_choice, check_optional_int
 from selfcal.data.core import DataSplits, locate_dataset_dir, splits_from_parts
 from selfcal.data.registry import register_dataset
 
@@ -159,11 +160,8 @@ def reference_split_indices(
 
 def check_split_options(split: str, split_seed: int | None) -> None:
     """``split`` is one of :data:`SPLITS`; ``split_seed`` is a non-negative int or None."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    bad_seed = isinstance(split_seed, bool) or not isinstance(split_seed, int | None)
-    if bad_seed or (split_seed is not None and split_seed < 0):
-        raise ValueError(f"split_seed must be a non-negative int or None, got {split_seed!r}")
+    check_choice("split", split, SPLITS)
+    check_optional_int("split_seed", split_seed, minimum=0)
 
 
 def normalization_in_raw_units(

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal.exceptions import DatasetNotFoundError
+
 SPLIT_NAMES = ("train", "val", "test")
 """The three split names, in the order loaders build them."""
 
@@ -388,14 +390,6 @@ def splits_from_parts(
 
 DATA_ENV_VAR = "SELFCAL_DATA"
 """Environment variable naming the directory that holds datasets read from disk."""
-
-
-class DatasetNotFoundError(FileNotFoundError, ValueError):
-    """A dataset read from disk is not where it was looked for.
-
-    Both a ``FileNotFoundError`` (what happened) and a ``ValueError`` (the package's error for
-    bad input), so either ``except`` clause catches it. The message names the expected layout.
-    """
 
 
 def locate_dataset_dir(

@@ -37,9 +37,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal._validation import check_int, check_real
 from selfcal.data.core import (
     DataSplits,
     channel_standardization_stats,
+    check_sizes,
     child_rngs,
     splits_from_parts,
     stratified_split_indices,
@@ -71,10 +73,7 @@ def generate_mnist1d(seed: int, num_samples: int = DEFAULT_NUM_SAMPLES) -> dict[
 
     Returns its dict: ``x`` [n_train, 40], ``y``, ``x_test``, ``y_test`` (float64 / int64).
     """
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
-        raise ValueError(f"num_samples must be an int, got {num_samples!r}")
-    if num_samples < MIN_NUM_SAMPLES:
-        raise ValueError(f"num_samples must be >= {MIN_NUM_SAMPLES}, got {num_samples}")
+    check_int("num_samples", num_samples, minimum=MIN_NUM_SAMPLES)
     from mnist1d.data import get_dataset_args, make_dataset
 
     args = get_dataset_args()
@@ -100,23 +99,13 @@ def _draw(seed: int, num_samples: int) -> tuple[np.ndarray, ...]:
     return arrays
 
 
-def _check_fraction(valid_fraction: float) -> float:
-    if not 0.0 < valid_fraction < 1.0:
-        raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
-    return float(valid_fraction)
-
-
 def _check_sizes(sizes: Sequence[int]) -> tuple[int, int, int]:
-    values = tuple(sizes)
-    if len(values) != 3 or any(
-        isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values
-    ):
-        raise ValueError(f"sizes must be three positive ints (train, val, test), got {sizes!r}")
+    values = check_sizes(sizes)
     if sum(values) % N_CLASSES:
         raise ValueError(
             f"sizes must add up to a multiple of {N_CLASSES} (equal classes), got {sum(values)}"
         )
-    return values  # type: ignore[return-value]
+    return values
 
 
 @register_dataset("mnist1d")
@@ -129,7 +118,9 @@ def mnist1d(
 ) -> DataSplits:
     """MNIST-1D, ``[n, 1, 40]`` signals, 10 classes; 3600 / 400 / 1000 by default, or exactly
     ``sizes=(train, val, test)`` (module doc)."""
-    valid_fraction = _check_fraction(valid_fraction)
+    valid_fraction = check_real(
+        "valid_fraction", valid_fraction, 0.0, 1.0, low_open=True, high_open=True
+    )
     if sizes is None:
         x_pool, y_pool, x_test, y_test = _draw(seed, num_samples)
         n_val = round(valid_fraction * len(y_pool))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from selfcal._registry import Registry
+from selfcal._validation import check_int
 from selfcal.data.core import DataSplits
 
 Loader = Callable[..., DataSplits]
@@ -33,12 +34,6 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 def dataset_names() -> tuple[str, ...]:
     """Names of all registered datasets, sorted."""
     return _DATASETS.names()
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    return seed
 
 
 def _check_options(name: str, loader: Loader, options: dict[str, Any]) -> None:
@@ -61,4 +56,4 @@ def load_dataset(name: str, seed: int, **options: Any) -> DataSplits:
     """
     loader = _DATASETS.get(name)
     _check_options(name, loader, options)
-    return loader(_check_seed(seed), **options)
+    return loader(check_int("seed", seed, minimum=0), **options)

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from selfcal.exceptions import StaleResults
 from selfcal.experiments.selection import hyperparameters, regime
 from selfcal.experiments.study import Study, StudyResults, get_study
 from selfcal.experiments.tables import (
@@ -31,10 +32,6 @@ from selfcal.experiments.tables import (
 PROVENANCE = "provenance.json"
 README = "README.md"
 FIGURE_DPI = 100
-
-
-class StaleResults(ValueError):
-    """A committed report was made by another version of its study or protocol."""
 
 
 @dataclass(frozen=True)

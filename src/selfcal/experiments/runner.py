@@ -47,6 +47,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
+from selfcal._validation import check_int
 from selfcal.experiments.environment import environment
 from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.store import DEFAULT_PATH, ResultsStore
@@ -156,8 +157,7 @@ def _run_pending(
 def _check_arguments(execute: Executor, workers: int) -> None:
     if not callable(execute):
         raise ValueError(f"execute must be callable, got {execute!r}")
-    if type(workers) is not int or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    check_int("workers", workers)
     if workers > 1:
         try:
             pickle.dumps(execute)

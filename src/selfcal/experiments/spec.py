@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from selfcal._validation import check_int
+
 JSONScalar = str | int | float | bool | None
 Status = Literal["done", "failed"]
 STATUSES: tuple[str, ...] = ("done", "failed")
@@ -110,8 +112,7 @@ class RunSpec:
             if not isinstance(value, str) or not value:
                 raise ValueError(f"RunSpec.{name} must be a non-empty string, got {value!r}")
         seed = self.seed.item() if isinstance(self.seed, np.integer) else self.seed
-        if type(seed) is not int or seed < 0:
-            raise ValueError(f"RunSpec.seed must be an int >= 0, got {self.seed!r}")
+        check_int("RunSpec.seed", seed, minimum=0)
         if not isinstance(self.hparams, Mapping) or not isinstance(self.model, Mapping):
             raise ValueError("RunSpec.hparams and RunSpec.model must be mappings")
         hparams = {

@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from selfcal._registry import Registry
+from selfcal._validation import check_int
 from selfcal.experiments.runner import SweepSummary, run_sweep
 from selfcal.experiments.selection import Criterion, hp, regime, select
 from selfcal.experiments.spec import RunResult, RunSpec
@@ -77,8 +78,7 @@ class StudyProtocol:
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        if type(self.threads) is not int or self.threads < 1:
-            raise ValueError(f"threads must be an int >= 1, got {self.threads!r}")
+        check_int("threads", self.threads)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds!r}")
 

@@ -3,17 +3,18 @@
 Losses run inside the training loop, once per minibatch, so the per-call checks are cheap:
 shapes and dtypes (Python only) and one ``aminmax`` over the labels. Logits are *not* scanned
 for NaN/inf: a non-finite logit gives a non-finite loss, which
-:func:`selfcal.training.fit` reports as :class:`~selfcal.training.TrainingDiverged` -- raising
+:func:`selfcal.training.fit` reports as :class:`~selfcal.exceptions.TrainingDiverged` -- raising
 ``ValueError`` here would turn a diverged run into a crash. Hyperparameters are checked once,
 when a loss or weight object is built.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
+
+from selfcal._validation import check_choice
 
 Reduction = Literal["sum", "mean", "none"]
 REDUCTIONS: tuple[str, ...] = ("sum", "mean", "none")
@@ -22,8 +23,7 @@ _INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, 
 
 def check_reduction(reduction: str) -> None:
     """``reduction`` must be ``"sum"`` (the reference code's default), ``"mean"`` or ``"none"``."""
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    check_choice("reduction", reduction, REDUCTIONS)
 
 
 def reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -62,26 +62,6 @@ def check_logits_labels(logits: object, labels: object) -> torch.Tensor:
             f"labels must lie in [0, {n_classes}), found label {low if low < 0 else high}"
         )
     return labels if labels.dtype == torch.int64 else labels.long()
-
-
-def check_nonnegative(value: object, name: str) -> float:
-    """A finite real number >= 0 (an exponent, a coefficient), returned as ``float``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-    return value
-
-
-def check_positive(value: object, name: str) -> float:
-    """A finite real number > 0, returned as ``float``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return value
 
 
 def check_per_sample(values: torch.Tensor, n: int, name: str) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from selfcal.losses._checks import check_nonnegative
+from selfcal._validation import check_nonnegative, check_real
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -26,7 +26,7 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 def sample_mixup_lambda(alpha: float, generator: torch.Generator | None = None) -> float:
     """``lam ~ Beta(alpha, alpha)`` by inverse-CDF sampling of one uniform draw (1.0 if
     ``alpha == 0``)."""
-    alpha = check_nonnegative(alpha, "alpha")
+    alpha = check_nonnegative("alpha", alpha)
     if alpha == 0:
         return 1.0
     from scipy.special import betaincinv
@@ -72,8 +72,7 @@ def mixup_loss(
     """``lam * loss_fn(logits, y_a) + (1 - lam) * loss_fn(logits, y_b)``; ``lam`` in [0, 1].
 
     ``lam == 1`` calls ``loss_fn`` once and returns exactly ``loss_fn(logits, y_a)``."""
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam <= 1:
-        raise ValueError(f"lam must be a number in [0, 1], got {lam!r}")
+    check_real("lam", lam, 0.0, 1.0)
     if lam == 1:
         return loss_fn(logits, y_a)
     return lam * loss_fn(logits, y_a) + (1 - lam) * loss_fn(logits, y_b)

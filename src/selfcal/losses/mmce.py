@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfcal.losses._checks import check_logits_labels, check_nonnegative, check_positive
+from selfcal._validation import check_choice, check_nonnegative, check_positive
+from selfcal.losses._checks import check_logits_labels
 
 Normalization = Literal["reference", "textbook"]
 NORMALIZATIONS: tuple[str, ...] = ("reference", "textbook")
@@ -43,7 +44,7 @@ def mmce_weighted(
 ) -> torch.Tensor:
     """The batch statistic ``MMCE_w`` (a scalar tensor; see the module docstring)."""
     labels = check_logits_labels(logits, labels)
-    width = check_positive(width, "width")
+    width = check_positive("width", width)
     _check_normalization(normalization)
     confidence, predicted = F.softmax(logits, dim=1).max(dim=1)
     correct = (predicted == labels).to(confidence.dtype)
@@ -76,7 +77,7 @@ def mmce_loss(
 ) -> torch.Tensor:
     """``CE_mean + lam * MMCE_w``, times the batch size for ``reduction="sum"`` (the reference
     training loop; spec §0.1). ``reduction="none"`` is rejected: MMCE is a batch statistic."""
-    lam = check_nonnegative(lam, "lam")
+    lam = check_nonnegative("lam", lam)
     if reduction not in ("sum", "mean"):
         raise ValueError(
             f"MMCE is a batch statistic: reduction must be 'sum' or 'mean', got {reduction!r}"
@@ -98,8 +99,8 @@ class MMCELoss(nn.Module):
         reduction: Literal["sum", "mean"] = "sum",
     ) -> None:
         super().__init__()
-        self.lam = check_nonnegative(lam, "lam")
-        self.width = check_positive(width, "width")
+        self.lam = check_nonnegative("lam", lam)
+        self.width = check_positive("width", width)
         _check_normalization(normalization)
         if reduction not in ("sum", "mean"):
             raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
@@ -124,5 +125,4 @@ class MMCELoss(nn.Module):
 
 
 def _check_normalization(normalization: str) -> None:
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    check_choice("normalization", normalization, NORMALIZATIONS)

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from selfcal._validation import check_real
 from selfcal.losses._checks import Reduction, check_logits_labels, check_reduction
-
-
-def _check_eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise ValueError(f"eps must be a real number in [0, 1), got {eps!r}")
-    eps = float(eps)
-    if not (math.isfinite(eps) and 0 <= eps < 1):
-        raise ValueError(f"eps must lie in [0, 1), got {eps!r}")
-    return eps
 
 
 def label_smoothing_loss(
@@ -29,7 +19,7 @@ def label_smoothing_loss(
     Computed by ``torch.nn.functional.cross_entropy(label_smoothing=eps)``, which uses this
     target convention and fuses the work into one kernel (the tests check it against the
     soft-target formula)."""
-    eps = _check_eps(eps)
+    eps = check_real("eps", eps, 0.0, 1.0, high_open=True)
     labels = check_logits_labels(logits, labels)
     check_reduction(reduction)
     return F.cross_entropy(logits, labels, reduction=reduction, label_smoothing=eps)
@@ -40,7 +30,7 @@ class LabelSmoothingLoss(nn.Module):
 
     def __init__(self, eps: float, *, reduction: Reduction = "sum") -> None:
         super().__init__()
-        self.eps = _check_eps(eps)
+        self.eps = check_real("eps", eps, 0.0, 1.0, high_open=True)
         check_reduction(reduction)
         self.reduction = reduction
 

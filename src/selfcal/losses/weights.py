@@ -26,7 +26,8 @@ from typing import Protocol
 
 import torch
 
-from selfcal.losses._checks import check_nonnegative, check_per_sample
+from selfcal._validation import check_nonnegative
+from selfcal.losses._checks import check_per_sample
 
 FLSD53_THRESHOLD = 0.2
 """FLSD-53 uses gamma = 5 below this true-class probability and gamma = 3 at or above it."""
@@ -73,7 +74,7 @@ def power(base: torch.Tensor, exponent: float | torch.Tensor) -> torch.Tensor:
 def _check_gamma(gamma: object) -> float | torch.Tensor:
     """A float >= 0, or a tensor of them (0-D or one per sample; may carry autograd history)."""
     if not isinstance(gamma, torch.Tensor):
-        return check_nonnegative(gamma, "gamma")
+        return check_nonnegative("gamma", gamma)
     if not gamma.is_floating_point() or gamma.ndim > 1:
         raise ValueError(
             f"a gamma tensor must be floating point with shape () or (N,), got dtype "
@@ -146,7 +147,7 @@ class DualFocalWeight:
     detach_runner_up: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gamma", check_nonnegative(self.gamma, "gamma"))
+        object.__setattr__(self, "gamma", check_nonnegative("gamma", self.gamma))
         if not isinstance(self.detach_runner_up, bool):
             raise ValueError(f"detach_runner_up must be a bool, got {self.detach_runner_up!r}")
 
@@ -176,7 +177,7 @@ class BrierWeight:
     norm: float = 2.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gamma", check_nonnegative(self.gamma, "gamma"))
+        object.__setattr__(self, "gamma", check_nonnegative("gamma", self.gamma))
         norm = self.norm
         if isinstance(norm, bool) or not isinstance(norm, (int, float)) or not norm >= 1:
             raise ValueError(f"norm must be a real number >= 1 (or inf), got {norm!r}")
@@ -200,7 +201,7 @@ def focal_gradient_factor(p: torch.Tensor | float, gamma: float) -> torch.Tensor
     -> -1`` at ``p = 1`` and ``0 log 0 = 0``, so ``g(0) = 1`` and ``g(1) = 0`` (``1`` if
     ``gamma = 0``) without NaN.
     """
-    gamma = check_nonnegative(gamma, "gamma")
+    gamma = check_nonnegative("gamma", gamma)
     p = p if isinstance(p, torch.Tensor) else torch.as_tensor(p, dtype=torch.float64)
     if not p.is_floating_point():
         p = p.double()

@@ -1,6 +1,6 @@
 """How a metric core becomes a public function.
 
-A *core* takes a validated :class:`~selfcal._inputs.Predictions` and optional bootstrap
+A *core* takes a validated :class:`~selfcal.predictions.Predictions` and optional bootstrap
 ``weights`` (``(B, N)`` multiplicities) and returns a float64 tensor: a scalar without weights,
 ``(B,)`` with them. :func:`metric` wraps it into the public face ``f(predictions=None, *,
 labels, logits | probs, **options)`` that validates the input once and returns the result in
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from selfcal._inputs import Predictions, as_predictions
+from selfcal.predictions import Predictions, as_predictions
 
 
 class MetricCore(Protocol):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from selfcal._kernels import kernels_for
+from selfcal._validation import check_int
 
 Weights = torch.Tensor | None
 """``None`` (every sample once) or a ``(B, N)`` float64 matrix of resample multiplicities."""
@@ -30,8 +31,7 @@ def uniform_edges(n_bins: int, device: torch.device | str = "cpu") -> torch.Tens
 
 
 def check_n_bins(n_bins: int) -> None:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    check_int("n_bins", n_bins)
 
 
 CHUNK = 1 << 18

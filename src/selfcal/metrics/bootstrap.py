@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from selfcal._inputs import Predictions, as_predictions
 from selfcal.metrics._api import Metric
+from selfcal.predictions import Predictions, as_predictions
 
 MAX_CHUNK_ELEMENTS = 1 << 24
 """Resamples per chunk are chosen so that ``chunk * N * cost`` stays near this many elements."""

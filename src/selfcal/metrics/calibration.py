@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from selfcal._inputs import Predictions
 from selfcal._kernels import kernels_for
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import (
@@ -21,6 +20,7 @@ from selfcal.metrics.binning import (
     check_n_bins,
     uniform_edges,
 )
+from selfcal.predictions import Predictions
 
 STRATEGIES = ("uniform", "quantile")
 

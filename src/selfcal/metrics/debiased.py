@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from selfcal._inputs import Predictions
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import BinStats, Weights, bin_statistics, check_n_bins
+from selfcal.predictions import Predictions
 
 BINNINGS = ("equal_mass", "discrete", "auto")
 

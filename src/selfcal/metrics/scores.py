@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from selfcal._inputs import Predictions
 from selfcal.metrics._api import metric, weighted_mean
 from selfcal.metrics.binning import Weights
+from selfcal.predictions import Predictions
 
 
 @metric()

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from selfcal._inputs import Predictions, as_predictions
+from selfcal._validation import check_fraction
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import Weights
+from selfcal.predictions import Predictions, as_predictions
 
 EULER_GAMMA = 0.5772156649015329
 
@@ -114,17 +115,12 @@ def aurc_from_groups(size: torch.Tensor, errs: torch.Tensor) -> torch.Tensor:
     return total / size.sum(-1)
 
 
-def _check_fraction(x: float, name: str) -> None:
-    if not (isinstance(x, (int, float)) and 0 < x <= 1) or isinstance(x, bool):
-        raise ValueError(f"{name} must be a number in (0, 1], got {x!r}")
-
-
 @metric()
 def accuracy_at_coverage(
     pred: Predictions, weights: Weights = None, *, coverage: float = 0.9
 ) -> torch.Tensor:
     """Accuracy on the ``ceil(coverage * N)`` most confident samples."""
-    _check_fraction(coverage, "coverage")
+    check_fraction("coverage", coverage)
     _, size, errs = _groups(pred, weights)
     n = size.sum(-1)
     k = torch.ceil(coverage * n - 1e-9).clamp_min(1)
@@ -140,7 +136,7 @@ def coverage_at_accuracy(
 ) -> torch.Tensor:
     """Largest coverage ``k / N`` whose selective accuracy on the ``k`` most confident samples
     is at least ``target`` (0 if even the single most confident sample misses it)."""
-    _check_fraction(target, "target")
+    check_fraction("target", target)
     _, size, errs = _groups(pred, weights)
     n_max = math.ceil(float(size.sum(-1).max()))
     k = torch.arange(1, n_max + 1, dtype=torch.float64, device=size.device)

@@ -30,9 +30,10 @@ import numpy as np
 import scipy.fft
 import torch
 
-from selfcal._inputs import Predictions
+from selfcal._validation import check_int, check_positive
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import Weights, check_n_bins
+from selfcal.predictions import Predictions
 
 DECE_EPS = 1e-6
 """Additive smoothing of the soft-bin memberships in the Meta-Calibration code."""
@@ -175,11 +176,6 @@ def sece_method(n: int, method: str = "auto") -> str:
     return method
 
 
-def _check_positive(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
 @metric(differentiable=True)
 def sece(
     pred: Predictions,
@@ -210,7 +206,7 @@ def sece(
     average ``SACC_i`` by ``<= 2 eta ~ 50 (delta/h)^2`` = ``1.2e-5`` at the default spacing
     (measured differences are ~1e-9). FFT round-off adds ``~1e-16 * max density``.
     """
-    _check_positive("bandwidth", bandwidth)
+    check_positive("bandwidth", bandwidth)
     z = pred.confidence
     acc = soft_accuracy(pred.probs, pred.require_labels(), t_a)
     w = _rows(weights, pred.n_samples, pred.device)
@@ -346,15 +342,14 @@ def kde_ece(
     ``order=1`` is the L1 error. Without a correct prediction (or with a zero bandwidth) the
     default bandwidth is undefined: ``ValueError`` (bootstrap resamples get NaN).
     """
-    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-        raise ValueError(f"order must be a positive integer, got {order!r}")
+    check_int("order", order)
     c = pred.confidence
     correct = pred.correct
     w = _rows(weights, pred.n_samples, pred.device)
     if bandwidth is None:
         bw = _kde_bandwidth(c, correct, w)
     else:
-        _check_positive("bandwidth", bandwidth)
+        check_positive("bandwidth", bandwidth)
         bw = torch.full((w.shape[0],), float(bandwidth), dtype=torch.float64, device=c.device)
     ok = torch.isfinite(bw) & (bw > 0)
     if weights is None and not bool(ok.all()):
@@ -507,7 +502,7 @@ def smooth_ece(
             search = _SmoothEceGrids(c.detach(), residual.detach(), w)
             sigma = smooth_ece_bandwidth(search, w.shape[0], eps)
     else:
-        _check_positive("bandwidth", bandwidth)
+        check_positive("bandwidth", bandwidth)
         sigma = torch.full((w.shape[0],), float(bandwidth), dtype=torch.float64, device=c.device)
     value = _smooth_ece_at(_SmoothEceGrids(c, residual, w), sigma)
     return _finish(value, weights)

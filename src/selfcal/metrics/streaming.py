@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from selfcal._inputs import Predictions, as_predictions
 from selfcal.metrics.binning import BinStats, calibration_error
 from selfcal.metrics.calibration import classwise_bins, confidence_bins, top_label_bins
 from selfcal.metrics.scores import brier, nll
 from selfcal.metrics.selective import aurc_from_groups, tie_groups
+from selfcal.predictions import Predictions, as_predictions
 
 
 class CalibrationAccumulator:

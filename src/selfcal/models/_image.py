@@ -6,11 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-
-def check_count(value: object, name: str, minimum: int = 1) -> None:
-    """Raise unless ``value`` is an ``int`` (not a bool) of at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+from selfcal._validation import check_int, check_real
 
 
 def check_counts(values: Sequence[int], name: str, length: int | None = None) -> tuple[int, ...]:
@@ -20,13 +16,12 @@ def check_counts(values: Sequence[int], name: str, length: int | None = None) ->
     if length is not None and len(values) != length:
         raise ValueError(f"{name} must have {length} entries, got {values!r}")
     for value in values:
-        check_count(value, f"every entry of {name}")
+        check_int(f"every entry of {name}", value)
     return tuple(values)
 
 
 def check_dropout(dropout: float) -> None:
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+    check_real("dropout", dropout, 0.0, 1.0, high_open=True)
 
 
 def check_images(x: torch.Tensor, in_channels: int, model: str) -> None:

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from selfcal.models._image import check_count, check_counts
+from selfcal._validation import check_int
+from selfcal.models._image import check_counts
 from selfcal.models.registry import register_model
 
 
@@ -41,9 +42,9 @@ class CNN1d(nn.Module):
 
     def __init__(self, n_classes: int, length: int = 40, channels: int = 25) -> None:
         super().__init__()
-        check_count(n_classes, "n_classes", minimum=2)
-        check_count(length, "length", minimum=3)  # the first kernel (5, padding 1) must fit
-        check_count(channels, "channels")
+        check_int("n_classes", n_classes, minimum=2)
+        check_int("length", length, minimum=3)  # the first kernel (5, padding 1) must fit
+        check_int("channels", channels)
         self.n_classes, self.length = n_classes, length
         self.conv1 = nn.Conv1d(1, channels, kernel_size=5, stride=2, padding=1)
         self.conv2 = nn.Conv1d(channels, channels, kernel_size=3, stride=2, padding=1)
@@ -83,8 +84,8 @@ class CNN2d(nn.Module):
 
     def __init__(self, n_classes: int, size: int = 8, channels: Sequence[int] = (16, 32)) -> None:
         super().__init__()
-        check_count(n_classes, "n_classes", minimum=2)
-        check_count(size, "size", minimum=4)  # two 2x2 poolings must leave at least 1x1
+        check_int("n_classes", n_classes, minimum=2)
+        check_int("size", size, minimum=4)  # two 2x2 poolings must leave at least 1x1
         first, second = check_counts(channels, "channels", length=2)
         self.n_classes, self.size = n_classes, size
         self.conv1 = nn.Conv2d(1, first, kernel_size=3, padding=1)

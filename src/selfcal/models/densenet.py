@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfcal.models._image import check_count, check_counts, check_images
+from selfcal._validation import check_int
+from selfcal.models._image import check_counts, check_images
 from selfcal.models.registry import register_model
 
 
@@ -76,9 +77,9 @@ class DenseNet(nn.Module):
     ) -> None:
         super().__init__()
         blocks = check_counts(blocks, "blocks", length=4)
-        check_count(n_classes, "n_classes", minimum=2)
-        check_count(growth, "growth")
-        check_count(in_channels, "in_channels")
+        check_int("n_classes", n_classes, minimum=2)
+        check_int("growth", growth)
+        check_int("in_channels", in_channels)
         if not 0.0 < reduction <= 1.0:
             raise ValueError(f"reduction must lie in (0, 1], got {reduction!r}")
         self.n_classes, self.in_channels = n_classes, in_channels

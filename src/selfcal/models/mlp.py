@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from selfcal._validation import check_choice, check_int, check_real, is_int
 from selfcal.models.registry import register_model
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
@@ -60,20 +61,12 @@ class MLP(nn.Module):
 def _check_arguments(
     n_features: int, n_classes: int, hidden: Sequence[int], activation: str, dropout: float
 ) -> None:
-    if not _is_int(n_features) or n_features < 1:
-        raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
-    if not _is_int(n_classes) or n_classes < 2:
-        raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}")
-    if isinstance(hidden, (str, bytes)) or not all(_is_int(h) and h >= 1 for h in hidden):
+    check_int("n_features", n_features)
+    check_int("n_classes", n_classes, minimum=2)
+    if isinstance(hidden, (str, bytes)) or not all(is_int(h) and h >= 1 for h in hidden):
         raise ValueError(f"hidden must be a sequence of positive integers, got {hidden!r}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    check_choice("activation", activation, sorted(ACTIVATIONS))
+    check_real("dropout", dropout, 0.0, 1.0, high_open=True)
 
 
 @register_model("mlp")

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from selfcal._registry import Registry
+from selfcal._validation import check_int
 
 ModelFactory = Callable[..., nn.Module]
 F = TypeVar("F", bound=ModelFactory)
@@ -41,7 +42,7 @@ def available_models() -> list[str]:
 @contextlib.contextmanager
 def seeded_rng(seed: int) -> Iterator[None]:
     """Run a block with the CPU global RNG seeded to ``seed``, restoring the caller's state."""
-    _check_seed(seed)
+    check_int("seed", seed, minimum=0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
@@ -92,8 +93,3 @@ def _reset_in_place(model: nn.Module, seed: int) -> nn.Module:
             if callable(reset):
                 reset()
     return model
-
-
-def _check_seed(seed: int) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")

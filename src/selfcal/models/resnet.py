@@ -45,7 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfcal.models._image import check_count, check_counts, check_images
+from selfcal._validation import check_int
+from selfcal.models._image import check_counts, check_images
 from selfcal.models.registry import register_model
 
 BlockKind = Literal["basic", "bottleneck"]
@@ -132,8 +133,8 @@ class CifarResNet(nn.Module):
         if block not in BLOCKS:
             raise ValueError(f"block must be one of {sorted(BLOCKS)}, got {block!r}")
         blocks = check_counts(blocks, "blocks", length=4)
-        check_count(n_classes, "n_classes", minimum=2)
-        check_count(in_channels, "in_channels")
+        check_int("n_classes", n_classes, minimum=2)
+        check_int("in_channels", in_channels)
         self.n_classes, self.in_channels = n_classes, in_channels
         self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(64)

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfcal.models._image import check_count, check_dropout, check_images
+from selfcal._validation import check_int
+from selfcal.models._image import check_dropout, check_images
 from selfcal.models.registry import register_model
 
 
@@ -88,13 +89,13 @@ class WideResNet(nn.Module):
         in_channels: int = 3,
     ) -> None:
         super().__init__()
-        check_count(n_classes, "n_classes", minimum=2)
-        check_count(depth, "depth", minimum=8)
+        check_int("n_classes", n_classes, minimum=2)
+        check_int("depth", depth, minimum=8)
         if (depth - 2) % 6 != 0:
             raise ValueError(f"depth must be 6 n + 2 (8, 14, 20, 26, ...), got {depth!r}")
-        check_count(width, "width")
+        check_int("width", width)
         check_dropout(dropout)
-        check_count(in_channels, "in_channels")
+        check_int("in_channels", in_channels)
         self.n_classes, self.in_channels = n_classes, in_channels
         n = (depth - 2) // 6
         self.conv1 = conv3x3(in_channels, 16)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from selfcal._inputs import Predictions, as_predictions
+from selfcal.predictions import Predictions, as_predictions
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from selfcal._inputs import Predictions
 from selfcal.metrics.calibration import top_label_bins
 from selfcal.metrics.scores import accuracy
 from selfcal.plots._base import (
@@ -23,6 +22,7 @@ from selfcal.plots._base import (
     resolve,
     to_numpy,
 )
+from selfcal.predictions import Predictions
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes

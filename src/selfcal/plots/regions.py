@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from selfcal._inputs import Predictions
+from selfcal._validation import check_int, check_nonnegative, check_optional_int
 from selfcal.metrics.calibration import confidence_bins
 from selfcal.plots._base import get_axes, pyplot, to_numpy
 from selfcal.plots.histogram import ConfidenceHistogramDisplay
 from selfcal.plots.reliability import ReliabilityDiagramDisplay
 from selfcal.plots.save import new_figure
+from selfcal.predictions import Predictions
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -106,10 +107,8 @@ def check_levels(levels: Sequence[float]) -> np.ndarray:
 def grid_axes(x: np.ndarray, grid_size: int, margin: float) -> tuple[np.ndarray, np.ndarray]:
     """``grid_size`` equally spaced coordinates per axis spanning
     ``[min - margin, max + margin]`` of the points ``x`` (``margin`` in data units)."""
-    if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 2:
-        raise ValueError(f"grid_size must be an integer >= 2, got {grid_size!r}")
-    if not (np.isfinite(margin) and margin >= 0):
-        raise ValueError(f"margin must be finite and >= 0, got {margin!r}")
+    check_int("grid_size", grid_size, minimum=2)
+    check_nonnegative("margin", margin)
     low, high = x.min(axis=0) - margin, x.max(axis=0) + margin
     if (high <= low).any():
         raise ValueError("the points span no area: use margin > 0 for a single point")
@@ -121,10 +120,7 @@ def evaluate_in_chunks(
 ) -> np.ndarray:
     """``confidence_fn`` on consecutive blocks of ``chunk_size`` rows (one call when None),
     concatenated; each block's output must be ``(rows,)`` in ``[0, 1]``."""
-    if chunk_size is not None and (
-        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
-    ):
-        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    check_optional_int("chunk_size", chunk_size)
     step = points.shape[0] if chunk_size is None else chunk_size
     parts = []
     for start in range(0, points.shape[0], step):

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from selfcal._inputs import Predictions
 from selfcal.metrics.binning import BinStats, calibration_error
 from selfcal.metrics.bootstrap import percentile_interval, resampled_values
 from selfcal.metrics.calibration import top_label_bins
@@ -28,6 +27,7 @@ from selfcal.plots._base import (
     resolve,
     to_numpy,
 )
+from selfcal.predictions import Predictions
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes

@@ -6,12 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from selfcal._inputs import Predictions, as_predictions
 from selfcal.plots._base import INSTALL_HINT
 from selfcal.plots.histogram import ConfidenceHistogramDisplay
 from selfcal.plots.reliability import ReliabilityDiagramDisplay
 from selfcal.plots.selective import RiskCoverageDisplay
 from selfcal.plots.sweep import BinSweepDisplay
+from selfcal.predictions import Predictions, as_predictions
 
 DPI = 150
 

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from selfcal._inputs import Predictions
 from selfcal.metrics.selective import risk_coverage_curve
 from selfcal.plots._base import autoscale_from_zero, get_axes, plot_many, resolve, to_numpy
+from selfcal.predictions import Predictions
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes

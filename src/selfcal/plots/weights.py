@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from selfcal._validation import check_positive
 from selfcal.plots._base import get_axes, pyplot, to_numpy
 from selfcal.plots.regions import check_points
 from selfcal.plots.save import new_figure
@@ -97,8 +98,7 @@ class WeightTrajectoryDisplay:
             raise ValueError(
                 f"history needs >= 2 rows (initial weights + one outer iteration), got {hist.shape}"
             )
-        if isinstance(epoch_unit, bool) or not (np.isfinite(epoch_unit) and epoch_unit > 0):
-            raise ValueError(f"epoch_unit must be a positive number, got {epoch_unit!r}")
+        check_positive("epoch_unit", epoch_unit)
         disp = cls(
             history=hist,
             misclassified=check_mask(misclassified, hist.shape[1]),

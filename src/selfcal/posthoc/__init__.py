@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from selfcal.posthoc._base import Calibrator, NotFittedError
+from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc.histogram import HistogramBinning
 from selfcal.posthoc.isotonic import IsotonicCalibration, OneVsRestIsotonic
 from selfcal.posthoc.linear import MatrixScaling, PlattScaling, VectorScaling
@@ -40,7 +40,6 @@ __all__ = [
     "HistogramBinning",
     "IsotonicCalibration",
     "MatrixScaling",
-    "NotFittedError",
     "OneVsRestIsotonic",
     "PlattScaling",
     "TemperatureScaling",

@@ -3,7 +3,7 @@
 Contract:
 
 * ``__init__`` only stores hyperparameters; they are validated in :meth:`Calibrator.fit`.
-* ``fit(*, logits= | probs=, labels=)`` validates the input through :mod:`selfcal._inputs`,
+* ``fit(*, logits= | probs=, labels=)`` validates the input through :mod:`selfcal.predictions`,
   fits, sets attributes whose names end in ``_`` and returns ``self``. A validated
   :class:`~selfcal.Predictions` may be passed positionally instead.
 * ``predict_proba(*, logits= | probs=)`` returns ``(N, C)`` float64 probabilities in the
@@ -15,21 +15,17 @@ Contract:
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from selfcal._inputs import ArrayLike, Predictions, as_predictions
+from selfcal.exceptions import NotFittedError
+from selfcal.predictions import ArrayLike, Predictions, as_predictions
 
 FORMAT = "selfcal-calibrator"
 FORMAT_VERSION = 1
-
-
-class NotFittedError(ValueError, RuntimeError):
-    """Raised when a calibrator is used before :meth:`Calibrator.fit`."""
 
 
 def _version() -> str:
@@ -204,19 +200,6 @@ def scores_as_logits(pred: Predictions) -> torch.Tensor:
     if pred.kind == "logits":
         return pred.scores.double()
     return pred.log_probs
-
-
-def check_nonneg_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-    return float(value)
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
 def as_tensor(values: np.ndarray | float, like: torch.Tensor) -> torch.Tensor:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from selfcal._inputs import Predictions
 from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
 from selfcal.posthoc._base import Calibrator, as_tensor, renormalise
+from selfcal.predictions import Predictions
 
 
 class HistogramBinning(Calibrator):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from selfcal._inputs import Predictions
 from selfcal.posthoc._base import Calibrator, as_tensor, interp, renormalise
+from selfcal.predictions import Predictions
 
 
 def fit_isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:

@@ -8,13 +8,9 @@ import math
 import numpy as np
 import torch
 
-from selfcal._inputs import Predictions
-from selfcal.posthoc._base import (
-    Calibrator,
-    as_tensor,
-    check_nonneg_float,
-    scores_as_logits,
-)
+from selfcal._validation import check_nonnegative
+from selfcal.posthoc._base import Calibrator, as_tensor, scores_as_logits
+from selfcal.predictions import Predictions
 
 
 def _minimise(loss_fn, theta0: np.ndarray, device: torch.device) -> np.ndarray:
@@ -93,8 +89,8 @@ class MatrixScaling(Calibrator):
         self.bias_l2 = bias_l2
 
     def _validate_hyperparameters(self) -> None:
-        check_nonneg_float("off_diagonal_l2", self.off_diagonal_l2)
-        check_nonneg_float("bias_l2", self.bias_l2)
+        check_nonnegative("off_diagonal_l2", self.off_diagonal_l2)
+        check_nonnegative("bias_l2", self.bias_l2)
 
     def _fit(self, pred: Predictions) -> None:
         z, y = scores_as_logits(pred), pred.require_labels()

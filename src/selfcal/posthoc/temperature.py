@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from selfcal._inputs import Predictions
+from selfcal._validation import check_choice
 from selfcal.metrics import ece, nll
-from selfcal.posthoc._base import Calibrator, check_choice, scores_as_logits
+from selfcal.posthoc._base import Calibrator, scores_as_logits
+from selfcal.predictions import Predictions
 
 LOG_BETA_BOUNDS = (-10.0, 10.0)
 """Search interval for ``log(1/T)`` (as scikit-learn's ``_TemperatureScaling``):

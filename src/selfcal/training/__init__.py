@@ -9,14 +9,13 @@ best-epoch restoring; losses of :mod:`selfcal.losses` plug in as ``loss_fn``, a
 """
 
 from selfcal.training.config import TrainConfig
-from selfcal.training.history import History, TrainingDiverged
+from selfcal.training.history import History
 from selfcal.training.loop import BatchTransform, fit, make_optimizer, predict_logits
 
 __all__ = [
     "BatchTransform",
     "History",
     "TrainConfig",
-    "TrainingDiverged",
     "fit",
     "make_optimizer",
     "predict_logits",

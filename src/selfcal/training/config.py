@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
+from selfcal._validation import (
+    check_choice,
+    check_int,
+    check_nonnegative,
+    check_optional_int,
+    check_positive,
+    check_real,
+    is_int,
+)
 
 
 @dataclass(frozen=True)
@@ -53,14 +62,20 @@ class TrainConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        _check_counts(self)
-        _check_rates(self)
-        if self.optimizer not in ("adam", "sgd"):
-            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.best_by not in ("nll", "accuracy"):
-            raise ValueError(f"best_by must be 'nll' or 'accuracy', got {self.best_by!r}")
+        check_int("epochs", self.epochs)
+        check_optional_int("batch_size", self.batch_size)
+        check_optional_int("early_stopping", self.early_stopping)
+        check_int("seed", self.seed, minimum=0)
+        check_positive("lr", self.lr)
+        check_real("momentum", self.momentum, 0.0, 1.0, high_open=True)
+        check_nonnegative("weight_decay", self.weight_decay)
+        check_real("lr_decay", self.lr_decay, 0.0, 1.0, low_open=True)
+        if self.grad_clip is not None:
+            check_positive("grad_clip", self.grad_clip)
+        check_choice("optimizer", self.optimizer, ("adam", "sgd"))
+        check_choice("best_by", self.best_by, ("nll", "accuracy"))
         milestones = tuple(self.milestones)
-        if not all(_is_int(m) and m >= 1 for m in milestones) or list(milestones) != sorted(
+        if not all(is_int(m) and m >= 1 for m in milestones) or list(milestones) != sorted(
             set(milestones)
         ):
             raise ValueError(
@@ -71,34 +86,3 @@ class TrainConfig:
             torch.device(self.device)
         except (RuntimeError, TypeError) as err:
             raise ValueError(f"device {self.device!r} is not a valid torch device") from err
-
-
-def _check_counts(config: TrainConfig) -> None:
-    if not _is_int(config.epochs) or config.epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {config.epochs!r}")
-    if config.batch_size is not None and (not _is_int(config.batch_size) or config.batch_size < 1):
-        raise ValueError(
-            f"batch_size must be None or a positive integer, got {config.batch_size!r}"
-        )
-    patience = config.early_stopping
-    if patience is not None and (not _is_int(patience) or patience < 1):
-        raise ValueError(f"early_stopping must be None or a positive integer, got {patience!r}")
-    if not _is_int(config.seed) or config.seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {config.seed!r}")
-
-
-def _check_rates(config: TrainConfig) -> None:
-    if not (config.lr > 0 and math.isfinite(config.lr)):
-        raise ValueError(f"lr must be positive and finite, got {config.lr!r}")
-    if not 0 <= config.momentum < 1:
-        raise ValueError(f"momentum must lie in [0, 1), got {config.momentum!r}")
-    if not (config.weight_decay >= 0 and math.isfinite(config.weight_decay)):
-        raise ValueError(f"weight_decay must be finite and >= 0, got {config.weight_decay!r}")
-    if not 0 < config.lr_decay <= 1:
-        raise ValueError(f"lr_decay must lie in (0, 1], got {config.lr_decay!r}")
-    if config.grad_clip is not None and not config.grad_clip > 0:
-        raise ValueError(f"grad_clip must be None or positive, got {config.grad_clip!r}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

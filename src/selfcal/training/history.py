@@ -1,4 +1,5 @@
-"""What a training run leaves behind: a frozen :class:`History`, or :class:`TrainingDiverged`."""
+"""What a training run leaves behind: a frozen :class:`History` (or, on NaN/inf,
+:class:`~selfcal.exceptions.TrainingDiverged`)."""
 
 from __future__ import annotations
 
@@ -50,18 +51,6 @@ class History:
             parts.append(f"val_accuracy={self.val_accuracy[self.best_epoch]:.4g}")
         parts.append(f"wall_time={self.wall_time:.3g}s")
         return f"History({', '.join(parts)})"
-
-
-class TrainingDiverged(ValueError):
-    """The training loss (or a parameter, or a validation logit) became NaN or infinite.
-
-    ``epoch`` is the epoch in which it happened; ``history`` holds the completed epochs before
-    it, so an experiment runner can record the failed run."""
-
-    def __init__(self, epoch: int, what: str, history: History) -> None:
-        super().__init__(f"training diverged in epoch {epoch}: {what}")
-        self.epoch = epoch
-        self.history = history
 
 
 @dataclass

@@ -34,23 +34,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfcal._inputs import Predictions
-from selfcal.losses._checks import check_nonnegative
+from selfcal._validation import check_nonnegative, check_optional_int
+from selfcal.exceptions import NonFinite, TrainingDiverged
 from selfcal.losses.mixup import mixup_batch, mixup_loss
 from selfcal.metrics import accuracy, ece, nll
+from selfcal.predictions import Predictions
 from selfcal.training.config import TrainConfig
-from selfcal.training.history import History, HistoryRecorder, StopReason, TrainingDiverged
+from selfcal.training.history import History, HistoryRecorder, StopReason
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 EpochCallback = Callable[[int, nn.Module, History], bool | None]
 BatchTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 BatchLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 Batch = torch.Tensor | slice
-
-
-class NonFinite(Exception):
-    """Something became NaN/inf inside an epoch; a training loop (``fit``, the meta-learning
-    trainer) turns it into :class:`TrainingDiverged` with the epoch and the history so far."""
 
 
 def fit(
@@ -139,8 +135,7 @@ def predict_logits(
     x = _as_tensor(x, "x")
     if x.ndim < 1 or x.shape[0] == 0:
         raise ValueError(f"x must have at least one row, got shape {tuple(x.shape)}")
-    if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
-        raise ValueError(f"batch_size must be None or a positive integer, got {batch_size!r}")
+    check_optional_int("batch_size", batch_size)
     device = next((p.device for p in model.parameters()), x.device)
     was_training = model.training
     model.eval()
@@ -222,7 +217,7 @@ def _batch_loss(
 
 def _mixup_alpha(alpha: Any, x: torch.Tensor) -> float:
     """A finite ``alpha >= 0``; mixing (``alpha > 0``) needs floating-point inputs."""
-    alpha = check_nonnegative(alpha, "mixup_alpha")
+    alpha = check_nonnegative("mixup_alpha", alpha)
     if alpha > 0 and not x.is_floating_point():
         raise ValueError(f"mixup needs floating-point inputs, got dtype {x.dtype}")
     return alpha

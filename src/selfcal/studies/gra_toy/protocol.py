@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from selfcal._validation import check_int
 from selfcal.experiments.study import StudyProtocol
 
 DATASET = "gaussians-5x2d"
@@ -34,19 +35,16 @@ class GraToyProtocol(StudyProtocol):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        counts = (
-            self.n_classes,
-            self.train_per_class,
-            self.val_per_class,
-            self.test_per_class,
-            self.hidden,
-            self.batch_size,
-            self.epochs,
-        )
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in counts):
-            raise ValueError("class, sample, width, batch and epoch counts must be positive ints")
-        if self.n_classes < 2:
-            raise ValueError(f"n_classes must be >= 2, got {self.n_classes}")
+        for name in (
+            "train_per_class",
+            "val_per_class",
+            "test_per_class",
+            "hidden",
+            "batch_size",
+            "epochs",
+        ):
+            check_int(name, getattr(self, name))
+        check_int("n_classes", self.n_classes, minimum=2)
         if not (self.mean_range > 0 and self.lr > 0) or not self.gammas:
             raise ValueError("mean_range and lr must be positive and gammas non-empty")
 
