@@ -17,28 +17,41 @@ to override.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Callable
 
+from selfcal.metrics import (
+    Metric,
+    accuracy,
+    adaece,
+    aurc,
+    brier,
+    classwise_ece,
+    debiased_ece,
+    ece,
+    kde_ece,
+    mce,
+    nll,
+    sece,
+    smooth_ece,
+)
 from selfcal.metrics.bootstrap import Interval, Resamples, bootstrap_ci
 from selfcal.predictions import Predictions
 
-METRICS: dict[str, tuple[str, str]] = {
-    "accuracy": ("selfcal.metrics", "accuracy"),
-    "nll": ("selfcal.metrics", "nll"),
-    "brier": ("selfcal.metrics", "brier"),
-    "ece": ("selfcal.metrics", "ece"),
-    "mce": ("selfcal.metrics", "mce"),
-    "adaece": ("selfcal.metrics", "adaece"),
-    "classwise_ece": ("selfcal.metrics", "classwise_ece"),
-    "sece": ("selfcal.metrics.smooth", "sece"),
-    "kde_ece": ("selfcal.metrics.smooth", "kde_ece"),
-    "smece": ("selfcal.metrics.smooth", "smooth_ece"),
-    "debiased_ece": ("selfcal.metrics.debiased", "debiased_ece"),
-    "aurc": ("selfcal.metrics", "aurc"),
+METRICS: dict[str, Metric] = {
+    "accuracy": accuracy,
+    "nll": nll,
+    "brier": brier,
+    "ece": ece,
+    "mce": mce,
+    "adaece": adaece,
+    "classwise_ece": classwise_ece,
+    "sece": sece,
+    "kde_ece": kde_ece,
+    "smece": smooth_ece,
+    "debiased_ece": debiased_ece,
+    "aurc": aurc,
 }
-"""Report key -> (module, function), in report order. Imported lazily."""
+"""Report key -> metric, in report order."""
 
 MAX_RESAMPLES = 1000
 MIN_RESAMPLES = 10
@@ -56,16 +69,14 @@ def default_resamples(n_samples: int) -> int:
     return int(min(MAX_RESAMPLES, max(MIN_RESAMPLES, RESAMPLE_BUDGET // per_resample)))
 
 
-def load_metric(key: str):
-    """The public metric function reported under ``key``."""
-    module, name = METRICS[key]
-    return getattr(importlib.import_module(module), name)
+def load_metric(key: str) -> Metric:
+    """The public metric reported under ``key``."""
+    return METRICS[key]
 
 
-def _options(metric, n_bins: int) -> dict[str, int]:
+def _options(metric: Metric, n_bins: int) -> dict[str, int]:
     """``{"n_bins": n_bins}`` for metrics whose core takes a bin count, else ``{}``."""
-    params = inspect.signature(metric.core).parameters
-    return {"n_bins": n_bins} if "n_bins" in params else {}
+    return {"n_bins": n_bins} if metric.takes_bins else {}
 
 
 def evaluate(
@@ -100,9 +111,8 @@ def evaluate(
             pred,
             n_resamples=n_resamples,
             confidence=confidence,
-            seed=seed,
             method=interval,
-            resamples=resamples,
+            resamples=resamples,  # drawn once from seed
             **_options(metric, n_bins),
         )
         if progress is not None:
@@ -112,7 +122,7 @@ def evaluate(
 
 def point_estimates(pred: Predictions, keys: list[str], *, n_bins: int = 15) -> dict[str, float]:
     """Plain values (no interval) of the metrics ``keys`` -- for before/after comparisons."""
-    out = {}
+    out: dict[str, float] = {}
     for key in keys:
         metric = load_metric(key)
         out[key] = float(metric.core(pred, **_options(metric, n_bins)))

@@ -1,11 +1,20 @@
-"""The binning core's arithmetic path for equal-width edges equals the binary search."""
+"""The binning core: the arithmetic path for equal-width edges equals the binary search; the
+edge rules of the debiased ECE."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from selfcal.metrics.binning import CHUNK, bin_index, bin_statistics, uniform_edges
+from selfcal.metrics.binning import (
+    CHUNK,
+    bin_index,
+    bin_statistics,
+    discrete_edges,
+    kumar_equal_mass_edges,
+    uniform_edges,
+)
 
 
 def searched(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
@@ -61,3 +70,16 @@ def test_chunked_statistics_equal_one_pass():
     assert torch.equal(chunked.count, one_pass.count)
     torch.testing.assert_close(chunked.confidence_sum, one_pass.confidence_sum, rtol=1e-13, atol=0)
     torch.testing.assert_close(chunked.accuracy_sum, one_pass.accuracy_sum, rtol=1e-13, atol=0)
+
+
+def test_kumar_edges_follow_array_split_midpoints():
+    values = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], dtype=torch.float64)
+    edges = kumar_equal_mass_edges(values, 3)  # groups [.1 .2 .3] [.4 .5] [.6 .7]
+    np.testing.assert_allclose(edges.numpy(), [0.0, 0.35, 0.55, 1.0], atol=1e-15)
+
+
+def test_discrete_edges_give_each_distinct_value_its_own_bin():
+    values = torch.tensor([0.7, 0.2, 0.7, 0.5, 0.2], dtype=torch.float64)
+    edges = discrete_edges(values)
+    np.testing.assert_allclose(edges.numpy(), [0.0, 0.35, 0.6, 1.0], atol=1e-15)
+    assert bin_index(values, edges).tolist() == [2, 0, 2, 1, 0]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from selfcal.metrics.debiased import debiased_ece, kumar_equal_mass_edges
+from selfcal.metrics.debiased import debiased_ece
 from selfcal.predictions import Predictions
 
 
@@ -73,12 +73,6 @@ def test_bootstrap_weights_equal_repeated_rows():
         assert float(batched[b]) == pytest.approx(
             float(debiased_ece.core(pred.subset(rows))), abs=1e-12
         )
-
-
-def test_edges_follow_array_split_midpoints():
-    values = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], dtype=torch.float64)
-    edges = kumar_equal_mass_edges(values, 3)  # groups [.1 .2 .3] [.4 .5] [.6 .7]
-    np.testing.assert_allclose(edges.numpy(), [0.0, 0.35, 0.55, 1.0], atol=1e-15)
 
 
 def test_numpy_torch_and_permutation():

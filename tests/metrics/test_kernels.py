@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 import selfcal._kernels as gate
 from selfcal import Predictions
 from selfcal.metrics import adaece, classwise_ece, debiased_ece, ece, mce
-from selfcal.metrics.binning import bin_statistics, uniform_edges
-from selfcal.metrics.calibration import order_statistics
+from selfcal.metrics.binning import bin_statistics, order_statistics, uniform_edges
 from selfcal.predictions import _check_rows, _top_label_pass
 
 from ..conftest import case_kwargs, make_case

@@ -1,21 +1,21 @@
 """Calibration metrics: one binning core, the ECE family, smooth metrics, proper scores,
 selective prediction and bootstrap intervals.
 
-Every metric takes its input explicitly -- ``f(labels=y, logits=z)`` or ``f(labels=y,
-probs=p)`` -- or a validated :class:`~selfcal.Predictions` as the first argument, and returns a
-float (numpy input) or a float64 tensor on the input's device (torch input).
+Every metric is a :class:`Metric`: it takes its input explicitly -- ``f(labels=y, logits=z)`` or
+``f(labels=y, probs=p)`` -- or a validated :class:`~selfcal.Predictions` as the first argument,
+and returns a float (numpy input) or a float64 tensor on the input's device (torch input).
 """
 
-from selfcal.metrics.binning import BinStats, bin_statistics, calibration_error, uniform_edges
-from selfcal.metrics.bootstrap import Interval, bootstrap_ci
-from selfcal.metrics.calibration import (
-    adaece,
-    calibration_bins,
-    classwise_ece,
-    ece,
+from selfcal.metrics._api import Metric
+from selfcal.metrics.binning import (
+    BinStats,
+    bin_statistics,
+    calibration_error,
     equal_mass_edges,
-    mce,
+    uniform_edges,
 )
+from selfcal.metrics.bootstrap import Interval, bootstrap_ci
+from selfcal.metrics.calibration import adaece, classwise_ece, ece, mce
 from selfcal.metrics.debiased import debiased_ece
 from selfcal.metrics.scores import accuracy, brier, error, nll
 from selfcal.metrics.selective import (
@@ -32,6 +32,7 @@ __all__ = [
     "BinStats",
     "CalibrationAccumulator",
     "Interval",
+    "Metric",
     "RiskCoverage",
     "accuracy",
     "accuracy_at_coverage",
@@ -40,7 +41,6 @@ __all__ = [
     "bin_statistics",
     "bootstrap_ci",
     "brier",
-    "calibration_bins",
     "calibration_error",
     "classwise_ece",
     "coverage_at_accuracy",

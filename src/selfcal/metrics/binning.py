@@ -1,24 +1,39 @@
-"""The one binning core: per-bin (weighted) counts, confidence sums and accuracy sums.
+"""The one binning core: every bin-edge rule, per-bin (weighted) counts, confidence sums and
+accuracy sums.
 
-ECE, MCE, AdaECE, classwise ECE, streaming accumulation, reliability diagrams and the
-ECE-vs-number-of-bins curve all read :class:`BinStats`.
+ECE, MCE, AdaECE, classwise ECE, the debiased ECE, streaming accumulation, reliability diagrams
+and the ECE-vs-number-of-bins curve all read :class:`BinStats`, with edges from one of the rules
+here:
+
+* :func:`uniform_edges` -- equal width, ``e_m = m / M`` computed in float64 (ECE, MCE,
+  classwise ECE, the diagrams);
+* :func:`equal_mass_edges` -- equal mass as in the AdaECE reference code (quantiles of the
+  confidences, the last edge their maximum);
+* :func:`kumar_equal_mass_edges` -- equal mass as in Kumar et al.'s ``get_equal_bins``
+  (midpoints between ``numpy.array_split`` groups, the last edge 1; the debiased ECE);
+* :func:`discrete_edges` -- one bin per distinct value (their ``get_discrete_bins``).
+
+:func:`confidence_bins`, :func:`top_label_bins` and :func:`classwise_bins` bin predictions
+with them; :func:`order_statistics` selects the ranks the equal-mass rule reads.
 
 Bin convention: with edges ``e_0 < e_1 < ... < e_M``, bin ``m`` holds ``e_m < c <= e_{m+1}``
 (open on the left, closed on the right, as in the reference code of Guo et al. / Mukhoti et
 al.). Bin 0 is also closed on the left, so a confidence of exactly ``e_0`` (e.g. a class
 probability of exactly 0 in classwise ECE, or the minimum confidence under equal-mass edges)
 is counted rather than silently dropped -- the reference code drops it; a test pins the
-difference. Equal-width edges are ``e_m = m / M`` computed in float64.
+difference.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from selfcal._kernels import kernels_for
 from selfcal._validation import check_int
+from selfcal.predictions import Predictions
 
 Weights = torch.Tensor | None
 """``None`` (every sample once) or a ``(B, N)`` float64 matrix of resample multiplicities."""
@@ -73,7 +88,9 @@ def _uniform_index(values: torch.Tensor, n_bins: int) -> torch.Tensor:
     return f.sub_(1).clamp_(0, n_bins - 1).long()
 
 
-def _bin_sum(index: torch.Tensor, x: torch.Tensor | None, n_bins: int, weights: Weights):
+def _bin_sum(
+    index: torch.Tensor, x: torch.Tensor | None, n_bins: int, weights: Weights
+) -> torch.Tensor:
     """Sum of ``x`` (or of ones) per bin; ``(M,)`` or ``(B, M)`` when weights are given."""
     if weights is None:
         w = None if x is None else x
@@ -156,7 +173,14 @@ def bin_statistics(
     return BinStats(edges, *_sums(values, targets, edges, n_bins, weights, index))
 
 
-def _sums(values, targets, edges, n_bins, weights, index):
+def _sums(
+    values: torch.Tensor,
+    targets: torch.Tensor,
+    edges: torch.Tensor,
+    n_bins: int,
+    weights: Weights,
+    index: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-bin count, value sum and target sum."""
     if index is None:
         index = bin_index(values, edges)
@@ -184,3 +208,179 @@ def calibration_error(stats: BinStats, norm: str = "l1") -> torch.Tensor:
     if norm == "max":
         return gap.abs().amax(-1)
     raise ValueError(f"norm must be 'l1', 'l2' or 'max', got {norm!r}")
+
+
+# ------------------------------------------------------------------------ equal-mass edges
+def _interp_sorted(sorted_values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``numpy.interp(positions, arange(N), sorted_values)`` (clamped at both ends)."""
+    n = sorted_values.shape[-1]
+    pos = positions.clamp(0, n - 1)
+    lo = pos.floor().long()
+    hi = (lo + 1).clamp_max(n - 1)
+    frac = pos - lo
+    s_lo, s_hi = sorted_values[..., lo], sorted_values[..., hi]
+    return s_lo + frac * (s_hi - s_lo)
+
+
+def order_statistics(values: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
+    """The ``ranks``-th smallest of ``values`` (0-based), exactly. On CPU a histogram
+    selection for large inputs (:func:`selfcal._kernels.cpu.order_statistics`, O(N)), else a
+    multi-pivot partial selection (``numpy.partition``, O(N log k)) instead of a full sort."""
+    values = values.detach()
+    if values.device.type == "cpu":
+        kernels = kernels_for(values.shape[0], values.device)
+        selected = None if kernels is None else kernels.order_statistics(values, ranks)
+        if selected is not None:
+            return selected
+        r = ranks.cpu().numpy()
+        return torch.from_numpy(np.partition(values.numpy(), r)[r])
+    return torch.sort(values).values[ranks]
+
+
+def equal_mass_edges(values: torch.Tensor, n_bins: int, weights: Weights = None) -> torch.Tensor:
+    """Equal-mass edges as in the AdaECE reference code: the sorted values interpolated at
+    positions ``linspace(0, N, M + 1)`` against ``0 .. N-1`` (so the last edge is the maximum).
+
+    With bootstrap ``weights`` the same rule is applied to each resample (``(B, M+1)`` edges),
+    reading the resample's sorted values through cumulative multiplicities.
+    """
+    check_n_bins(n_bins)
+    if weights is None:
+        n = values.shape[0]
+        pos = torch.linspace(0, n, n_bins + 1, dtype=torch.float64, device=values.device)
+        lo = pos.clamp(0, n - 1).floor().long()
+        ranks = torch.unique(torch.cat([lo, (lo + 1).clamp_max(n - 1)]))
+        table = torch.zeros(n, dtype=values.dtype, device=values.device)
+        table[ranks] = order_statistics(values, ranks)  # sparse: only these ranks are read
+        return _interp_sorted(table, pos)
+    order = torch.argsort(values)
+    s = values[order]
+    cw = weights[:, order].cumsum(-1)  # (B, N)
+    sizes = cw[:, -1:]  # resample sizes
+    steps = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64, device=values.device)
+    pos = torch.minimum(steps * sizes, sizes - 1)  # (B, M+1)
+    lo = pos.floor()
+    frac = pos - lo
+    hi = torch.minimum(lo + 1, sizes - 1)
+    # the j-th smallest element of a resample is s[first k with cw[k] > j]
+    s_lo = s[torch.searchsorted(cw, lo.contiguous(), right=True).clamp_max(s.shape[0] - 1)]
+    s_hi = s[torch.searchsorted(cw, hi.contiguous(), right=True).clamp_max(s.shape[0] - 1)]
+    return s_lo + frac * (s_hi - s_lo)
+
+
+def _resampled_rank(
+    sorted_values: torch.Tensor, cum_weights: torch.Tensor, ranks: torch.Tensor
+) -> torch.Tensor:
+    """The ``ranks``-th smallest (0-based) element of each resample; ``(B, K)``."""
+    idx = torch.searchsorted(cum_weights, ranks.contiguous(), right=True)
+    return sorted_values[idx.clamp_max(sorted_values.shape[0] - 1)]
+
+
+def kumar_equal_mass_edges(
+    values: torch.Tensor, n_bins: int, weights: Weights = None
+) -> torch.Tensor:
+    """Edges of ``get_equal_bins`` (Kumar et al.'s ``uncertainty-calibration``): the sorted
+    values are split into ``min(M, n)`` consecutive groups as ``numpy.array_split`` does (the
+    first ``n mod M`` groups one larger); an inner edge is the midpoint between the last value
+    of a group and the first of the next; the last edge is 1. Returns ``(M+1,)`` edges, or
+    ``(B, M+1)`` per resample; unused inner edges (``n < M``) and repeated edges just leave
+    empty bins."""
+    check_n_bins(n_bins)
+    order = torch.argsort(values)
+    s = values[order].double()
+    w = torch.ones(1, s.shape[0], dtype=torch.float64, device=s.device)
+    if weights is not None:
+        w = weights[:, order].double()
+    cw = w.cumsum(1)
+    n = cw[:, -1:].round()
+    parts = torch.minimum(torch.full_like(n, n_bins), n)
+    i = torch.arange(1, n_bins, dtype=torch.float64, device=s.device).unsqueeze(0)
+    size, extra = torch.div(n, parts, rounding_mode="floor"), torch.remainder(n, parts)
+    boundary = i * size + torch.minimum(i, extra)  # first rank of group i (0-based)
+    used = i < parts
+    boundary = torch.where(used, boundary, torch.ones_like(boundary))
+    mid = (_resampled_rank(s, cw, boundary - 1) + _resampled_rank(s, cw, boundary)) / 2
+    inner = torch.where(used, mid, torch.ones_like(mid))
+    zero, one = torch.zeros_like(n), torch.ones_like(n)
+    edges = torch.cat([zero, inner, one], dim=1)
+    return edges[0] if weights is None else edges
+
+
+def discrete_edges(values: torch.Tensor) -> torch.Tensor:
+    """Edges of ``get_discrete_bins``: midpoints between consecutive distinct values, then 1,
+    so every distinct value has its own bin (also valid for any resample of ``values``)."""
+    u = torch.unique(values.double())
+    inner = (u[:-1] + u[1:]) / 2
+    return torch.cat([u.new_zeros(1), inner, u.new_ones(1)])
+
+
+# ------------------------------------------------------------------- bins of predictions
+STRATEGIES = ("uniform", "quantile")
+"""Edge rules of :func:`confidence_bins`: equal width or equal mass (:func:`equal_mass_edges`)."""
+
+
+def confidence_bins(
+    confidence: torch.Tensor,
+    correct: torch.Tensor,
+    n_bins: int = 15,
+    strategy: str = "uniform",
+    weights: Weights = None,
+) -> BinStats:
+    """Bin statistics of confidences against correctness (float64 ``(N,)`` each)."""
+    if strategy == "uniform":
+        edges = uniform_edges(n_bins, confidence.device)
+    elif strategy == "quantile":
+        edges = equal_mass_edges(confidence, n_bins, weights)
+    else:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if edges.ndim == 2:  # per-resample edges: bin each resample separately
+        confidence = confidence.expand(edges.shape[0], -1)
+    return bin_statistics(confidence, correct, edges, weights)
+
+
+def top_label_bins(
+    pred: Predictions, n_bins: int = 15, strategy: str = "uniform", weights: Weights = None
+) -> BinStats:
+    """Bin statistics of top-label confidence against correctness (``strategy`` uniform or
+    quantile; also the bars of reliability diagrams)."""
+    return confidence_bins(pred.confidence, pred.correct, n_bins, strategy, weights)
+
+
+def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None) -> BinStats:
+    """Per-class bin statistics of ``p_{.j}`` against ``1[y = j]``: shape ``(..., C, M)``.
+
+    Unweighted, all classes are binned in one flat pass (class ``j``'s bins offset by ``j M``).
+    With ``(B, N)`` resampling weights, one class at a time, so memory stays ``O(B N)`` rather
+    than ``O(B N C)``."""
+    c = pred.n_classes
+    edges = uniform_edges(n_bins, pred.device)
+    probs = pred.probs
+    labels = pred.require_labels()
+    index = bin_index(probs, edges)
+    if weights is not None:
+        per_class = [
+            bin_statistics(probs[:, j], (labels == j).double(), edges, weights, index=index[:, j])
+            for j in range(c)
+        ]
+        return BinStats(
+            edges,
+            *(
+                torch.stack([getattr(s, f) for s in per_class], dim=-2)
+                for f in ("count", "confidence_sum", "accuracy_sum")
+            ),
+        )
+    targets = torch.nn.functional.one_hot(labels, c).double()
+    index += torch.arange(c, device=pred.device) * n_bins
+    flat = bin_statistics(
+        probs.reshape(-1),
+        targets.reshape(-1),
+        uniform_edges(c * n_bins, pred.device),
+        index=index.reshape(-1),
+    )
+    shape = (c, n_bins)
+    return BinStats(
+        edges,
+        flat.count.reshape(shape),
+        flat.confidence_sum.reshape(shape),
+        flat.accuracy_sum.reshape(shape),
+    )

@@ -23,7 +23,7 @@ Seeded: the same ``seed`` gives the same interval on the same device.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +111,7 @@ class Resamples:
 
 
 def resampled_values(
-    fn,
+    fn: Callable[[torch.Tensor], torch.Tensor],
     n: int,
     n_resamples: int,
     seed: int,

@@ -1,7 +1,9 @@
 """Debiased top-label L2 calibration error (Kumar, Liang & Ma 2019, "Verified Uncertainty
 Calibration"), with the binning conventions of their ``uncertainty-calibration`` package.
 
-Binning goes through the one binning core (:func:`selfcal.metrics.binning.bin_statistics`).
+Binning goes through the one binning core (:func:`selfcal.metrics.binning.bin_statistics`),
+which also holds their two edge rules (:func:`~selfcal.metrics.binning.kumar_equal_mass_edges`,
+:func:`~selfcal.metrics.binning.discrete_edges`).
 """
 
 from __future__ import annotations
@@ -9,51 +11,16 @@ from __future__ import annotations
 import torch
 
 from selfcal.metrics._api import metric
-from selfcal.metrics.binning import BinStats, Weights, bin_statistics, check_n_bins
+from selfcal.metrics.binning import (
+    BinStats,
+    Weights,
+    bin_statistics,
+    discrete_edges,
+    kumar_equal_mass_edges,
+)
 from selfcal.predictions import Predictions
 
 BINNINGS = ("equal_mass", "discrete", "auto")
-
-
-def _order_statistics(sorted_values, cum_weights, ranks):
-    """The ``ranks``-th smallest (0-based) element of each resample; ``(B, K)``."""
-    idx = torch.searchsorted(cum_weights, ranks.contiguous(), right=True)
-    return sorted_values[idx.clamp_max(sorted_values.shape[0] - 1)]
-
-
-def kumar_equal_mass_edges(values: torch.Tensor, n_bins: int, weights: Weights = None):
-    """Edges of ``get_equal_bins``: the sorted values are split into ``min(M, n)`` consecutive
-    groups as ``numpy.array_split`` does (the first ``n mod M`` groups one larger); an inner
-    edge is the midpoint between the last value of a group and the first of the next; the
-    last edge is 1. Returns ``(M+1,)`` edges, or ``(B, M+1)`` per resample; unused inner
-    edges (``n < M``) and repeated edges just leave empty bins."""
-    check_n_bins(n_bins)
-    order = torch.argsort(values)
-    s = values[order].double()
-    w = torch.ones(1, s.shape[0], dtype=torch.float64, device=s.device)
-    if weights is not None:
-        w = weights[:, order].double()
-    cw = w.cumsum(1)
-    n = cw[:, -1:].round()
-    parts = torch.minimum(torch.full_like(n, n_bins), n)
-    i = torch.arange(1, n_bins, dtype=torch.float64, device=s.device).unsqueeze(0)
-    size, extra = torch.div(n, parts, rounding_mode="floor"), torch.remainder(n, parts)
-    boundary = i * size + torch.minimum(i, extra)  # first rank of group i (0-based)
-    used = i < parts
-    boundary = torch.where(used, boundary, torch.ones_like(boundary))
-    mid = (_order_statistics(s, cw, boundary - 1) + _order_statistics(s, cw, boundary)) / 2
-    inner = torch.where(used, mid, torch.ones_like(mid))
-    zero, one = torch.zeros_like(n), torch.ones_like(n)
-    edges = torch.cat([zero, inner, one], dim=1)
-    return edges[0] if weights is None else edges
-
-
-def discrete_edges(values: torch.Tensor) -> torch.Tensor:
-    """Edges of ``get_discrete_bins``: midpoints between consecutive distinct values, then 1,
-    so every distinct value has its own bin (also valid for any resample of ``values``)."""
-    u = torch.unique(values.double())
-    inner = (u[:-1] + u[1:]) / 2
-    return torch.cat([u.new_zeros(1), inner, u.new_ones(1)])
 
 
 def looks_discrete(probs: torch.Tensor) -> bool:
@@ -78,7 +45,7 @@ def debiased_squared_error(stats: BinStats) -> torch.Tensor:
     return (torch.where(big, term, torch.zeros_like(term)) * count).sum(-1) / stats.total
 
 
-@metric()
+@metric(takes_bins=True)
 def debiased_ece(
     pred: Predictions,
     weights: Weights = None,
@@ -86,7 +53,7 @@ def debiased_ece(
     n_bins: int = 15,
     binning: str = "equal_mass",
     squared: bool = False,
-):
+) -> torch.Tensor:
     """Debiased top-label L2 calibration error (Kumar et al. 2019), i.e.
     ``uncertainty-calibration``'s ``get_calibration_error(probs, labels, p=2, debias=True,
     mode='top-label')``.
@@ -103,7 +70,7 @@ def debiased_ece(
 
     * ``"equal_mass"`` (default): their ``get_equal_bins`` with ``n_bins`` bins (what
       ``get_calibration_error`` uses for continuous outputs, via ``lower_bound_scaling_ce``;
-      see :func:`kumar_equal_mass_edges`);
+      see :func:`~selfcal.metrics.binning.kumar_equal_mass_edges`);
     * ``"discrete"``: one bin per distinct confidence (their ``get_discrete_bins``, used for
       the outputs of a binning calibrator; ``n_bins`` is ignored);
     * ``"auto"``: their heuristic -- ``"discrete"`` when every class column of the

@@ -9,7 +9,7 @@ from selfcal.metrics.binning import Weights
 from selfcal.predictions import Predictions
 
 
-@metric()
+@metric(higher_is_better=True)
 def accuracy(pred: Predictions, weights: Weights = None) -> torch.Tensor:
     """Top-1 accuracy ``(1/N) sum_i 1[argmax_k p_ik = y_i]`` (first index on ties)."""
     return weighted_mean(pred.correct, weights)

@@ -115,7 +115,7 @@ def aurc_from_groups(size: torch.Tensor, errs: torch.Tensor) -> torch.Tensor:
     return total / size.sum(-1)
 
 
-@metric()
+@metric(higher_is_better=True)
 def accuracy_at_coverage(
     pred: Predictions, weights: Weights = None, *, coverage: float = 0.9
 ) -> torch.Tensor:
@@ -130,7 +130,7 @@ def accuracy_at_coverage(
     return out.squeeze(-1) if weights is not None else out
 
 
-@metric()
+@metric(higher_is_better=True)
 def coverage_at_accuracy(
     pred: Predictions, weights: Weights = None, *, target: float = 0.95
 ) -> torch.Tensor:

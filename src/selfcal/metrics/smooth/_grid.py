@@ -1,0 +1,64 @@
+"""What the smooth estimators share: bootstrap rows, a user-given bandwidth per row, and the
+grid algorithm -- linear binning of weighted points onto a regular grid, FFT convolution with a
+sampled kernel and linear interpolation back to the points.
+
+Linear binning: a point at ``x`` between grid points ``g_l <= x < g_{l+1}`` gives its mass to
+both in proportion to proximity (``1 - f`` and ``f`` with ``f = (x - g_l) / step``); a
+convolution of the binned masses with a kernel sampled at the grid step is then a kernel sum
+over all points, at O(G log G) instead of O(N^2).
+"""
+
+from __future__ import annotations
+
+import scipy.fft
+import torch
+
+from selfcal._validation import check_positive
+from selfcal.metrics.binning import Weights
+from selfcal.predictions import Predictions
+
+
+def rows(pred: Predictions, weights: Weights) -> torch.Tensor:
+    """``(B, N)`` multiplicities; one row of ones without bootstrap weights."""
+    if weights is None:
+        return torch.ones(1, pred.n_samples, dtype=torch.float64, device=pred.device)
+    return weights.to(torch.float64)
+
+
+def finish(values: torch.Tensor, weights: Weights) -> torch.Tensor:
+    """The ``(B,)`` per-row results, or the scalar of the one row without bootstrap weights."""
+    return values[0] if weights is None else values
+
+
+def fixed_bandwidth(bandwidth: float, n_rows: int, device: torch.device) -> torch.Tensor:
+    """A bandwidth the caller gave (checked positive), the same for each of ``n_rows`` rows."""
+    check_positive("bandwidth", bandwidth)
+    return torch.full((n_rows,), float(bandwidth), dtype=torch.float64, device=device)
+
+
+def linear_bin(
+    x: torch.Tensor, start: float, inv_step: float, n_grid: int, mass: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Linear binning of points ``x`` carrying ``mass`` (``(B, N)``) onto the grid
+    ``start + g / inv_step``, ``g = 0..n_grid-1``: each point splits its mass between its two
+    neighbouring grid points in proportion to proximity. Returns the ``(B, n_grid)`` grid and
+    the left index and fraction of each point (reused for interpolation)."""
+    pos = (x - start) * inv_step
+    left = pos.detach().long().clamp(0, n_grid - 2)  # truncation = floor for pos >= 0
+    frac = pos - left
+    grid = torch.zeros(mass.shape[0], n_grid, dtype=torch.float64, device=x.device)
+    grid = grid.index_add(1, left, mass * (1 - frac)).index_add(1, left + 1, mass * frac)
+    return grid, left, frac
+
+
+def fft_convolve(signal: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """Full linear convolution along the last axis (``(B, L1)`` with ``(B or 1, L2)``)."""
+    n = signal.shape[-1] + kernel.shape[-1] - 1
+    n_fft = scipy.fft.next_fast_len(n, real=True)
+    spec = torch.fft.rfft(signal, n_fft) * torch.fft.rfft(kernel, n_fft)
+    return torch.fft.irfft(spec, n_fft)[..., :n]
+
+
+def interp(grid: torch.Tensor, left: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:
+    """Linear interpolation of ``(B, G)`` grid values at points given by index and fraction."""
+    return grid[:, left] * (1 - frac) + grid[:, left + 1] * frac

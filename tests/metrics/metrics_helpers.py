@@ -1,0 +1,18 @@
+"""What several metric tests share: the hypothesis strategy of small random problems."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+
+@st.composite
+def problems(draw, max_n=60):
+    n = draw(st.integers(1, max_n))
+    c = draw(st.integers(2, 6))
+    coarse = draw(st.booleans())  # coarse logits make ties
+    elems = st.integers(-3, 3).map(float) if coarse else st.floats(-20, 20)
+    z = draw(arrays(np.float64, (n, c), elements=elems))
+    y = draw(arrays(np.int64, n, elements=st.integers(0, c - 1)))
+    return z, y

@@ -1,0 +1,60 @@
+"""The grid helpers the smooth estimators share (:mod:`selfcal.metrics.smooth._grid`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from selfcal.metrics.smooth._grid import (
+    fft_convolve,
+    finish,
+    fixed_bandwidth,
+    interp,
+    linear_bin,
+    rows,
+)
+from selfcal.predictions import Predictions
+
+
+def test_linear_binning_keeps_mass_and_first_moment():
+    """Each point splits its mass between its two neighbours by proximity, so the binned grid
+    has the points' total mass and mean position (rows ``B`` binned independently)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(200, generator=gen, dtype=torch.float64)
+    mass = torch.rand(3, 200, generator=gen, dtype=torch.float64)
+    start, n_grid = -0.1, 57
+    inv_step = (n_grid - 1) / 1.2
+    grid, left, frac = linear_bin(x, start, inv_step, n_grid, mass)
+    points = start + torch.arange(n_grid, dtype=torch.float64) / inv_step
+    torch.testing.assert_close(grid.sum(1), mass.sum(1), rtol=1e-13, atol=0)
+    torch.testing.assert_close(grid @ points, mass @ x, rtol=1e-12, atol=0)
+    torch.testing.assert_close(points[left] + frac / inv_step, x, rtol=0, atol=1e-14)
+
+
+def test_interpolation_reads_a_linear_function_back_exactly():
+    x = torch.tensor([0.0, 0.13, 0.5, 0.999], dtype=torch.float64)
+    _, left, frac = linear_bin(x, 0.0, 10.0, 11, torch.ones(1, 4, dtype=torch.float64))
+    values = (2 + 3 * torch.arange(11, dtype=torch.float64) / 10).unsqueeze(0)
+    torch.testing.assert_close(interp(values, left, frac)[0], 2 + 3 * x, rtol=0, atol=1e-14)
+
+
+def test_fft_convolution_is_the_full_linear_convolution():
+    rng = np.random.default_rng(1)
+    signal, kernel = rng.normal(size=(2, 40)), rng.normal(size=(1, 9))
+    got = fft_convolve(torch.from_numpy(signal), torch.from_numpy(kernel)).numpy()
+    want = np.stack([np.convolve(row, kernel[0]) for row in signal])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_rows_finish_and_fixed_bandwidth():
+    pred = Predictions.from_logits(np.zeros((5, 3)), np.zeros(5, dtype=int))
+    ones = rows(pred, None)
+    assert ones.shape == (1, 5) and ones.dtype == torch.float64 and bool((ones == 1).all())
+    assert finish(torch.tensor([0.25]), None).ndim == 0
+    weights = torch.arange(10).reshape(2, 5)
+    assert rows(pred, weights).dtype == torch.float64
+    assert finish(torch.tensor([0.25, 0.5]), weights).shape == (2,)
+    assert fixed_bandwidth(0.05, 3, pred.device).tolist() == [0.05] * 3
+    with pytest.raises(ValueError, match="bandwidth"):
+        fixed_bandwidth(0.0, 3, pred.device)
