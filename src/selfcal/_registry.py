@@ -1,15 +1,21 @@
-"""Name -> factory registries for what selfcal builds by name (datasets, models, losses).
+"""Name -> factory registries for what selfcal builds by name (datasets, models, losses,
+calibrators, studies).
 
-A new entry is one decorated function in one file; asking for an unknown name is a
-``ValueError`` that lists the known ones.
+A new entry is one decorated function or class in one file; asking for an unknown name is a
+``ValueError`` that lists the known ones. A module that owns a kind exposes the registry's
+bound methods under its own names, e.g. ``register_loss = _LOSSES.register`` and
+``available_losses = _LOSSES.available``, and builds with :meth:`Registry.build` (or
+:meth:`Registry.get` when it calls the factory itself).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T", bound=Callable[..., object])
+F = TypeVar("F", bound=Callable[..., object])
 
 
 class Registry(Generic[T]):
@@ -19,15 +25,16 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, T] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: register the factory under ``name`` (a second registration raises)."""
+    def register(self, name: str) -> Callable[[F], F]:
+        """Decorator: register the factory (a function or a class) under ``name`` and return
+        it unchanged; a second registration of ``name`` raises ``ValueError``."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
 
-        def decorate(factory: T) -> T:
+        def decorate(factory: F) -> F:
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
-            self._entries[name] = factory
+            self._entries[name] = cast(T, factory)
             return factory
 
         return decorate
@@ -36,8 +43,25 @@ class Registry(Generic[T]):
         """Registered names, sorted."""
         return tuple(sorted(self._entries))
 
+    def available(self) -> list[str]:
+        """Registered names, sorted, as a list."""
+        return list(self.names())
+
     def get(self, name: str) -> T:
         """The factory registered as ``name``."""
         if name not in self._entries:
             raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         return self._entries[name]
+
+    def build(self, name: str, /, **kwargs: Any) -> Any:
+        """``factory(**kwargs)`` of the factory registered as ``name``; arguments the factory
+        does not take are a ``ValueError`` (``bad arguments for <kind> <name>: ...``)."""
+        factory = self.get(name)
+        try:
+            return factory(**kwargs)
+        except TypeError as err:
+            raise ValueError(f"bad arguments for {self.kind} {name!r}: {err}") from None
+
+    def view(self) -> Mapping[str, T]:
+        """A read-only, live mapping name -> factory, in registration order."""
+        return MappingProxyType(self._entries)

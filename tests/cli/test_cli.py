@@ -7,7 +7,6 @@ Set ``SELFCAL_SLOW_TESTS=1`` to include the 10^6-row timing test.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
@@ -211,7 +210,7 @@ def test_json_keys_values_and_intervals(tmp_path, capsys):
     for key, entry in result.items():
         assert set(entry) == {"value", "ci"}
         f = load_metric(key)
-        opts = {"n_bins": 10} if "n_bins" in inspect.signature(f.core).parameters else {}
+        opts = {"n_bins": 10} if f.takes_bins else {}
         assert entry["value"] == pytest.approx(f(logits=z, labels=y, **opts), rel=1e-9, abs=1e-12)
         lo, hi = entry["ci"]
         assert lo <= hi
@@ -395,6 +394,17 @@ def test_calibrate_unknown_method(tmp_path, capsys):
         tmp_path / "o.npz",
     )
     assert code == 2 and "unknown method 'magic'" in err and err.count("\n") == 1
+
+
+def test_calibrate_method_help_lists_the_registry(capsys, monkeypatch):
+    from selfcal.posthoc import calibrator_names, calibrator_summary
+
+    monkeypatch.setenv("COLUMNS", "400")  # one help paragraph per line
+    code, text, err = run(capsys, "calibrate", "--help")
+    assert code == 0, err
+    for name in calibrator_names():
+        assert f" {name}: {calibrator_summary(name)} " in text, name
+    assert "ts-grid: Temperature scaling" in text and "(method='grid')" in text
 
 
 # ----------------------------------------------------------------------------- scale

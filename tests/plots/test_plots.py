@@ -19,13 +19,12 @@ from selfcal import Predictions  # noqa: E402
 from selfcal.metrics import (  # noqa: E402
     accuracy,
     adaece,
-    calibration_bins,
     ece,
     mce,
     risk_coverage_curve,
 )
+from selfcal.metrics.binning import top_label_bins  # noqa: E402
 from selfcal.metrics.bootstrap import percentile_interval, resample_counts  # noqa: E402
-from selfcal.metrics.calibration import top_label_bins  # noqa: E402
 from selfcal.plots import (  # noqa: E402
     BinSweepDisplay,
     ConfidenceHistogramDisplay,
@@ -83,10 +82,10 @@ def test_import_does_not_import_matplotlib():
 
 
 # ------------------------------------------------------------------------ reliability
-def test_reliability_bars_equal_calibration_bins(data):
+def test_reliability_bars_equal_top_label_bins(data):
     y, z = data
     disp = ReliabilityDiagramDisplay.from_predictions(labels=y, logits=z, n_bins=15)
-    stats = calibration_bins(Predictions.from_logits(z, y), n_bins=15)
+    stats = top_label_bins(Predictions.from_logits(z, y), n_bins=15)
     shown = stats.count.numpy() > 0
     heights = [bar.get_height() for bar in disp.bars_.patches]
     lefts = [bar.get_x() for bar in disp.bars_.patches]
@@ -193,7 +192,7 @@ def test_error_bars_are_seeded(data):
 def test_from_bins_matches_from_predictions_and_rejects_batches(data):
     y, z = data
     pred = Predictions.from_logits(z, y)
-    stats = calibration_bins(pred, n_bins=12)
+    stats = top_label_bins(pred, n_bins=12)
     a = ReliabilityDiagramDisplay.from_bins(stats)
     b = ReliabilityDiagramDisplay.from_predictions(pred, n_bins=12)
     np.testing.assert_array_equal(a.bin_accuracy, b.bin_accuracy)
@@ -227,7 +226,7 @@ def test_confidence_histogram(data):
     pred = Predictions.from_logits(z, y)
     widths = np.diff(disp.bin_edges)
     assert np.sum(disp.density * widths) == pytest.approx(1.0)
-    np.testing.assert_array_equal(disp.bin_count, calibration_bins(pred, 20).count.numpy())
+    np.testing.assert_array_equal(disp.bin_count, top_label_bins(pred, 20).count.numpy())
     np.testing.assert_array_equal([b.get_height() for b in disp.bars_.patches], disp.density)
     assert disp.mean_accuracy == pytest.approx(accuracy(labels=y, logits=z))
     assert disp.mean_confidence == pytest.approx(float(pred.confidence.mean()))

@@ -15,6 +15,10 @@ from selfcal.posthoc import (
     Calibrator,
     TemperatureScaling,
     VectorScaling,
+    build_calibrator,
+    calibrator_names,
+    calibrator_summary,
+    register_calibrator,
 )
 
 
@@ -25,10 +29,10 @@ def data_for(name: str):
     return z, y, zt
 
 
-@pytest.mark.parametrize("name", sorted(CALIBRATORS))
+@pytest.mark.parametrize("name", calibrator_names())
 def test_save_load_round_trip(name, tmp_path):
     z, y, zt = data_for(name)
-    cal = CALIBRATORS[name]().fit(logits=z, labels=y)
+    cal = build_calibrator(name).fit(logits=z, labels=y)
     path = tmp_path / f"{name}.json"
     cal.save(path)
     doc = json.loads(path.read_text())
@@ -50,19 +54,19 @@ def test_loading_another_class_fails(tmp_path):
         Calibrator.load(tmp_path / "x.json")
 
 
-@pytest.mark.parametrize("name", sorted(CALIBRATORS))
+@pytest.mark.parametrize("name", calibrator_names())
 def test_predict_before_fit_fails_clearly(name):
     z, _, _ = data_for(name)
     with pytest.raises(NotFittedError, match="not fitted yet"):
-        CALIBRATORS[name]().predict_proba(logits=z)
+        build_calibrator(name).predict_proba(logits=z)
     assert issubclass(NotFittedError, ValueError) and issubclass(NotFittedError, RuntimeError)
 
 
-@pytest.mark.parametrize("name", sorted(CALIBRATORS))
+@pytest.mark.parametrize("name", calibrator_names())
 def test_numpy_and_torch_agree(name):
     z, y, zt = data_for(name)
-    a = CALIBRATORS[name]().fit(logits=z, labels=y)
-    b = CALIBRATORS[name]().fit(logits=torch.from_numpy(z), labels=torch.from_numpy(y))
+    a = build_calibrator(name).fit(logits=z, labels=y)
+    b = build_calibrator(name).fit(logits=torch.from_numpy(z), labels=torch.from_numpy(y))
     out_np = a.predict_proba(logits=zt)
     out_t = b.predict_proba(logits=torch.from_numpy(zt))
     assert isinstance(out_np, np.ndarray) and isinstance(out_t, torch.Tensor)
@@ -89,8 +93,42 @@ def test_bad_input_names_the_row():
 
 
 def test_registry_factories():
-    assert CALIBRATORS["ts-grid"]().method == "grid"
-    assert {type(f()).__name__ for f in CALIBRATORS.values()} >= {"TemperatureScaling"}
+    assert calibrator_names() == (
+        "histogram",
+        "isotonic",
+        "isotonic-ovr",
+        "matrix",
+        "platt",
+        "ts",
+        "ts-grid",
+        "vector",
+    )
+    assert build_calibrator("ts-grid").method == "grid"
+    assert type(build_calibrator("ts")) is TemperatureScaling
+    assert build_calibrator("matrix", bias_l2=2.0).bias_l2 == 2.0
+    with pytest.raises(ValueError, match="unknown calibrator 'magic'; known: histogram"):
+        build_calibrator("magic")
+    with pytest.raises(ValueError, match="bad arguments for calibrator 'ts'"):
+        build_calibrator("ts", n_bins=3)
+    with pytest.raises(ValueError, match="already registered"):
+        register_calibrator("ts")(VectorScaling)
+
+
+def test_calibrators_is_a_read_only_view_of_the_registry():
+    assert sorted(CALIBRATORS) == list(calibrator_names())
+    assert CALIBRATORS["ts"] is TemperatureScaling
+    with pytest.raises(TypeError):
+        CALIBRATORS["mine"] = VectorScaling  # type: ignore[index]
+    assert "mine" not in calibrator_names()
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_every_calibrator_has_a_one_line_summary(name):
+    summary = calibrator_summary(name)
+    assert summary and "\n" not in summary and "``" not in summary
+    cls = type(build_calibrator(name))
+    assert summary.startswith(cls.__doc__.splitlines()[0].replace("``", "").rstrip("."))
+    assert calibrator_summary("ts-grid").endswith("(method='grid').")
 
 
 def test_import_does_not_import_sklearn():

@@ -40,6 +40,7 @@ Augmentation (random crop 32 / padding 4 + horizontal flip) is applied per batch
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -80,8 +81,10 @@ _ALLOWED_GLOBALS = frozenset(
 
 @dataclass(frozen=True)
 class CifarLayout:
-    """Where one CIFAR variant's files are and which pickle key holds its labels."""
+    """One CIFAR variant: its dataset name, where its files are and which pickle key holds its
+    labels."""
 
+    name: str
     folder: str
     train_files: tuple[str, ...]
     test_file: str
@@ -90,9 +93,14 @@ class CifarLayout:
 
 
 CIFAR10 = CifarLayout(
-    "cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "labels", 10
+    "cifar10",
+    "cifar-10-batches-py",
+    tuple(f"data_batch_{i}" for i in range(1, 6)),
+    "test_batch",
+    "labels",
+    10,
 )
-CIFAR100 = CifarLayout("cifar-100-python", ("train",), "test", "fine_labels", 100)
+CIFAR100 = CifarLayout("cifar100", "cifar-100-python", ("train",), "test", "fine_labels", 100)
 
 
 class _ArraysOnlyUnpickler(pickle.Unpickler):
@@ -175,73 +183,99 @@ def normalization_in_raw_units(
     )
 
 
-def _cifar_splits(
+def split_options(
+    root: str | os.PathLike[str] | None, split: str, valid_fraction: float, split_seed: int | None
+) -> dict[str, Any]:
+    """The options a loader with a reference split records in ``DataSplits.options``."""
+    return {
+        "root": None if root is None else str(root),
+        "split": split,
+        "valid_fraction": valid_fraction,
+        "split_seed": split_seed,
+    }
+
+
+def pool_and_test_parts(
+    x_pool: np.ndarray,
+    y_pool: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    index: dict[str, np.ndarray] | None,
+) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+    """Raw parts and labels: the pool's rows ``index[s]`` for each split ``s`` of
+    :func:`reference_split_indices`, then ``"test"``; ``index=None`` is the [FLC]/[GRA]
+    reference protocol (train = the whole pool, val = test, one shared tensor)."""
+    test = torch.from_numpy(x_test)
+    if index is None:
+        return {"train": torch.from_numpy(x_pool), "val": test, "test": test}, {
+            "train": y_pool,
+            "val": y_test,
+            "test": y_test,
+        }
+    raw = {s: torch.from_numpy(x_pool[i]) for s, i in index.items()} | {"test": test}
+    return raw, {s: y_pool[i] for s, i in index.items()} | {"test": y_test}
+
+
+def pixel_splits(
     name: str,
+    parts: tuple[dict[str, torch.Tensor], dict[str, np.ndarray]],
+    n_classes: int,
+    normalization: tuple[tuple[float, ...], tuple[float, ...]],
+    description: str,
+    seed: int,
+    options: dict[str, Any],
+) -> DataSplits:
+    """DataSplits of uint8 pixel ``parts`` (raw, labels) with the fixed per-channel
+    ``normalization`` ``(mean, std)`` of ``pixel / 255`` (:func:`normalization_in_raw_units`)."""
+    raw, labels = parts
+    mean, std = normalization_in_raw_units(*normalization)
+    return splits_from_parts(
+        name=name,
+        raw=raw,
+        labels=labels,
+        n_classes=n_classes,
+        mean=mean,
+        std=std,
+        description=description,
+        seed=seed,
+        options=options,
+    )
+
+
+def load_cifar(
     layout: CifarLayout,
     seed: int,
-    root: str | os.PathLike[str] | None,
-    split: str,
-    valid_fraction: float,
-    split_seed: int | None,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    split: str = "standard",
+    valid_fraction: float = DEFAULT_VALID_FRACTION,
+    split_seed: int | None = REFERENCE_SPLIT_SEED,
 ) -> DataSplits:
+    """CIFAR in ``layout`` from ``root`` / ``$SELFCAL_DATA``: 45k / 5k / 10k (``split="meta"``:
+    40k / 5k / 10k plus ``meta_val`` 5k); see the module docstring."""
     check_split_options(split, split_seed)
     required = (*layout.train_files, layout.test_file)
     directory = locate_dataset_dir(layout.folder, root, required, SOURCE)
     (x_pool, y_pool), (x_test, y_test) = read_cifar(directory, layout)
     used_seed = seed if split_seed is None else split_seed
     index = reference_split_indices(len(y_pool), valid_fraction, used_seed, meta=split == "meta")
-    raw = {s: torch.from_numpy(x_pool[i]) for s, i in index.items()} | {
-        "test": torch.from_numpy(x_test)
-    }
-    labels = {s: y_pool[i] for s, i in index.items()} | {"test": y_test}
-    mean, std = normalization_in_raw_units(CIFAR_MEAN, CIFAR_STD)
+    raw, labels = pool_and_test_parts(x_pool, y_pool, x_test, y_test, index)
     sizes = ", ".join(f"{s} {len(v)}" for s, v in labels.items())
     description = (
-        f"{name}: the official python-version batches read from disk ({layout.folder}/), "
+        f"{layout.name}: the official python-version batches read from disk ({layout.folder}/), "
         f"{layout.n_classes} classes, 3x32x32. Split {split!r} by the reference index shuffle "
         f"(RandomState({used_seed}), validation fraction {valid_fraction}): {sizes}; test = "
         f"official test set. Inputs (pixel/255 - {CIFAR_MEAN}) / {CIFAR_STD} per channel."
     )
-    return splits_from_parts(
-        name=name,
-        raw=raw,
-        labels=labels,
-        n_classes=layout.n_classes,
-        mean=mean,
-        std=std,
-        description=description,
-        seed=seed,
-        options={
-            "root": None if root is None else str(root),
-            "split": split,
-            "valid_fraction": valid_fraction,
-            "split_seed": split_seed,
-        },
+    options = split_options(root, split, valid_fraction, split_seed)
+    normalization = (CIFAR_MEAN, CIFAR_STD)
+    return pixel_splits(
+        layout.name, (raw, labels), layout.n_classes, normalization, description, seed, options
     )
 
 
-@register_dataset("cifar10")
-def cifar10(
-    seed: int,
-    *,
-    root: str | os.PathLike[str] | None = None,
-    split: str = "standard",
-    valid_fraction: float = DEFAULT_VALID_FRACTION,
-    split_seed: int | None = REFERENCE_SPLIT_SEED,
-) -> DataSplits:
-    """CIFAR-10 from ``root`` / ``$SELFCAL_DATA``: 45k / 5k / 10k (``split="meta"``: 40k/5k/10k
-    plus ``meta_val`` 5k)."""
-    return _cifar_splits("cifar10", CIFAR10, seed, root, split, valid_fraction, split_seed)
-
-
-@register_dataset("cifar100")
-def cifar100(
-    seed: int,
-    *,
-    root: str | os.PathLike[str] | None = None,
-    split: str = "standard",
-    valid_fraction: float = DEFAULT_VALID_FRACTION,
-    split_seed: int | None = REFERENCE_SPLIT_SEED,
-) -> DataSplits:
-    """CIFAR-100 (fine labels) from ``root`` / ``$SELFCAL_DATA``: splits as :func:`cifar10`."""
-    return _cifar_splits("cifar100", CIFAR100, seed, root, split, valid_fraction, split_seed)
+cifar10 = register_dataset("cifar10")(functools.partial(load_cifar, CIFAR10))
+"""CIFAR-10 from ``root`` / ``$SELFCAL_DATA``: 45k / 5k / 10k (``split="meta"``: 40k/5k/10k
+plus ``meta_val`` 5k); :func:`load_cifar` with :data:`CIFAR10`."""
+cifar100 = register_dataset("cifar100")(functools.partial(load_cifar, CIFAR100))
+"""CIFAR-100 (fine labels) from ``root`` / ``$SELFCAL_DATA``: splits as :data:`cifar10`."""

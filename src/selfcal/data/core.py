@@ -291,17 +291,41 @@ def build_splits(
         )
         for s, idx in zip(SPLIT_NAMES, parts, strict=True)
     }
+    return _assemble_splits(
+        splits, raw_t, mean, std, name, n_classes, feature_names, description, seed, options
+    )
+
+
+def _assemble_splits(
+    parts: Mapping[str, Split],
+    raw: Mapping[str, torch.Tensor],
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    name: str,
+    n_classes: int,
+    feature_names: Sequence[str],
+    description: str,
+    seed: int,
+    options: Mapping[str, Any] | None,
+) -> DataSplits:
+    """The :class:`DataSplits` of built splits ``parts`` (``"train"``, ``"val"``, ``"test"``
+    and any extra names, which go to ``DataSplits.extra``) with their raw features, the
+    standardisation ``mean``/``std`` and the loader's description -- the one place both
+    :func:`build_splits` and :func:`splits_from_parts` construct the result."""
     return DataSplits(
         name=name,
-        **splits,
+        train=parts["train"],
+        val=parts["val"],
+        test=parts["test"],
         n_classes=n_classes,
         feature_names=tuple(feature_names),
         description=description,
         mean=mean,
         std=std,
         seed=seed,
-        raw_features=raw_t,
+        raw_features=dict(raw),
         options=dict(options or {}),
+        extra={s: p for s, p in parts.items() if s not in SPLIT_NAMES},
     )
 
 
@@ -371,20 +395,8 @@ def splits_from_parts(
                 y=torch.from_numpy(np.asarray(labels[s]).astype(np.int64)),
             )
         parts[s] = built[key]
-    return DataSplits(
-        name=name,
-        train=parts["train"],
-        val=parts["val"],
-        test=parts["test"],
-        n_classes=n_classes,
-        feature_names=tuple(feature_names),
-        description=description,
-        mean=mean_t,
-        std=std_t,
-        seed=seed,
-        raw_features=dict(raw),
-        options=dict(options or {}),
-        extra={s: p for s, p in parts.items() if s not in SPLIT_NAMES},
+    return _assemble_splits(
+        parts, raw, mean_t, std_t, name, n_classes, feature_names, description, seed, options
     )
 
 

@@ -36,16 +36,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from selfcal.data.cifar import (
     DEFAULT_VALID_FRACTION,
     REFERENCE_SPLIT_SEED,
     check_split_options,
-    normalization_in_raw_units,
+    pixel_splits,
+    pool_and_test_parts,
     reference_split_indices,
+    split_options,
 )
-from selfcal.data.core import DataSplits, locate_dataset_dir, splits_from_parts
+from selfcal.data.core import DataSplits, locate_dataset_dir
 from selfcal.data.registry import register_dataset
 
 FOLDER = "tiny-imagenet-200"
@@ -116,25 +117,6 @@ def read_images(paths: list[Path]) -> np.ndarray:
     return out
 
 
-def _protocol_parts(
-    x_pool: np.ndarray,
-    y_pool: np.ndarray,
-    x_test: np.ndarray,
-    y_test: np.ndarray,
-    index: dict[str, np.ndarray] | None,
-) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
-    """Raw parts and labels; ``index=None`` is the reference protocol (val is test)."""
-    test = torch.from_numpy(x_test)
-    if index is None:
-        return {"train": torch.from_numpy(x_pool), "val": test, "test": test}, {
-            "train": y_pool,
-            "val": y_test,
-            "test": y_test,
-        }
-    raw = {s: torch.from_numpy(x_pool[i]) for s, i in index.items()} | {"test": test}
-    return raw, {s: y_pool[i] for s, i in index.items()} | {"test": y_test}
-
-
 @register_dataset("tiny-imagenet")
 def tiny_imagenet(
     seed: int,
@@ -157,26 +139,15 @@ def tiny_imagenet(
     index = None
     if not reference_protocol:
         index = reference_split_indices(len(y_pool), valid_fraction, used_seed, split == "meta")
-    raw, labels = _protocol_parts(
+    parts = pool_and_test_parts(
         read_images(train_paths), y_pool, read_images(test_paths), y_test, index
     )
-    mean, std = normalization_in_raw_units(IMAGENET_MEAN, IMAGENET_STD)
-    return splits_from_parts(
-        name="tiny-imagenet",
-        raw=raw,
-        labels=labels,
-        n_classes=len(wnids),
-        mean=mean,
-        std=std,
-        description=_description(labels, split, used_seed, valid_fraction, reference_protocol),
-        seed=seed,
-        options={
-            "root": None if root is None else str(root),
-            "split": split,
-            "valid_fraction": valid_fraction,
-            "split_seed": split_seed,
-            "reference_protocol": reference_protocol,
-        },
+    description = _description(parts[1], split, used_seed, valid_fraction, reference_protocol)
+    options = split_options(root, split, valid_fraction, split_seed)
+    options["reference_protocol"] = reference_protocol
+    normalization = (IMAGENET_MEAN, IMAGENET_STD)
+    return pixel_splits(
+        "tiny-imagenet", parts, len(wnids), normalization, description, seed, options
     )
 
 

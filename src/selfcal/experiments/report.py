@@ -379,6 +379,23 @@ def hyperparameter_table(
     return lines if rows else []
 
 
+HYPERPARAMETERS_HEADING = "## Hyperparameters selected on validation"
+
+
+def hyperparameter_section(
+    results: StudyResults,
+    methods: Sequence[str] | None,
+    labels: dict[str, str] | None,
+    *notes: str,
+) -> list[str]:
+    """The reports' hyperparameter section: its heading, each of ``notes`` as a paragraph,
+    and :func:`hyperparameter_table` of ``methods`` (named by ``labels``)."""
+    lines = [HYPERPARAMETERS_HEADING, ""]
+    for note in notes:
+        lines += [note, ""]
+    return [*lines, *hyperparameter_table(results, methods, labels), ""]
+
+
 def _hp_text(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={_short(v)}" for k, v in values.items())
 

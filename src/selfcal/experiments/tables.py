@@ -220,3 +220,29 @@ def command_line(command: str, seconds: float | None, records: Sequence[RunRecor
     compute = sum(r.seconds or 0.0 for r in records)
     wall = "" if seconds is None else f"this invocation {seconds:.0f} s; "
     return f"Command: `{command}` ({wall}{len(records)} runs, {compute:.0f} s of worker time)."
+
+
+METRIC_COLUMNS: dict[str, tuple[str, float]] = {
+    "error": ("Error", 100.0),
+    "train_error": ("train error", 100.0),
+    "accuracy": ("accuracy", 100.0),
+    "nll": ("NLL", 1.0),
+    "nll_ts": ("NLL + TS", 1.0),
+    "ece": ("ECE", 100.0),
+    "ece_ts": ("ECE + TS", 100.0),
+    "ece_iso": ("ECE + iso", 100.0),
+    "mce": ("MCE", 100.0),
+    "adaece": ("AdaECE", 100.0),
+    "classwise_ece": ("CW-ECE", 100.0),
+    "aurc": ("AURC", 100.0),
+    "brier": ("Brier", 1.0),
+    "temperature": ("T", 1.0),
+}
+"""How the reports show a metric: ``metric -> (column name, scale)``; rates and calibration
+errors in % (scale 100), NLL, Brier score and temperature raw."""
+
+
+def columns(*metrics: str, **names: str) -> tuple[tuple[str, str, float], ...]:
+    """``(column name, metric, scale)`` of each of ``metrics`` from :data:`METRIC_COLUMNS`,
+    in that order; ``names`` renames columns by metric (e.g. ``adaece="ACE"``)."""
+    return tuple((names.get(m, METRIC_COLUMNS[m][0]), m, METRIC_COLUMNS[m][1]) for m in metrics)

@@ -10,7 +10,7 @@ loss takes ``(logits, labels)`` and sums over the batch unless ``reduction=`` sa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from torch import nn
 
@@ -27,30 +27,20 @@ from selfcal.losses.weighted_ce import (
 )
 
 LossFactory = Callable[..., nn.Module]
-F = TypeVar("F", bound=LossFactory)
 
 _LOSSES: Registry[LossFactory] = Registry("loss")
-
-
-def register_loss(name: str) -> Callable[[F], F]:
-    """Decorator: make ``factory(**kwargs) -> nn.Module`` buildable as ``build_loss(name)``."""
-    return _LOSSES.register(name)  # type: ignore[return-value]
-
-
-def available_losses() -> list[str]:
-    """Sorted names accepted by :func:`build_loss`."""
-    return list(_LOSSES.names())
+register_loss = _LOSSES.register
+"""Decorator: make ``factory(**kwargs) -> nn.Module`` buildable as ``build_loss(name)``."""
+available_losses = _LOSSES.available
+"""Sorted names accepted by :func:`build_loss` (a list)."""
 
 
 def build_loss(name: str, **kwargs: Any) -> nn.Module:
     """The loss module registered as ``name``, built with ``kwargs``.
 
     Unknown names and arguments the loss does not take raise ``ValueError``."""
-    factory = _LOSSES.get(name)
-    try:
-        return factory(**kwargs)
-    except TypeError as err:
-        raise ValueError(f"bad arguments for loss {name!r}: {err}") from None
+    loss: nn.Module = _LOSSES.build(name, **kwargs)
+    return loss
 
 
 def _with_fixed(cls: type[nn.Module], **fixed: Any) -> LossFactory:

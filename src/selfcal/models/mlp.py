@@ -13,6 +13,7 @@ from selfcal.models.registry import register_model
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
 
+@register_model("mlp")
 class MLP(nn.Module):
     """``Linear -> activation -> Dropout`` per hidden width, then a linear ``head``.
 
@@ -20,7 +21,8 @@ class MLP(nn.Module):
     hidden layer's activation and dropout) -- so ``head(features(x)) == forward(x)``. With
     ``hidden=()`` the model is multinomial logistic regression and ``features`` is the identity.
     Weights use PyTorch's default ``nn.Linear`` initialisation; seed it with
-    :func:`~selfcal.models.init_model` or ``build_model("mlp", seed=...)``.
+    :func:`~selfcal.models.init_model` or ``build_model("mlp", seed=...)`` (the class itself is
+    the registry entry ``"mlp"``).
     """
 
     def __init__(
@@ -32,12 +34,12 @@ class MLP(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        _check_arguments(n_features, n_classes, hidden, activation, dropout)
+        widths = _check_arguments(n_features, n_classes, hidden, activation, dropout)
         self.n_features = n_features
         self.n_classes = n_classes
         layers: list[nn.Module] = []
         width = n_features
-        for out in hidden:
+        for out in widths:
             layers += [nn.Linear(width, out), ACTIVATIONS[activation]()]
             if dropout > 0:
                 layers.append(nn.Dropout(dropout))
@@ -60,22 +62,17 @@ class MLP(nn.Module):
 
 def _check_arguments(
     n_features: int, n_classes: int, hidden: Sequence[int], activation: str, dropout: float
-) -> None:
+) -> tuple[int, ...]:
+    """Validate the constructor's arguments; returns the hidden widths as a tuple."""
     check_int("n_features", n_features)
     check_int("n_classes", n_classes, minimum=2)
-    if isinstance(hidden, (str, bytes)) or not all(is_int(h) and h >= 1 for h in hidden):
+    widths = () if isinstance(hidden, (str, bytes)) else tuple(hidden)
+    if isinstance(hidden, (str, bytes)) or not all(is_int(h) and h >= 1 for h in widths):
         raise ValueError(f"hidden must be a sequence of positive integers, got {hidden!r}")
     check_choice("activation", activation, sorted(ACTIVATIONS))
     check_real("dropout", dropout, 0.0, 1.0, high_open=True)
+    return widths
 
 
-@register_model("mlp")
-def mlp(
-    n_features: int,
-    n_classes: int,
-    hidden: Sequence[int] = (64, 64),
-    activation: str = "relu",
-    dropout: float = 0.0,
-) -> MLP:
-    """Registry entry for :class:`MLP`."""
-    return MLP(n_features, n_classes, hidden=tuple(hidden), activation=activation, dropout=dropout)
+mlp = MLP
+"""The former name of the ``"mlp"`` registry entry (now :class:`MLP` itself)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,19 +24,12 @@ from selfcal._registry import Registry
 from selfcal._validation import check_int
 
 ModelFactory = Callable[..., nn.Module]
-F = TypeVar("F", bound=ModelFactory)
 
 _MODELS: Registry[ModelFactory] = Registry("model")
-
-
-def register_model(name: str) -> Callable[[F], F]:
-    """Decorator: make ``factory(**kwargs) -> nn.Module`` buildable as ``build_model(name)``."""
-    return _MODELS.register(name)  # type: ignore[return-value]
-
-
-def available_models() -> list[str]:
-    """Sorted names accepted by :func:`build_model`."""
-    return list(_MODELS.names())
+register_model = _MODELS.register
+"""Decorator: make ``factory(**kwargs) -> nn.Module`` buildable as ``build_model(name)``."""
+available_models = _MODELS.available
+"""Sorted names accepted by :func:`build_model` (a list)."""
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Confidence-region maps of 2-D classifiers ([BO4SC] Fig. 1) and the [BO4SC] Fig. 2 grid.
+"""Confidence-region maps of 2-D classifiers ([BO4SC] Fig. 1).
 
 A map evaluates a model's confidence on a dense regular grid over the data's bounding box
 (plus a margin) and draws it as filled contours with *fixed* levels, so panels of different
@@ -10,32 +10,25 @@ The model is passed as ``confidence_fn(points) -> confidences``: ``points`` is a
 the model, the isotonic map of the grid max-prob (IsoReg) or the Boltzmann confidence (BO4SC).
 It is called on chunks of ``chunk_size`` rows so a 300 x 300 grid of a large model fits in
 memory. :func:`confidence_grid` only computes (the experiment store saves ``xx, yy,
-confidence``); :meth:`ConfidenceRegionDisplay.from_grid` redraws a stored grid.
-
-:func:`bo4sc_figure2` composes the existing histogram and reliability displays for several
-methods from ``(correct, confidence)`` pairs -- needed because BO4SC's confidence is the
-Boltzmann value ``p_hat``, not the max of a probability vector.
+confidence``); :meth:`ConfidenceRegionDisplay.from_grid` redraws a stored grid. The BO4SC
+study composes such maps into the paper's figure
+(:func:`selfcal.studies.bo4sc.figures.bo4sc_figure1`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import torch
 
 from selfcal._validation import check_int, check_nonnegative, check_optional_int
-from selfcal.metrics.calibration import confidence_bins
-from selfcal.plots._base import get_axes, pyplot, to_numpy
-from selfcal.plots.histogram import ConfidenceHistogramDisplay
-from selfcal.plots.reliability import ReliabilityDiagramDisplay
-from selfcal.plots.save import new_figure
-from selfcal.predictions import Predictions
+from selfcal.plots._base import Display, pyplot, to_numpy
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 ConfidenceFn = Callable[[np.ndarray], Any]
 """``(m, 2)`` float64 points -> ``(m,)`` confidences in ``[0, 1]`` (numpy or torch)."""
@@ -154,7 +147,8 @@ def confidence_grid(
 
 
 # --------------------------------------------------------------------------- display
-class ConfidenceRegionDisplay:
+@dataclass(kw_only=True, eq=False, repr=False)
+class ConfidenceRegionDisplay(Display):
     """Filled confidence map over a 2-D input plane with the data on top ([BO4SC] Fig. 1).
 
     Attributes: ``xx``, ``yy``, ``confidence`` (float64 ``(G_y, G_x)``), ``x`` ``(n, 2)``,
@@ -163,22 +157,13 @@ class ConfidenceRegionDisplay:
     ``colorbar_`` (or None).
     """
 
-    def __init__(
-        self,
-        *,
-        xx: np.ndarray,
-        yy: np.ndarray,
-        confidence: np.ndarray,
-        x: np.ndarray,
-        y: np.ndarray,
-        name: str | None = None,
-    ) -> None:
-        self.xx = xx
-        self.yy = yy
-        self.confidence = confidence
-        self.x = x
-        self.y = y
-        self.name = name
+    figsize = (5.0, 4.2)
+    xx: np.ndarray
+    yy: np.ndarray
+    confidence: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    name: str | None = None
 
     @classmethod
     def from_function(
@@ -190,17 +175,16 @@ class ConfidenceRegionDisplay:
         grid_size: int = 300,
         margin: float = 0.5,
         chunk_size: int | None = DEFAULT_CHUNK_SIZE,
-        name: str | None = None,
-        ax: Axes | None = None,
-        title: str | None = None,
-        colorbar: bool = True,
+        **draw: Any,
     ) -> ConfidenceRegionDisplay:
         """Evaluate ``confidence_fn`` on a ``grid_size``-square grid over the bounding box of
-        ``x`` widened by ``margin`` (see :func:`confidence_grid`) and draw the map."""
+        ``x`` widened by ``margin`` (see :func:`confidence_grid`) and draw the map; ``draw``
+        holds :meth:`from_grid`'s options (``name=None``, ``ax=None``, ``title=None``,
+        ``colorbar=True``)."""
         xx, yy, conf = confidence_grid(
             confidence_fn, x, grid_size=grid_size, margin=margin, chunk_size=chunk_size
         )
-        return cls.from_grid(xx, yy, conf, x, y, name=name, ax=ax, title=title, colorbar=colorbar)
+        return cls.from_grid(xx, yy, conf, x, y, **draw)
 
     @classmethod
     def from_grid(
@@ -246,7 +230,7 @@ class ConfidenceRegionDisplay:
         colorbar: bool = True,
         show_points: bool = True,
         point_size: float = 9.0,
-    ) -> ConfidenceRegionDisplay:
+    ) -> Self:
         """Draw on ``ax`` (a new figure when None) and return ``self``.
 
         Bands are ``levels`` (default :data:`DEFAULT_LEVELS`) coloured with a
@@ -255,7 +239,7 @@ class ConfidenceRegionDisplay:
         ``name``.
         """
         bounds = check_levels(levels)
-        ax, fig = get_axes(ax, figsize=(5.0, 4.2))
+        ax, fig = self._axes(ax)
         cmap, norm = region_colors(bounds)
         self.contour_ = ax.contourf(
             self.xx, self.yy, self.confidence, levels=bounds, cmap=cmap, norm=norm, zorder=1
@@ -267,11 +251,7 @@ class ConfidenceRegionDisplay:
         ax.set_xlim(self.xx.min(), self.xx.max())
         ax.set_ylim(self.yy.min(), self.yy.max())
         ax.set_aspect("equal", adjustable="box")
-        heading = self.name if title is None else title
-        if heading is not None:
-            ax.set_title(heading)
-        self.ax_, self.figure_ = ax, fig
-        return self
+        return self._finish(ax, fig, self.name if title is None else title)
 
     def _draw_points(self, ax: Axes, size: float) -> Any:
         """The data points, class ``k`` in colour ``k mod 10`` of :data:`CLASS_CMAP`."""
@@ -306,92 +286,3 @@ def class_colors(labels: np.ndarray) -> np.ndarray:
     palette = np.asarray(matplotlib.colormaps[CLASS_CMAP].colors)
     rgb = palette[labels % len(palette)]
     return np.column_stack([rgb, np.ones(len(labels))])
-
-
-# --------------------------------------------------------------------------- figures
-def bo4sc_figure1(
-    maps: Mapping[str, ConfidenceRegionDisplay],
-    *,
-    levels: Sequence[float] = DEFAULT_LEVELS,
-    panel_size: float = 4.0,
-) -> Figure:
-    """[BO4SC] Fig. 1: one confidence map per method (titled by its key), side by side, all
-    with the same ``levels`` and one shared colour bar. The figure is not registered with
-    pyplot (save it with ``fig.savefig``)."""
-    if not maps:
-        raise ValueError("maps must name at least one ConfidenceRegionDisplay")
-    for name, disp in maps.items():
-        if not isinstance(disp, ConfidenceRegionDisplay):
-            raise ValueError(f"maps[{name!r}] must be a ConfidenceRegionDisplay")
-    fig = new_figure((panel_size * len(maps) + 1.0, panel_size))
-    axes = fig.subplots(1, len(maps), squeeze=False)[0]
-    for ax, (name, disp) in zip(axes, maps.items(), strict=True):
-        disp.plot(ax=ax, levels=levels, title=name, colorbar=False)
-    fig.colorbar(disp.contour_, ax=list(axes), label="Confidence")
-    return fig
-
-
-PredictionPair = tuple[Any, Any]
-"""``(correct, confidence)``: ``(N,)`` booleans ``1[y_hat = y]`` and ``(N,)`` confidences."""
-
-
-def correctness_and_confidence(
-    value: Predictions | PredictionPair, name: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float64 ``(correct, confidence)`` tensors from a labelled :class:`Predictions` (its
-    top-label confidence) or a ``(correct, confidence)`` pair."""
-    if isinstance(value, Predictions):
-        return value.correct.double().cpu(), value.confidence.double().cpu()
-    if not isinstance(value, tuple | list) or len(value) != 2:
-        raise ValueError(
-            f"predictions[{name!r}] must be a Predictions object or a (correct, confidence) pair"
-        )
-    correct = to_numpy(value[0])
-    if correct.ndim != 1 or correct.size < 1:
-        raise ValueError(f"predictions[{name!r}]: correct must be 1-D and non-empty")
-    if not np.isin(correct, (0.0, 1.0)).all():
-        raise ValueError(f"predictions[{name!r}]: correct must hold only 0/1 (or booleans)")
-    conf = check_confidence(value[1], correct.shape, f"predictions[{name!r}] confidence")
-    return torch.from_numpy(correct), torch.from_numpy(conf)
-
-
-def histogram_display(
-    correct: torch.Tensor, confidence: torch.Tensor, n_bins: int
-) -> ConfidenceHistogramDisplay:
-    """An undrawn :class:`ConfidenceHistogramDisplay` of ``confidence`` (equal-width bins)."""
-    stats = confidence_bins(confidence, correct, n_bins, "uniform")
-    return ConfidenceHistogramDisplay(
-        bin_edges=to_numpy(stats.edges),
-        bin_count=to_numpy(stats.count),
-        mean_accuracy=float(correct.mean()),
-        mean_confidence=float(confidence.mean()),
-    )
-
-
-def bo4sc_figure2(
-    predictions: Mapping[str, Predictions | PredictionPair],
-    *,
-    n_bins: int = 15,
-    hist_bins: int = 20,
-    panel_size: float = 4.0,
-) -> Figure:
-    """[BO4SC] Fig. 2: for each method (a column, titled by its key) the confidence
-    histogram (top; dashed mean accuracy and mean confidence) and the reliability diagram
-    with ``n_bins`` equal-width bins (bottom; over-/under-confidence gaps in orange/red).
-
-    Each value is a labelled :class:`Predictions` (top-label confidence) or a
-    ``(correct, confidence)`` pair -- use the pair for BO4SC's Boltzmann confidence
-    ``p_hat`` and for an isotonic map of the max-prob. ``ECE`` in the titles is computed from
-    the same bins as the diagram.
-    """
-    if not predictions:
-        raise ValueError("predictions must name at least one method")
-    pairs = {name: correctness_and_confidence(v, name) for name, v in predictions.items()}
-    fig = new_figure((panel_size * len(pairs), 2.4 * panel_size))
-    axes = fig.subplots(2, len(pairs), squeeze=False, height_ratios=(3, 4))
-    for col, (name, (correct, conf)) in enumerate(pairs.items()):
-        histogram_display(correct, conf, hist_bins).plot(ax=axes[0, col], title=name)
-        ReliabilityDiagramDisplay.from_bins(
-            confidence_bins(conf, correct, n_bins, "uniform"), ax=axes[1, col]
-        )
-    return fig

@@ -3,28 +3,27 @@
 Bars span each bin and rise to the bin's accuracy; the gap between accuracy and the bin's mean
 confidence is drawn on top in orange where the model is over-confident (accuracy < confidence)
 and in red where it is under-confident ([BO4SC] Fig. 2). Every number comes from
-:func:`selfcal.metrics.calibration.top_label_bins`; optional error bars are bootstrap
+:func:`selfcal.metrics.binning.top_label_bins`; optional error bars are bootstrap
 percentile intervals of each bin's accuracy, all resamples binned in one batched call.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from selfcal.metrics.binning import BinStats, calibration_error
+from selfcal.metrics.binning import BinStats, calibration_error, top_label_bins
 from selfcal.metrics.bootstrap import percentile_interval, resampled_values
-from selfcal.metrics.calibration import top_label_bins
 from selfcal.plots._base import (
     ACCURACY_COLOR,
     EDGE_COLOR,
     IDENTITY_COLOR,
     OVERCONFIDENCE_COLOR,
     UNDERCONFIDENCE_COLOR,
-    get_axes,
+    PredictionsDisplay,
     percent,
-    resolve,
     to_numpy,
 )
 from selfcal.predictions import Predictions
@@ -61,43 +60,36 @@ def bootstrap_bin_accuracy(
     return to_numpy(low), to_numpy(high)
 
 
-class ReliabilityDiagramDisplay:
+@dataclass(kw_only=True, eq=False, repr=False)
+class ReliabilityDiagramDisplay(PredictionsDisplay):
     """Reliability diagram (scikit-learn display style).
 
     Build with :meth:`from_predictions` or :meth:`from_bins`; both draw immediately and return
-    the display. Arrays are float64 numpy of length ``n_bins`` (NaN for empty bins); ``ece`` and
-    ``mce`` are fractions computed from the same bins (ECE/MCE for equal-width bins, their
-    equal-mass versions for ``strategy="quantile"``).
+    the display. ``from_predictions(predictions | labels= with logits= or probs=, *,
+    n_bins=15, strategy="uniform", error_bars=False, n_resamples=200, confidence=0.95, seed=0,
+    ax=None, title=None)`` bins top-label confidence (``strategy`` "uniform" or "quantile");
+    ``error_bars=True`` adds seeded bootstrap percentile intervals of each bin's accuracy.
+    Arrays are float64 numpy of length ``n_bins`` (NaN for empty bins); ``ece`` and ``mce``
+    are fractions computed from the same bins (ECE/MCE for equal-width bins, their equal-mass
+    versions for ``strategy="quantile"``).
 
     Attributes set by :meth:`plot`: ``ax_``, ``figure_``, ``bars_`` (accuracy bars, empty bins
     omitted), ``gaps_`` (``{"over": ..., "under": ...}`` bar containers, a key only when such a
-    gap exists), ``errorbar_`` (or None), ``identity_line_``.
+    gap exists), ``errorbar_`` (or None), ``identity_line_``. The title is the summary errors,
+    under ``title`` when one is given.
     """
 
-    def __init__(
-        self,
-        *,
-        bin_edges: np.ndarray,
-        bin_confidence: np.ndarray,
-        bin_accuracy: np.ndarray,
-        bin_count: np.ndarray,
-        ece: float,
-        mce: float,
-        low: np.ndarray | None = None,
-        high: np.ndarray | None = None,
-        confidence: float | None = None,
-        strategy: str = "uniform",
-    ) -> None:
-        self.bin_edges = bin_edges
-        self.bin_confidence = bin_confidence
-        self.bin_accuracy = bin_accuracy
-        self.bin_count = bin_count
-        self.ece = ece
-        self.mce = mce
-        self.low = low
-        self.high = high
-        self.confidence = confidence
-        self.strategy = strategy
+    figsize = (4.8, 6.0)
+    bin_edges: np.ndarray
+    bin_confidence: np.ndarray
+    bin_accuracy: np.ndarray
+    bin_count: np.ndarray
+    ece: float
+    mce: float
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
+    confidence: float | None = None
+    strategy: str = "uniform"
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -111,17 +103,29 @@ class ReliabilityDiagramDisplay:
         strategy: str = "uniform",
         ax: Axes | None = None,
         title: str | None = None,
-    ) -> ReliabilityDiagramDisplay:
+    ) -> Self:
         """Draw the diagram of precomputed (unbatched) bin statistics.
 
         ``low``/``high`` optionally give an interval per bin (e.g. from
         :func:`bootstrap_bin_accuracy`); ``strategy`` only names the error in the title.
         """
+        return cls._of_bins(stats, low, high, confidence, strategy).plot(ax=ax, title=title)
+
+    @classmethod
+    def _of_bins(
+        cls,
+        stats: BinStats,
+        low: np.ndarray | None,
+        high: np.ndarray | None,
+        confidence: float | None,
+        strategy: str,
+    ) -> Self:
+        """The undrawn diagram of unbatched bin statistics (see :meth:`from_bins`)."""
         if stats.count.ndim != 1:
             raise ValueError(
                 f"from_bins needs one set of bins, got batched shape {tuple(stats.count.shape)}"
             )
-        disp = cls(
+        return cls(
             bin_edges=to_numpy(stats.edges),
             bin_confidence=to_numpy(stats.mean_confidence),
             bin_accuracy=to_numpy(stats.accuracy),
@@ -133,44 +137,26 @@ class ReliabilityDiagramDisplay:
             confidence=confidence,
             strategy=strategy,
         )
-        return disp.plot(ax=ax, title=title)
 
     @classmethod
-    def from_predictions(
+    def _compute(
         cls,
-        predictions: Predictions | None = None,
-        /,
+        pred: Predictions,
         *,
-        labels: Any = None,
-        logits: Any = None,
-        probs: Any = None,
         n_bins: int = 15,
         strategy: str = "uniform",
         error_bars: bool = False,
         n_resamples: int = 200,
         confidence: float = 0.95,
         seed: int = 0,
-        ax: Axes | None = None,
-        title: str | None = None,
-    ) -> ReliabilityDiagramDisplay:
-        """Bin top-label confidence (``strategy`` "uniform" or "quantile") and draw the diagram;
+    ) -> Self:
+        """Bin top-label confidence (``strategy`` "uniform" or "quantile");
         ``error_bars=True`` adds seeded bootstrap percentile intervals of each bin's accuracy."""
-        pred = resolve(predictions, labels, logits, probs)
         stats = top_label_bins(pred, n_bins, strategy)
-        low = high = None
-        if error_bars:
-            low, high = bootstrap_bin_accuracy(
-                pred, n_bins, strategy, n_resamples, confidence, seed
-            )
-        return cls.from_bins(
-            stats,
-            low=low,
-            high=high,
-            confidence=confidence if error_bars else None,
-            strategy=strategy,
-            ax=ax,
-            title=title,
-        )
+        if not error_bars:
+            return cls._of_bins(stats, None, None, None, strategy)
+        low, high = bootstrap_bin_accuracy(pred, n_bins, strategy, n_resamples, confidence, seed)
+        return cls._of_bins(stats, low, high, confidence, strategy)
 
     # ------------------------------------------------------------------ drawing
     @property
@@ -183,11 +169,12 @@ class ReliabilityDiagramDisplay:
         e_name, m_name = self.error_names
         return f"{e_name} = {percent(self.ece)}   {m_name} = {percent(self.mce)}"
 
-    def plot(
-        self, ax: Axes | None = None, *, title: str | None = None
-    ) -> ReliabilityDiagramDisplay:
-        """Draw on ``ax`` (a new figure when None) and return ``self``."""
-        ax, fig = get_axes(ax, figsize=(4.8, 6.0))
+    def _heading(self, title: str | None) -> str:
+        """The summary errors, under ``title`` when one is given."""
+        return self.summary() if title is None else f"{title}\n{self.summary()}"
+
+    def _draw(self, ax: Axes) -> None:
+        """Accuracy bars of the non-empty bins, the gaps, the error bars, the diagonal."""
         shown = self.bin_count > 0
         left = self.bin_edges[:-1][shown]
         width = np.diff(self.bin_edges)[shown]
@@ -214,9 +201,7 @@ class ReliabilityDiagramDisplay:
             label="Perfect calibration",
             zorder=4,
         )
-        self._decorate(ax, title)
-        self.ax_, self.figure_ = ax, fig
-        return self
+        self._decorate(ax)
 
     @staticmethod
     def _draw_gaps(ax: Axes, left, width, acc, conf) -> dict[str, Any]:
@@ -266,15 +251,14 @@ class ReliabilityDiagramDisplay:
             zorder=5,
         )
 
-    def _decorate(self, ax: Axes, title: str | None) -> None:
-        """Limits, labels, legend, and the title carrying the summary errors."""
+    def _decorate(self, ax: Axes) -> None:
+        """Limits, labels and legend (the title, carrying the summary errors, is
+        :meth:`_heading`)."""
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_box_aspect(1)
         ax.set_xlabel("Confidence")
         ax.set_ylabel("Accuracy")
-        heading = self.summary() if title is None else f"{title}\n{self.summary()}"
-        ax.set_title(heading)
         handles = [self.bars_, *self.gaps_.values(), self.identity_line_]
         if self.errorbar_ is not None:
             handles.append(self.errorbar_)

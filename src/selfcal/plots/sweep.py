@@ -7,13 +7,14 @@ point is :func:`selfcal.metrics.ece` / :func:`selfcal.metrics.mce` at that bin c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
 from selfcal.metrics.calibration import ece, mce
-from selfcal.plots._base import autoscale_from_zero, get_axes, plot_many, resolve
+from selfcal.plots._base import OverlayDisplay, autoscale_from_zero
 from selfcal.predictions import Predictions
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -22,66 +23,47 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 DEFAULT_BIN_COUNTS = (10, 20, 50, 100, 200, 500, 1000)
 
 
-class BinSweepDisplay:
+@dataclass(kw_only=True, eq=False, repr=False)
+class BinSweepDisplay(OverlayDisplay):
     """ECE and MCE (in %) against the number of bins, log x-axis, one prediction set.
 
-    Overlay several sets by passing the same ``ax=`` or with :meth:`from_predictions_dict`.
+    ``from_predictions(predictions | labels= with logits= or probs=, *,
+    n_bins=DEFAULT_BIN_COUNTS, name=None, ax=None, title=None)`` evaluates ECE and MCE at each
+    bin count in ``n_bins`` (sorted, duplicates dropped) and draws both curves. Overlay several
+    sets by passing the same ``ax=`` or with :meth:`from_predictions_dict` (e.g. ``{"CE": p1,
+    "FL": p2}``, the same ``n_bins`` for all).
     Attributes: ``n_bins`` (int array), ``ece`` and ``mce`` (float64 fractions, one per bin
     count), ``name``. After :meth:`plot`: ``ax_``, ``figure_``, ``ece_line_``, ``mce_line_``.
     """
 
-    def __init__(
-        self, *, n_bins: np.ndarray, ece: np.ndarray, mce: np.ndarray, name: str | None = None
-    ) -> None:
-        self.n_bins = n_bins
-        self.ece = ece
-        self.mce = mce
-        self.name = name
+    figsize = (6.4, 3.8)
+    n_bins: np.ndarray
+    ece: np.ndarray
+    mce: np.ndarray
+    name: str | None = None
 
     @classmethod
-    def from_predictions(
+    def _compute(
         cls,
-        predictions: Predictions | None = None,
-        /,
+        pred: Predictions,
         *,
-        labels: Any = None,
-        logits: Any = None,
-        probs: Any = None,
         n_bins: Sequence[int] | int = DEFAULT_BIN_COUNTS,
         name: str | None = None,
-        ax: Axes | None = None,
-        title: str | None = None,
-    ) -> BinSweepDisplay:
-        """Evaluate ECE and MCE at each bin count in ``n_bins`` (sorted, duplicates dropped)
-        and draw both curves."""
-        pred = resolve(predictions, labels, logits, probs)
+    ) -> Self:
+        """ECE and MCE of ``pred`` at each bin count in ``n_bins`` (sorted, duplicates
+        dropped)."""
         counts = sorted({n_bins} if isinstance(n_bins, int) else set(n_bins))
         if not counts:
             raise ValueError("n_bins must list at least one bin count")
-        disp = cls(
+        return cls(
             n_bins=np.asarray(counts, dtype=np.int64),
             ece=np.array([float(ece.core(pred, n_bins=k)) for k in counts]),
             mce=np.array([float(mce.core(pred, n_bins=k)) for k in counts]),
             name=name,
         )
-        return disp.plot(ax=ax, title=title)
 
-    @classmethod
-    def from_predictions_dict(
-        cls,
-        predictions: Mapping[str, Predictions],
-        *,
-        n_bins: Sequence[int] = DEFAULT_BIN_COUNTS,
-        ax: Axes | None = None,
-        title: str | None = None,
-    ) -> dict[str, BinSweepDisplay]:
-        """One pair of curves per named prediction set (e.g. ``{"CE": p1, "FL": p2}``), all on
-        one axes; returns the displays by name (they share ``ax_``)."""
-        return plot_many(cls.from_predictions, predictions, ax, n_bins=n_bins, title=title)
-
-    def plot(self, ax: Axes | None = None, *, title: str | None = None) -> BinSweepDisplay:
-        """Draw ECE (solid, circles) and MCE (dashed, squares) in one colour; return ``self``."""
-        ax, fig = get_axes(ax, figsize=(6.4, 3.8))
+    def _draw(self, ax: Axes) -> None:
+        """ECE (solid, circles) and MCE (dashed, squares) in one colour."""
         prefix = "" if self.name is None else f"{self.name}: "
         (self.ece_line_,) = ax.plot(
             self.n_bins, 100 * self.ece, marker="o", linestyle="-", label=f"{prefix}ECE"
@@ -94,11 +76,9 @@ class BinSweepDisplay:
             color=self.ece_line_.get_color(),
             label=f"{prefix}MCE",
         )
-        self._decorate(ax, title)
-        self.ax_, self.figure_ = ax, fig
-        return self
+        self._decorate(ax)
 
-    def _decorate(self, ax: Axes, title: str | None) -> None:
+    def _decorate(self, ax: Axes) -> None:
         """Log x-axis ticked at the bin counts, percent y-axis, grid and legend."""
         from matplotlib.ticker import NullFormatter
 
@@ -110,5 +90,3 @@ class BinSweepDisplay:
         ax.set_ylabel("Calibration error (%)")
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize="small", frameon=False)
-        if title is not None:
-            ax.set_title(title)

@@ -8,7 +8,8 @@
 * :class:`WeightMapDisplay` (right panel): training points at their raw 2-D coordinates
   coloured by final weight (dark = low, with a colour bar), misclassified points outlined in
   red.
-* :func:`bo4sc_figure3` puts the two side by side.
+* The BO4SC study puts the two side by side
+  (:func:`selfcal.studies.bo4sc.figures.bo4sc_figure3`).
 
 Weights are expected in ``[0, 1]`` (initialised at 1, clipped after each outer step); the
 y range / colour range is ``[0, 1]``, widened to the data where weights leave it.
@@ -16,18 +17,17 @@ y range / colour range is ``[0, 1]``, widened to the data where weights leave it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
 from selfcal._validation import check_positive
-from selfcal.plots._base import get_axes, pyplot, to_numpy
+from selfcal.plots._base import Display, pyplot, to_numpy
 from selfcal.plots.regions import check_points
-from selfcal.plots.save import new_figure
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 CORRECT_COLOR = "#222222"
 """Dark grey of the trajectories of correctly classified samples."""
@@ -64,7 +64,8 @@ def weight_range(values: np.ndarray) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- trajectories
-class WeightTrajectoryDisplay:
+@dataclass(kw_only=True, eq=False, repr=False)
+class WeightTrajectoryDisplay(Display):
     """Per-sample weight trajectories over outer iterations ([BO4SC] Fig. 3 left).
 
     Attributes: ``history`` float64 ``(iterations + 1, n)`` (row 0 = initial weights),
@@ -74,12 +75,10 @@ class WeightTrajectoryDisplay:
     its group in index order).
     """
 
-    def __init__(
-        self, *, history: np.ndarray, misclassified: np.ndarray, epoch_unit: float = 10
-    ) -> None:
-        self.history = history
-        self.misclassified = misclassified
-        self.epoch_unit = epoch_unit
+    figsize = (5.6, 4.0)
+    history: np.ndarray
+    misclassified: np.ndarray
+    epoch_unit: float = 10
 
     @classmethod
     def from_history(
@@ -124,13 +123,13 @@ class WeightTrajectoryDisplay:
         title: str | None = None,
         alpha: float = 0.15,
         linewidth: float = 0.7,
-    ) -> WeightTrajectoryDisplay:
+    ) -> Self:
         """Draw on ``ax`` (a new figure when None) and return ``self``: correctly classified
         samples dark with ``alpha``, misclassified ones red (alpha 0.8) above them."""
         pyplot()
         from matplotlib.collections import LineCollection
 
-        ax, fig = get_axes(ax, figsize=(5.6, 4.0))
+        ax, fig = self._axes(ax)
         n_wrong = int(self.misclassified.sum())
         self.correct_lines_ = LineCollection(
             self.segments(~self.misclassified),
@@ -150,13 +149,12 @@ class WeightTrajectoryDisplay:
         )
         ax.add_collection(self.correct_lines_, autolim=False)
         ax.add_collection(self.misclassified_lines_, autolim=False)
-        self._decorate(ax, title)
-        self.ax_, self.figure_ = ax, fig
-        return self
+        self._decorate(ax)
+        return self._finish(ax, fig, title)
 
-    def _decorate(self, ax: Axes, title: str | None) -> None:
+    def _decorate(self, ax: Axes) -> None:
         """Limits (x: all epochs; y: ``[0, 1]`` or the data range, 2% padding), labels,
-        legend (opaque handles), title."""
+        legend (opaque handles)."""
         low, high = weight_range(self.history)
         pad = 0.02 * (high - low)
         ax.set_xlim(0, self.epochs[-1])
@@ -174,12 +172,11 @@ class WeightTrajectoryDisplay:
             )
         ]
         ax.legend(handles=handles, loc="lower left", fontsize="small", framealpha=0.9)
-        if title is not None:
-            ax.set_title(title)
 
 
 # --------------------------------------------------------------------------- weight map
-class WeightMapDisplay:
+@dataclass(kw_only=True, eq=False, repr=False)
+class WeightMapDisplay(Display):
     """Training points coloured by their final weight ([BO4SC] Fig. 3 right).
 
     Attributes: ``x`` float64 ``(n, 2)`` raw coordinates, ``weights`` float64 ``(n,)``,
@@ -189,10 +186,10 @@ class WeightMapDisplay:
     range), ``colorbar_`` (or None).
     """
 
-    def __init__(self, *, x: np.ndarray, weights: np.ndarray, misclassified: np.ndarray) -> None:
-        self.x = x
-        self.weights = weights
-        self.misclassified = misclassified
+    figsize = (5.0, 4.2)
+    x: np.ndarray
+    weights: np.ndarray
+    misclassified: np.ndarray
 
     @classmethod
     def from_weights(
@@ -222,12 +219,12 @@ class WeightMapDisplay:
         colorbar: bool = True,
         cmap: str = WEIGHT_CMAP,
         point_size: float = 14.0,
-    ) -> WeightMapDisplay:
+    ) -> Self:
         """Draw on ``ax`` (a new figure when None) and return ``self``."""
         pyplot()
         from matplotlib.colors import Normalize
 
-        ax, fig = get_axes(ax, figsize=(5.0, 4.2))
+        ax, fig = self._axes(ax)
         self.norm_ = Normalize(*weight_range(self.weights))
         self.points_ = ax.scatter(
             self.x[:, 0],
@@ -256,33 +253,4 @@ class WeightMapDisplay:
         ax.set_aspect("equal", adjustable="datalim")
         if len(wrong):
             ax.legend(loc="best", fontsize="small", framealpha=0.9)
-        if title is not None:
-            ax.set_title(title)
-        self.ax_, self.figure_ = ax, fig
-        return self
-
-
-# --------------------------------------------------------------------------- figure
-def bo4sc_figure3(
-    trajectory: WeightTrajectoryDisplay,
-    weight_map: WeightMapDisplay,
-    *,
-    panel_size: float = 4.0,
-) -> Figure:
-    """[BO4SC] Fig. 3: weight trajectories (left) and final weight map (right) of the same
-    training run -- the two must describe the same ``n`` samples with the same
-    misclassification mask. The figure is not registered with pyplot."""
-    if not isinstance(trajectory, WeightTrajectoryDisplay):
-        raise ValueError("trajectory must be a WeightTrajectoryDisplay")
-    if not isinstance(weight_map, WeightMapDisplay):
-        raise ValueError("weight_map must be a WeightMapDisplay")
-    if not np.array_equal(trajectory.misclassified, weight_map.misclassified):
-        raise ValueError(
-            "trajectory and weight_map must share the misclassification mask (same samples, "
-            f"got n = {len(trajectory.misclassified)} and {len(weight_map.misclassified)})"
-        )
-    fig = new_figure((2.4 * panel_size + 1.0, panel_size))
-    left, right = fig.subplots(1, 2, width_ratios=(1.3, 1.0))
-    trajectory.plot(ax=left)
-    weight_map.plot(ax=right)
-    return fig
+        return self._finish(ax, fig, title)

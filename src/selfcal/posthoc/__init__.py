@@ -7,32 +7,32 @@ Every calibrator follows the estimator contract of :class:`Calibrator`::
     p = cal.predict_proba(logits=test_logits)   # numpy in -> numpy out, torch in -> torch out
     cal.save("ts.json"); cal = TemperatureScaling.load("ts.json")
 
-:data:`CALIBRATORS` maps the CLI names to zero-argument factories (``CALIBRATORS[name]()``).
+Calibrators are built by name from one registry (:mod:`selfcal.posthoc.registry`):
+``build_calibrator("ts")``, ``calibrator_names()``, and :data:`CALIBRATORS`, a read-only view
+name -> zero-argument factory (``CALIBRATORS[name]()``); the CLI's ``selfcal calibrate
+--method`` offers exactly these names, described by the first line of each class docstring.
+
+Adding a calibrator means: one file in ``selfcal/posthoc/`` with a :class:`Calibrator` subclass
+registered by ``@register_calibrator("name")`` (a summary line first in its docstring), plus
+its import line below -- nothing else.
+
 scikit-learn is imported only when an isotonic calibrator is fitted.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc.histogram import HistogramBinning
 from selfcal.posthoc.isotonic import IsotonicCalibration, OneVsRestIsotonic
 from selfcal.posthoc.linear import MatrixScaling, PlattScaling, VectorScaling
+from selfcal.posthoc.registry import (
+    CALIBRATORS,
+    build_calibrator,
+    calibrator_names,
+    calibrator_summary,
+    register_calibrator,
+)
 from selfcal.posthoc.temperature import TemperatureScaling
-
-CALIBRATORS: dict[str, Callable[[], Calibrator]] = {
-    "ts": TemperatureScaling,
-    "ts-grid": functools.partial(TemperatureScaling, method="grid"),
-    "vector": VectorScaling,
-    "matrix": MatrixScaling,
-    "platt": PlattScaling,
-    "isotonic": IsotonicCalibration,
-    "isotonic-ovr": OneVsRestIsotonic,
-    "histogram": HistogramBinning,
-}
-"""CLI name -> factory of an unfitted calibrator with default hyperparameters."""
 
 __all__ = [
     "CALIBRATORS",
@@ -44,4 +44,8 @@ __all__ = [
     "PlattScaling",
     "TemperatureScaling",
     "VectorScaling",
+    "build_calibrator",
+    "calibrator_names",
+    "calibrator_summary",
+    "register_calibrator",
 ]

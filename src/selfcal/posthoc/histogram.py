@@ -6,9 +6,11 @@ import torch
 
 from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
 from selfcal.posthoc._base import Calibrator, as_tensor, renormalise
+from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
 
+@register_calibrator("histogram")
 class HistogramBinning(Calibrator):
     """One-vs-rest equal-width histogram binning.
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from selfcal.posthoc._base import Calibrator, as_tensor, interp, renormalise
+from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
 
@@ -27,6 +28,7 @@ def fit_isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarr
     )
 
 
+@register_calibrator("isotonic")
 class IsotonicCalibration(Calibrator):
     """Top-label isotonic regression -- the [BO4SC] "IsoReg" baseline.
 
@@ -76,11 +78,12 @@ class IsotonicCalibration(Calibrator):
         return (share * (1 - new_conf)).scatter(1, top, new_conf)
 
 
+@register_calibrator("isotonic-ovr")
 class OneVsRestIsotonic(Calibrator):
-    """One-vs-rest isotonic calibration, as scikit-learn's
-    ``CalibratedClassifierCV(method="isotonic")`` on probabilities.
+    """One-vs-rest isotonic calibration of each class's probability.
 
-    For each class ``j`` fit a non-decreasing map ``f_j`` of ``p_{.j}`` to ``1[y = j]``, then
+    As scikit-learn's ``CalibratedClassifierCV(method="isotonic")`` on probabilities: for each
+    class ``j`` fit a non-decreasing map ``f_j`` of ``p_{.j}`` to ``1[y = j]``, then
     renormalise: ``p'_j = f_j(p_j) / sum_l f_l(p_l)`` (uniform ``1/C`` if every ``f_l`` is 0).
     For two classes (like scikit-learn) one map is fitted, on the positive class:
     ``p'_1 = f_1(p_1)``, ``p'_0 = 1 - p'_1``.

@@ -10,6 +10,7 @@ import torch
 
 from selfcal._validation import check_nonnegative
 from selfcal.posthoc._base import Calibrator, as_tensor, scores_as_logits
+from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
 
@@ -34,9 +35,12 @@ def _minimise(loss_fn, theta0: np.ndarray, device: torch.device) -> np.ndarray:
     return res.x
 
 
+@register_calibrator("vector")
 class VectorScaling(Calibrator):
-    """Vector scaling: ``p = softmax(w * z + b)`` with per-class ``w, b`` (``2C`` parameters),
-    fitted by the mean validation NLL in float64 (L-BFGS, started from ``w = 1, b = 0``).
+    """Vector scaling: a scale and a bias per class on the logits, fitted by NLL.
+
+    ``p = softmax(w * z + b)`` with per-class ``w, b`` (``2C`` parameters), fitted by the mean
+    validation NLL in float64 (L-BFGS, started from ``w = 1, b = 0``).
 
     **Can change the predicted class**: per-class scales and biases reorder the logits.
     Given ``probs=``, the scores are ``z = log(p)``.
@@ -64,8 +68,11 @@ class VectorScaling(Calibrator):
         return torch.softmax(z * as_tensor(self.weight_, z) + as_tensor(self.bias_, z), dim=1)
 
 
+@register_calibrator("matrix")
 class MatrixScaling(Calibrator):
-    """Matrix scaling: ``p = softmax(W z + b)`` with a full ``C x C`` matrix ``W`` and bias
+    """Matrix scaling: a full affine map of the logits, fitted by (penalised) NLL.
+
+    ``p = softmax(W z + b)`` with a full ``C x C`` matrix ``W`` and bias
     ``b``, fitted in float64 (L-BFGS, started from ``W = I, b = 0``) by
 
     ``(1/N) sum_i -log p_{i,y_i} + off_diagonal_l2 * sum_{j != k} W_jk^2 + bias_l2 * |b|^2``
@@ -149,9 +156,12 @@ def _platt_newton(s: torch.Tensor, t: torch.Tensor, max_iter: int = 100) -> tupl
     return float(theta[0]), float(theta[1])
 
 
+@register_calibrator("platt")
 class PlattScaling(Calibrator):
-    """Platt scaling for binary problems: ``p_1 = sigmoid(a s + b)``, ``p_0 = 1 - p_1``, on
-    the positive-class log-odds ``s = z_1 - z_0`` (``s = logit(p_1)`` given ``probs=``).
+    """Platt scaling for binary problems: a sigmoid of the positive-class log-odds.
+
+    ``p_1 = sigmoid(a s + b)``, ``p_0 = 1 - p_1``, on the positive-class log-odds
+    ``s = z_1 - z_0`` (``s = logit(p_1)`` given ``probs=``).
 
     ``(a, b)`` minimise the mean binary cross-entropy against targets ``t_i`` by Newton's
     method in float64. By default ``t_i = y_i`` (maximum likelihood). With

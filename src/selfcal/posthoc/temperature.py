@@ -11,6 +11,7 @@ Two fitting rules:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 from selfcal._validation import check_choice
 from selfcal.metrics import ece, nll
 from selfcal.posthoc._base import Calibrator, scores_as_logits
+from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
 LOG_BETA_BOUNDS = (-10.0, 10.0)
@@ -303,6 +305,7 @@ def grid_search_temperature(z: torch.Tensor, labels: torch.Tensor, criterion: st
     return best_t
 
 
+@register_calibrator("ts")
 class TemperatureScaling(Calibrator):
     """Temperature scaling: ``p_k = exp(z_k / T) / sum_j exp(z_j / T)``, one ``T > 0``.
 
@@ -322,6 +325,22 @@ class TemperatureScaling(Calibrator):
     Attributes
     ----------
     temperature_ : float
+
+    Examples
+    --------
+    Three of four predictions made with the same margin of 4 are right, so the NLL-optimal
+    temperature makes that margin a 3 : 1 bet, ``sigmoid(4 / T) = 3/4``, i.e.
+    ``T = 4 / ln 3``:
+
+    >>> import numpy as np
+    >>> from selfcal.posthoc import TemperatureScaling
+    >>> logits = np.array([[4.0, 0.0], [4.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+    >>> labels = np.array([0, 0, 1, 1])
+    >>> ts = TemperatureScaling().fit(logits=logits, labels=labels)
+    >>> print(round(ts.temperature_, 4))
+    3.641
+    >>> print(ts.predict_proba(logits=logits)[0].round(4))
+    [0.75 0.25]
     """
 
     _hyperparameters = ("method", "criterion")
@@ -345,3 +364,6 @@ class TemperatureScaling(Calibrator):
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         return torch.softmax(scores_as_logits(pred) / self.temperature_, dim=1)
+
+
+register_calibrator("ts-grid")(functools.partial(TemperatureScaling, method="grid"))

@@ -9,26 +9,28 @@ from typing import Any
 
 from selfcal.experiments.selection import VAL_ECE, Candidates, Grid
 from selfcal.experiments.study import StudyProtocol
-from selfcal.studies._images import CIFAR
+from selfcal.studies._images import CIFAR, image_methods
 
-METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "ce": ("loss", "ce", {}),
-    "brier": ("loss", "brier", {}),
-    "mmce": ("loss", "mmce", {}),
-    "label-smoothing": ("loss", "ls", {}),
-    "mixup": ("mixup", "ce", {"alpha": 1.0}),
-    "focal": ("loss", "focal", {}),
-    "flsd-53": ("loss", "flsd53", {}),
-    "dfl": ("loss", "dfl", {}),
-    "bsce": ("loss", "bsce", {}),
-    "bsce-gra": ("loss", "bsce-gra", {}),
-    "ce-dece": ("meta", "unit-l2", {"meta_objective": "dece"}),
-    "flγ-sece": ("meta", "gamma-net", {"meta_objective": "sece"}),
-    "bo4sc": ("bo4sc", "bo4sc", {}),
-}
+METHODS = image_methods(
+    "ce",
+    "brier",
+    "mmce",
+    "label-smoothing",
+    "mixup",
+    "focal",
+    "flsd-53",
+    "dfl",
+    "bsce",
+    "bsce-gra",
+    "ce-dece",
+    "flγ-sece",
+    "bo4sc",
+)
 """method -> (kind, loss or meta method, fixed options), as
-:func:`selfcal.studies._images.train_as` reads it; ``"bo4sc"``: minibatch (or full-batch)
-:class:`selfcal.bilevel.BO4SC` with the recipe's optimizer as its inner step."""
+:func:`selfcal.studies._images.train_as` reads it, from the image studies' one catalogue
+(:data:`selfcal.studies._images.IMAGE_METHODS`: ``label-smoothing``, ``flsd-53`` and
+``flγ-sece`` are its ``ls``, ``flsd53`` and ``flg-sece``); ``"bo4sc"``: minibatch (or
+full-batch) :class:`selfcal.bilevel.BO4SC` with the recipe's optimizer as its inner step."""
 LABELS = {
     "ce": "CE",
     "brier": "Brier",
@@ -108,32 +110,37 @@ selected per seed -- focal γ ∈ {1, 2, 3}, ε ∈ {0.05, 0.1}, MMCE λ ∈ {1,
 {1, 3, 5}, BSCE / BSCE-GRA γ ∈ {1, 3, 5} × norm ∈ {1, 2}, meta learning rate ∈ {1e-5, 1e-4,
 1e-3} -- except BO4SC, which keeps the BO4SC study's pilot choice for this network and recipe
 (T = 10, η_w = 100, β = 10). CIFAR: the papers' stated values."""
-REUSED = {
-    "mnist1d": {
-        "focal": {"gamma": 3.0},
-        "label-smoothing": {"eps": 0.05},
-        "mmce": {"lam": 1.0},
-        "dfl": {"gamma": 5.0},
-        "bsce": {"gamma": 4.0, "norm": 2},
-        "bsce-gra": {"gamma": 4.0, "norm": 1},
-        "ce-dece": {"meta_lr": 1e-4},
-        "flγ-sece": {"meta_lr": 1e-5},
-        "bo4sc": {"beta": 20.0, "inner_steps": 10, "weight_lr": 3.0},
+Options = dict[str, Any]
+
+
+def by_dataset(
+    datasets: tuple[str, ...], rows: dict[str, tuple[Options, ...]]
+) -> dict[str, dict[str, Options]]:
+    """``{dataset: {method: options}}`` from a table with one row per method holding one
+    ``options`` per dataset (in the order of ``datasets``)."""
+    return {d: {method: row[i] for method, row in rows.items()} for i, d in enumerate(datasets)}
+
+
+REUSED = by_dataset(
+    ("mnist1d", "digits-images"),
+    {
+        "focal": ({"gamma": 3.0}, {"gamma": 2.0}),
+        "label-smoothing": ({"eps": 0.05}, {"eps": 0.05}),
+        "mmce": ({"lam": 1.0}, {"lam": 4.0}),
+        "dfl": ({"gamma": 5.0}, {"gamma": 4.0}),
+        "bsce": ({"gamma": 4.0, "norm": 2}, {"gamma": 2.0, "norm": 2}),
+        "bsce-gra": ({"gamma": 4.0, "norm": 1}, {"gamma": 2.0, "norm": 1}),
+        "ce-dece": ({"meta_lr": 1e-4}, {"meta_lr": 1e-5}),
+        "flγ-sece": ({"meta_lr": 1e-5}, {"meta_lr": 1e-3}),
+        "bo4sc": (
+            {"beta": 20.0, "inner_steps": 10, "weight_lr": 3.0},
+            {"beta": 20.0, "inner_steps": 5, "weight_lr": 300.0},
+        ),
     },
-    "digits-images": {
-        "focal": {"gamma": 2.0},
-        "label-smoothing": {"eps": 0.05},
-        "mmce": {"lam": 4.0},
-        "dfl": {"gamma": 4.0},
-        "bsce": {"gamma": 2.0, "norm": 2},
-        "bsce-gra": {"gamma": 2.0, "norm": 1},
-        "ce-dece": {"meta_lr": 1e-5},
-        "flγ-sece": {"meta_lr": 1e-3},
-        "bo4sc": {"beta": 20.0, "inner_steps": 5, "weight_lr": 300.0},
-    },
-}
+)
 """The reused candidate of each tuned method on MNIST-1D and digits (:data:`CANDIDATES_DOC`;
-bsce-gra's study trained on the whole training split, the others on the benchmark's split)."""
+bsce-gra's study trained on the whole training split, the others on the benchmark's split):
+``REUSED[dataset][method]``, written one method a row (MNIST-1D's, then digits')."""
 PAPER_VALUES = {
     "focal": {"gamma": 1.0},
     "label-smoothing": {"eps": 0.05},
@@ -148,6 +155,9 @@ PAPER_VALUES = {
 """CIFAR (350 GPU epochs a candidate): the papers' stated values (the reference code's for
 BSCE, DFL and MMCE), Meta-Calibration's meta learning rate, and bo4sc-images' CIFAR point."""
 GAMMAS = (1.0, 3.0, 5.0)
+BO4SC_PILOT = Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10, "weight_lr": 100.0}])
+"""BO4SC's one candidate on the tabular sets: the BO4SC study's pilot point for this network
+(results/bo4sc)."""
 META_LRS = (1e-5, 1e-4, 1e-3)
 TABULAR_GRIDS = (
     Grid("focal", gamma=(1.0, 2.0, 3.0)),
@@ -158,7 +168,7 @@ TABULAR_GRIDS = (
     Grid("bsce-gra", gamma=GAMMAS, norm=(1, 2)),
     Grid("ce-dece", meta_lr=META_LRS),
     Grid("flγ-sece", meta_lr=META_LRS),
-    Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10, "weight_lr": 100.0}]),
+    BO4SC_PILOT,
 )
 """The tabular sets' candidates (:data:`CANDIDATES_DOC`): meta-reg's grids, bsce-gra's thinned
 to γ ∈ {1, 3, 5}, and the BO4SC study's pilot point for this network (results/bo4sc)."""
@@ -213,7 +223,7 @@ QUICK = BenchmarkProtocol(
         Grid("bsce-gra", gamma=(3.0,), norm=(2,)),
         Grid("ce-dece", meta_lr=(1e-3,)),
         Grid("flγ-sece", meta_lr=(1e-3,)),
-        Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10, "weight_lr": 100.0}]),
+        BO4SC_PILOT,
     ),
     notes=(
         "--quick: Blobs 1.7 only, two seeds, a 2 x 32 MLP for 60 epochs, one candidate "

@@ -12,12 +12,12 @@ from selfcal.experiments.report import (
     cell,
     compare,
     detectable_line,
-    hyperparameter_table,
+    hyperparameter_section,
     prose,
     ranks,
 )
 from selfcal.experiments.study import StudyResults
-from selfcal.experiments.tables import Difference
+from selfcal.experiments.tables import Difference, columns
 from selfcal.studies import _images
 from selfcal.studies.benchmark.protocol import (
     CANDIDATES_DOC,
@@ -27,16 +27,16 @@ from selfcal.studies.benchmark.protocol import (
     SELECTION,
 )
 
-COLUMNS = (
-    ("ECE + TS", "ece_ts", 100.0),
-    ("ECE", "ece", 100.0),
-    ("ECE + iso", "ece_iso", 100.0),
-    ("accuracy", "accuracy", 100.0),
-    ("NLL", "nll", 1.0),
-    ("NLL + TS", "nll_ts", 1.0),
-    ("AdaECE", "adaece", 100.0),
-    ("CW-ECE", "classwise_ece", 100.0),
-    ("AURC", "aurc", 100.0),
+COLUMNS = columns(
+    "ece_ts",
+    "ece",
+    "ece_iso",
+    "accuracy",
+    "nll",
+    "nll_ts",
+    "adaece",
+    "classwise_ece",
+    "aurc",
 )
 """The leaderboard's metric columns (%, NLL raw): test scores of the selected runs."""
 RIVALS = (
@@ -231,15 +231,8 @@ def sections(results: StudyResults) -> list[str]:
                 detectable_line(results, d, "ce", list(results.protocol.methods), "ece_ts", regime),
                 "",
             ]
-    parts += [
-        "## Hyperparameters selected on validation",
-        "",
-        "Tuned values and (`epochs`) the checkpoint each regime evaluated.",
-        "",
-        *hyperparameter_table(results, list(results.protocol.methods), LABELS),
-        "",
-    ]
-    return parts
+    note = "Tuned values and (`epochs`) the checkpoint each regime evaluated."
+    return parts + hyperparameter_section(results, list(results.protocol.methods), LABELS, note)
 
 
 def summary(results: StudyResults) -> list[str]:

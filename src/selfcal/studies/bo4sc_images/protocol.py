@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selfcal.experiments.selection import VAL_ECE, Grid
-from selfcal.studies._images import ImageProtocol, Regime
+from selfcal.studies._images import ImageProtocol, quick_fields
 
 MODELS = {
     "mnist1d": "cnn1d",
@@ -45,11 +45,9 @@ class BO4SCImagesProtocol(ImageProtocol):
 FULL = BO4SCImagesProtocol("full")
 QUICK = BO4SCImagesProtocol(
     "quick",
-    seeds=(0, 1),
-    datasets=("digits-images",),
-    regimes=(Regime("short", 3, (2,)),),
     grids=(Grid("bo4sc", weight_lr=(30.0,), inner_steps=(2,), beta=(20.0,)),),
-    notes=(
+    **quick_fields(
+        3,
         "--quick: digits only, two seeds, 3 epochs, one BO4SC candidate; for tests and a "
         "first look, not for conclusions.",
     ),

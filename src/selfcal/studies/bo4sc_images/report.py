@@ -9,21 +9,22 @@ from selfcal.experiments.report import (
     compare,
     comparison_line,
     detectable_line,
-    hyperparameter_table,
+    hyperparameter_section,
 )
 from selfcal.experiments.study import StudyResults
+from selfcal.experiments.tables import columns
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images.protocol import LABELS, METHODS, MODELS, SELECTION
 
-COLUMNS = (
-    ("Error", "error", 100.0),
-    ("NLL", "nll", 1.0),
-    ("ECE", "ece", 100.0),
-    ("AdaECE", "adaece", 100.0),
-    ("CW-ECE", "classwise_ece", 100.0),
-    ("Brier", "brier", 1.0),
-    ("T", "temperature", 1.0),
-    ("train error", "train_error", 100.0),
+COLUMNS = columns(
+    "error",
+    "nll",
+    "ece",
+    "adaece",
+    "classwise_ece",
+    "brier",
+    "temperature",
+    "train_error",
 )
 AFTER_TS = {
     "nll": "nll_ts",
@@ -98,12 +99,8 @@ def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import bo4sc_images
     from selfcal.studies.bo4sc_images import execute
 
-    parts = _images.intro(
-        results,
-        [bo4sc_images.__doc__, execute.__doc__.split("\n\n", 1)[1]],
-        SELECTION,
-        "in % (NLL, Brier and T raw)",
-    )
+    texts = _images.study_texts(bo4sc_images, execute)
+    parts = _images.intro(results, texts, SELECTION, "in % (NLL, Brier and T raw)")
     parts += _images.regime_sections(results, results.datasets, MODELS, table, verdicts)
     parts += [
         "## BO4SC's weights",
@@ -116,23 +113,9 @@ def sections(results: StudyResults) -> list[str]:
     ]
     for d in results.datasets:
         parts += [f"**{d}**", "", *weight_lines(results, d), ""]
-    parts += [
-        "## Hyperparameters selected on validation",
-        "",
-        *hyperparameter_table(results, list(METHODS), LABELS),
-        "",
-    ]
-    return parts
+    return parts + hyperparameter_section(results, list(METHODS), LABELS)
 
 
 def summary(results: StudyResults) -> list[str]:
-    lines = []
-    for d in results.datasets:
-        for regime in _images.regimes(results, d):
-            lines += [
-                f"{d}, {regime} regime (%, mean ± 95% CI over seeds)",
-                *table(results, d, regime),
-                "",
-                *verdicts(results, d, regime),
-            ]
-    return lines
+    caption = "%, mean ± 95% CI over seeds"
+    return _images.regime_summary(results, results.datasets, caption, table, verdicts)

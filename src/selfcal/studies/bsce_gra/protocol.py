@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selfcal.experiments.selection import VAL_ECE, Grid
-from selfcal.studies._images import ImageProtocol, Regime
+from selfcal.studies._images import ImageProtocol, quick_fields
 
 MODELS = {
     "mnist1d": "cnn1d",
@@ -73,10 +73,7 @@ class BsceGraProtocol(ImageProtocol):
 FULL = BsceGraProtocol("full")
 QUICK = BsceGraProtocol(
     "quick",
-    seeds=(0, 1),
-    datasets=("digits-images",),
     losses=("ce", "bsce", "bsce-gra"),
-    regimes=(Regime("short", 4, (3,)),),
     gradient_samples=200,
     figure_samples=200,
     grids=(
@@ -85,7 +82,8 @@ QUICK = BsceGraProtocol(
     ),
     rest_point_samples=1000,
     rest_point_steps=200,
-    notes=(
+    **quick_fields(
+        4,
         "--quick: digits only, two seeds, 4 epochs, 3 losses and small grids; for tests "
         "and a first look, not for conclusions.",
     ),

@@ -9,7 +9,7 @@ from selfcal.experiments.report import (
     compare,
     comparison_line,
     detectable_line,
-    hyperparameter_table,
+    hyperparameter_section,
     prose,
     ranks,
 )
@@ -261,10 +261,7 @@ def sections(results: StudyResults) -> list[str]:
         "## BSCE-GRA's rest point",
         "",
         *rest_point_lines(results),
-        "## Hyperparameters selected on validation",
-        "",
-        *hyperparameter_table(results, losses(results), LABELS),
-        "",
+        *hyperparameter_section(results, losses(results), LABELS),
         "## Published ([GRA] Tables 1 and 3, CIFAR; % pre/post TS)",
         "",
         "Different data and networks: printed for reference, never compared as if the "
@@ -277,13 +274,6 @@ def sections(results: StudyResults) -> list[str]:
 
 
 def summary(results: StudyResults) -> list[str]:
-    lines = []
-    for dataset in image_datasets(results):
-        for regime in regimes(results, dataset):
-            lines += [
-                f"{dataset}, {regime} regime (%, mean ± 95% CI over seeds)",
-                *loss_table(results, dataset, regime),
-                "",
-                *verdict_lines(results, dataset, regime),
-            ]
-    return lines
+    caption = "%, mean ± 95% CI over seeds"
+    datasets = image_datasets(results)
+    return _images.regime_summary(results, datasets, caption, loss_table, verdict_lines)

@@ -5,10 +5,9 @@ validation, in a short and a long (memorising) regime."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from selfcal.experiments.selection import VAL_ECE, Grid
-from selfcal.studies._images import ImageProtocol, Regime
+from selfcal.studies._images import ImageProtocol, image_methods, quick_fields
 
 MODELS = {
     "mnist1d": "cnn1d",
@@ -16,19 +15,19 @@ MODELS = {
     "cifar10": "resnet18",
     "cifar100": "resnet18",
 }
-METHODS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "ce": ("loss", "ce", {}),
-    "focal": ("loss", "focal", {}),
-    "flsd53": ("loss", "flsd53", {}),
-    "ls": ("loss", "ls", {}),
-    "mixup": ("mixup", "ce", {"alpha": 1.0}),
-    "mmce": ("loss", "mmce", {}),
-    "ce-dece": ("meta", "unit-l2", {"meta_objective": "dece"}),
-    "ce-sece": ("meta", "unit-l2", {"meta_objective": "sece"}),
-    "flg": ("meta", "gamma-net", {"meta_objective": "ce"}),
-    "flg-dece": ("meta", "gamma-net", {"meta_objective": "dece"}),
-    "flg-sece": ("meta", "gamma-net", {"meta_objective": "sece"}),
-}
+METHODS = image_methods(
+    "ce",
+    "focal",
+    "flsd53",
+    "ls",
+    "mixup",
+    "mmce",
+    "ce-dece",
+    "ce-sece",
+    "flg",
+    "flg-dece",
+    "flg-sece",
+)
 """method -> (kind, loss or meta method, fixed options); the grid adds the tuned ones.
 ``"loss"``: ``fit`` with the loss; ``"mixup"``: ``fit`` with CE and ``mixup_alpha``;
 ``"meta"``: ``fit_meta`` (one-step lookahead of the head, Adam on the meta module). "FLγ" (the
@@ -92,12 +91,10 @@ class MetaRegProtocol(ImageProtocol):
 FULL = MetaRegProtocol("full")
 QUICK = MetaRegProtocol(
     "quick",
-    seeds=(0, 1),
-    datasets=("digits-images",),
     methods=("ce", "mixup", "flg", "flg-sece"),
-    regimes=(Regime("short", 3, (2,)),),
     grids=(Grid("flg-sece", meta_lr=(1e-4, 1e-3)),),
-    notes=(
+    **quick_fields(
+        3,
         "--quick: digits only, two seeds, 3 epochs, 4 methods and one small grid; for "
         "tests and a first look, not for conclusions.",
     ),

@@ -9,11 +9,11 @@ from selfcal.experiments.report import (
     compare,
     comparison_line,
     detectable_line,
-    hyperparameter_table,
+    hyperparameter_section,
     values,
 )
 from selfcal.experiments.study import StudyResults
-from selfcal.experiments.tables import paired, paired_ranks
+from selfcal.experiments.tables import columns, paired, paired_ranks
 from selfcal.studies import _images
 from selfcal.studies._images import regimes
 from selfcal.studies.meta_reg import published
@@ -25,34 +25,29 @@ from selfcal.studies.meta_reg.protocol import (
     SELECTION,
 )
 
-COLUMNS = (
-    ("Error", "error", 100.0),
-    ("NLL", "nll", 1.0),
-    ("ECE", "ece", 100.0),
-    ("ECE (TS)", "ece_ts", 100.0),
-    ("MCE", "mce", 100.0),
-    ("ACE", "adaece", 100.0),
-    ("CW-ECE", "classwise_ece", 100.0),
-    ("T", "temperature", 1.0),
+COLUMNS = columns(
+    "error",
+    "nll",
+    "ece",
+    "ece_ts",
+    "mce",
+    "adaece",
+    "classwise_ece",
+    "temperature",
+    ece_ts="ECE (TS)",
+    adaece="ACE",
 )
 ERROR_TOLERANCE = 0.01
 """'Comparable error': FLγ-SECE's error not significantly above CE's, or above it by at most
 one point on average (the paper's Table 1 has it 0.6 points above CE on CIFAR-10)."""
-PUBLISHED_LABELS = {
-    "ce": "CE",
-    "ce-ts": "CE (TS)",
+PUBLISHED_LABELS = LABELS | {
     "focal-1": "Focal γ=1",
-    "flsd53": "FLSD-53",
     "ls-0.05": "LS-0.05",
     "ls-0.1": "LS-0.1",
     "mixup-1": "Mixup α=1",
-    "mmce": "MMCE",
-    "ce-dece": "CE-DECE",
-    "ce-sece": "CE-SECE",
-    "flg": "FLγ",
-    "flg-dece": "FLγ-DECE",
-    "flg-sece": "FLγ-SECE",
 }
+"""Names of the rows of [MetaReg] Tables 1-2: our methods' labels, and the paper's
+hyperparameter variants."""
 
 
 def methods(results: StudyResults) -> list[str]:
@@ -223,12 +218,8 @@ def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import meta_reg
     from selfcal.studies.meta_reg import execute
 
-    parts = _images.intro(
-        results,
-        [meta_reg.__doc__, execute.__doc__.split("\n\n", 1)[1]],
-        SELECTION,
-        "in % (NLL and T raw)",
-    )
+    texts = _images.study_texts(meta_reg, execute)
+    parts = _images.intro(results, texts, SELECTION, "in % (NLL and T raw)")
     datasets = results.datasets
     parts += _images.regime_sections(
         results, datasets, MODELS, table1, verdict_lines, after=published_rows
@@ -243,23 +234,9 @@ def sections(results: StudyResults) -> list[str]:
     ]
     for d in datasets:
         parts += [f"**{d}**", "", *gamma_lines(results, d), ""]
-    parts += [
-        "## Hyperparameters selected on validation",
-        "",
-        *hyperparameter_table(results, methods(results), LABELS),
-        "",
-    ]
-    return parts
+    return parts + hyperparameter_section(results, methods(results), LABELS)
 
 
 def summary(results: StudyResults) -> list[str]:
-    lines = []
-    for d in results.datasets:
-        for regime in regimes(results, d):
-            lines += [
-                f"{d}, {regime} regime (%, mean ± 95% CI over seeds; NLL, T raw)",
-                *table1(results, d, regime),
-                "",
-                *verdict_lines(results, d, regime),
-            ]
-    return lines
+    caption = "%, mean ± 95% CI over seeds; NLL, T raw"
+    return _images.regime_summary(results, results.datasets, caption, table1, verdict_lines)

@@ -1,0 +1,92 @@
+"""``selfcal calibrate``: fit a calibrator of the registry (:mod:`selfcal.posthoc.registry`)
+on one file, apply it to another, write the probabilities and compare the metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from selfcal.cli._common import BinsOpt, KindOpt, LabelOpt, check_kind, fmt, read, stdout
+from selfcal.cli._errors import errors
+from selfcal.posthoc import Calibrator, build_calibrator, calibrator_names, calibrator_summary
+
+CALIBRATE_KEYS = ["ece", "mce", "adaece", "nll", "brier", "accuracy"]
+"""The metrics of the before/after table."""
+
+
+def method_help() -> str:
+    """``--method``'s help: every registered calibrator name with its one-line summary, one
+    paragraph (shown as one line) each."""
+    lines = [f"{name}: {calibrator_summary(name)}" for name in calibrator_names()]
+    return "\n\n".join(["Calibrator:", *lines])
+
+
+def _calibrator(method: str) -> Calibrator:
+    """A fresh calibrator registered as ``method`` (see :func:`method_help`)."""
+    if method not in calibrator_names():
+        names = ", ".join(calibrator_names())
+        raise ValueError(f"unknown method {method!r}; choose from {names}")
+    return build_calibrator(method)
+
+
+def _as_numpy(x: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _calibrate_table(before: dict[str, float], after: dict[str, float], n: int) -> Table:
+    table = Table(title=f"calibration on {n} samples")
+    table.add_column("metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    for key in before:
+        table.add_row(key, fmt(before[key]), fmt(after[key]))
+    return table
+
+
+def calibrate(
+    fit: Annotated[str, typer.Option("--fit", help="File to fit the calibrator on (labels).")],
+    apply: Annotated[str, typer.Option("--apply", help="File to calibrate.")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Output (.npz, .csv, .parquet, NAME.probs.npy).")
+    ],
+    method: Annotated[str, typer.Option("--method", help=method_help())] = "ts",
+    save_calibrator: Annotated[
+        Path | None, typer.Option("--save-calibrator", help="Save the fitted calibrator (JSON).")
+    ] = None,
+    bins: BinsOpt = 15,
+    kind: KindOpt = None,
+    label_column: LabelOpt = "label",
+) -> None:
+    """Fit a calibrator on --fit, apply it to --apply and write the probabilities to --out."""
+    with errors():
+        check_kind(kind)
+        from selfcal.evaluation import point_estimates
+        from selfcal.io import save_probs
+        from selfcal.predictions import Predictions
+
+        calibrator = _calibrator(method)
+        train = read(fit, kind, label_column)
+        test = read(apply, kind, label_column, require_labels=False)
+        calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
+        probs = _as_numpy(calibrator.predict_proba(**{test.kind: _as_numpy(test.scores)}))
+        labels = None if test.labels is None else _as_numpy(test.labels)
+        after = Predictions.from_probs(probs, labels)
+        save_probs(out, after.scores, labels)
+        if save_calibrator is not None:
+            calibrator.save(save_calibrator)
+        console = stdout()
+        if test.labels is None:
+            console.print(f"wrote {out} (no labels in {apply}: no before/after table)")
+            return
+        before_vals = point_estimates(test, CALIBRATE_KEYS, n_bins=bins)
+        after_vals = point_estimates(after, CALIBRATE_KEYS, n_bins=bins)
+        console.print(_calibrate_table(before_vals, after_vals, test.n_samples))
+        console.print(f"wrote {out}" + (f" and {save_calibrator}" if save_calibrator else ""))

@@ -1,0 +1,127 @@
+"""``selfcal evaluate``: every calibration metric of a file with bootstrap confidence intervals,
+as a table or one JSON object, optionally with the standard diagrams."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from selfcal._validation import check_choice, check_real
+from selfcal.cli._common import BinsOpt, KindOpt, LabelOpt, check_kind, fmt, read, stderr, stdout
+from selfcal.cli._errors import errors
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from selfcal.metrics.bootstrap import Interval
+
+PROGRESS_MIN_ROWS = 100_000
+"""Show the evaluation progress bar from this many rows on (always when stderr is a TTY)."""
+INTERVALS = ("percentile", "basic")
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no NaN/inf: non-finite numbers become ``null``."""
+    return x if math.isfinite(x) else None
+
+
+@contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None] | None]:
+    """A rich progress bar on stderr advancing once per metric, or a no-op callback."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=stderr(),
+        transient=True,
+    )
+    with bar:
+        task = bar.add_task("metrics", total=total)
+        yield lambda key: bar.update(task, advance=1, description=f"metrics ({key} done)")
+
+
+def _evaluate_table(
+    results: dict[str, Interval], confidence: float, n: int, n_resamples: int, interval: str
+) -> Table:
+    pct = round(100 * confidence)
+    table = Table(title=f"{n} samples, {pct}% {interval} bootstrap CI ({n_resamples} resamples)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column(f"{pct}% CI", justify="right")
+    for key, iv in results.items():
+        table.add_row(key, fmt(iv.value), f"[{fmt(iv.low)}, {fmt(iv.high)}]")
+    return table
+
+
+def _json_line(results: dict[str, Interval]) -> str:
+    """One JSON object: metric -> ``{"value": v, "ci": [low, high]}`` (non-finite -> null)."""
+    payload = {
+        k: {"value": _finite(iv.value), "ci": [_finite(iv.low), _finite(iv.high)]}
+        for k, iv in results.items()
+    }
+    return json.dumps(payload) + "\n"
+
+
+def evaluate(
+    file: Annotated[str, typer.Argument(help="Predictions file, or example:NAME.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    bins: BinsOpt = 15,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write PNG diagrams to this folder.")
+    ] = None,
+    resamples: Annotated[
+        int | None,
+        typer.Option(
+            "--resamples",
+            min=1,
+            help="Bootstrap resamples [default: 5e6 // (rows + 2e4), between 10 and 1000].",
+        ),
+    ] = None,
+    confidence: Annotated[float, typer.Option("--confidence", help="CI level.")] = 0.95,
+    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    interval: Annotated[
+        str,
+        typer.Option(
+            "--interval",
+            help="Bootstrap interval: 'percentile' or 'basic' "
+            "(bias-reflected; see selfcal.metrics.bootstrap).",
+        ),
+    ] = "percentile",
+    kind: KindOpt = None,
+    label_column: LabelOpt = "label",
+) -> None:
+    """Every calibration metric of FILE with bootstrap confidence intervals."""
+    with errors():
+        check_kind(kind)
+        check_real("--confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+        check_choice("--interval", interval, INTERVALS)
+        from selfcal.evaluation import METRICS, default_resamples
+        from selfcal.evaluation import evaluate as run
+
+        pred = read(file, kind, label_column)
+        n_res = resamples or default_resamples(pred.n_samples)
+        show = pred.n_samples >= PROGRESS_MIN_ROWS or sys.stderr.isatty()
+        bootstrap: dict[str, Any] = {"n_resamples": n_res, "confidence": confidence, "seed": seed}
+        with _progress(show, len(METRICS)) as advance:
+            results = run(pred, n_bins=bins, interval=interval, progress=advance, **bootstrap)
+        if plot is not None:
+            from selfcal.plots import save_figures
+
+            written = save_figures(pred, plot, n_bins=bins)
+            stderr().print(f"wrote {len(written)} figure(s) to {plot}")
+        if as_json:
+            sys.stdout.write(_json_line(results))
+        else:
+            stdout().print(_evaluate_table(results, confidence, pred.n_samples, n_res, interval))

@@ -1,0 +1,152 @@
+"""``selfcal reproduce NAME``: one subcommand per registered study (the same options for every
+study); runs the study's sweep, resuming from the results store, and writes its report."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from selfcal.cli._errors import errors
+from selfcal.experiments.store import DEFAULT_PATH
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from selfcal.experiments.study import Study
+
+REPORT_ROOT = Path("selfcal-report")
+"""Reports go to ``REPORT_ROOT / <study name>`` unless ``--out`` says otherwise."""
+DEFAULT_STORE = Path(DEFAULT_PATH)
+"""The results store unless ``--store`` says otherwise: the store's own default path."""
+MAX_DEFAULT_WORKERS = 4
+
+
+class _StudyGroup(typer.core.TyperGroup):
+    """``selfcal reproduce``: one subcommand per registered study, read from the registry
+    when the command line is parsed (a study added later -- a new folder under
+    ``selfcal/studies`` -- needs no edit here)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        from selfcal.experiments.study import study_names
+
+        return list(study_names())
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        from selfcal.experiments.study import get_study, study_names
+
+        return _study_command(get_study(name)) if name in study_names() else None
+
+
+reproduce_app = typer.Typer(
+    cls=_StudyGroup,
+    help="Reproduce a study: a paper's tables and figures, with hyperparameters selected on "
+    "validation and paired confidence intervals (runs are stored; reruns resume).",
+    no_args_is_help=True,
+)
+
+
+def _study_command(study: Study) -> Any:
+    """The click command ``selfcal reproduce NAME`` (the same options for every study)."""
+    names = ", ".join(study.protocols)
+
+    def command(
+        quick: Annotated[
+            bool,
+            typer.Option(
+                "--quick", help="The 'quick' protocol: a small version for tests and a first look."
+            ),
+        ] = False,
+        protocol: str | None = typer.Option(
+            None, "--protocol", help=f"A named protocol of the study: {names}."
+        ),
+        as_json: Annotated[
+            bool,
+            typer.Option(
+                "--json",
+                help="Print every run, the selected "
+                "hyperparameters and the aggregates as one "
+                "JSON object.",
+            ),
+        ] = False,
+        store: Annotated[Path, typer.Option("--store", help="SQLite results store.")] = (
+            DEFAULT_STORE
+        ),
+        out: Annotated[Path, typer.Option("--out", help="Report folder.")] = (
+            REPORT_ROOT / study.name
+        ),
+        workers: Annotated[
+            int,
+            typer.Option("--workers", min=0, help="Parallel processes (0: CPU cores, at most 4)."),
+        ] = 0,
+        retry_failed: Annotated[
+            bool,
+            typer.Option(
+                "--retry-failed",
+                help="Run again the specs stored as failed (e.g. after a fix); "
+                "by default a stored failure is kept and reported.",
+            ),
+        ] = False,
+    ) -> None:
+        with errors():
+            _reproduce(study, quick, protocol, as_json, store, out, workers, retry_failed)
+
+    command.__doc__ = study.help
+    single = typer.Typer()
+    single.command(study.name)(command)
+    return typer.main.get_command(single)
+
+
+def _reproduce(
+    study: Study,
+    quick: bool,
+    protocol_name: str | None,
+    as_json: bool,
+    store: Path,
+    out: Path,
+    workers: int,
+    retry_failed: bool = False,
+) -> None:
+    """Run the study's sweep (resuming from ``store``), write its report to ``out``, and print
+    the summary (or the JSON payload)."""
+    from selfcal.experiments import ResultsStore
+    from selfcal.experiments.report import json_payload, reproduce_command, write_report
+    from selfcal.experiments.study import StudyResults, run_study
+
+    if quick and protocol_name not in (None, "quick"):
+        raise ValueError("--quick and --protocol name different protocols")
+    protocol = study.protocol("quick" if quick else protocol_name)
+    start = time.perf_counter()
+    with ResultsStore(store) as results_store:
+        summary = run_study(
+            study,
+            protocol,
+            results_store,
+            workers=workers or min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1),
+            progress=sys.stderr.isatty() and not as_json,
+            retry_failed=retry_failed,
+        )
+        seconds = time.perf_counter() - start
+        command = reproduce_command(
+            study,
+            protocol.name,
+            None if store == DEFAULT_STORE else str(store),
+            None if out == REPORT_ROOT / study.name else str(out),
+        )
+        results = StudyResults.load(study, protocol, results_store)
+        path = write_report(results, out, command=command, seconds=seconds)
+        if as_json:
+            sys.stdout.write(json.dumps(json_payload(results)) + "\n")
+            return
+        text = [
+            f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
+            f"failed ({seconds:.0f} s); store {store}",
+            "",
+            *study.summary(results),
+            "",
+            f"report: {path}",
+        ]
+        sys.stdout.write("\n".join(text) + "\n")

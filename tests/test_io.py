@@ -1,0 +1,255 @@
+"""selfcal.io on its own: every reader gives back exactly the arrays written (``.npz`` with logits
+or probabilities, the ``.npy`` pair, ``.csv`` with and without pyarrow, ``.parquet``), the label
+column option, :func:`~selfcal.io.save_probs` round trips, and the errors name what is wrong."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from selfcal.io import load_predictions, read_arrays, resolve_path, save_probs
+
+
+def scores(n: int = 40, c: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(logits, probs, labels)``: random logits, their softmax and integer labels."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, c)) * 2
+    p = np.exp(z - z.max(1, keepdims=True))
+    return z, p / p.sum(1, keepdims=True), rng.integers(0, c, n)
+
+
+def write_csv(path: Path, columns: dict[str, np.ndarray]) -> Path:
+    """A CSV with a header line and ``repr`` floats (exact round trip)."""
+    rows = zip(*columns.values())
+    lines = [",".join(columns)] + [",".join(repr(v.item()) for v in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def prob_columns(p: np.ndarray, prefix: str = "prob") -> dict[str, np.ndarray]:
+    return {f"{prefix}_{j}": p[:, j] for j in range(p.shape[1])}
+
+
+# ----------------------------------------------------------------------------- .npz
+def test_npz_with_logits(tmp_path):
+    z, _, y = scores()
+    np.savez(tmp_path / "a.npz", logits=z, labels=y)
+    pred = load_predictions(tmp_path / "a.npz")
+    assert pred.kind == "logits"
+    np.testing.assert_array_equal(pred.scores.numpy(), z)
+    np.testing.assert_array_equal(pred.labels.numpy(), y)
+
+
+def test_npz_with_probs(tmp_path):
+    _, p, y = scores()
+    np.savez(tmp_path / "a.npz", probs=p, labels=y)
+    pred = load_predictions(tmp_path / "a.npz")
+    assert pred.kind == "probs"
+    np.testing.assert_array_equal(pred.scores.numpy(), p)
+    np.testing.assert_array_equal(pred.labels.numpy(), y)
+
+
+def test_npz_with_both_needs_a_kind(tmp_path):
+    z, p, y = scores()
+    np.savez(tmp_path / "a.npz", logits=z, probs=p, labels=y)
+    with pytest.raises(ValueError, match="found both 'logits' and 'probs'.*pass --kind"):
+        load_predictions(tmp_path / "a.npz")
+    pred = load_predictions(tmp_path / "a.npz", kind="probs")
+    assert pred.kind == "probs"
+    np.testing.assert_array_equal(pred.scores.numpy(), p)
+
+
+def test_npz_missing_arrays(tmp_path):
+    _, _, y = scores()
+    np.savez(tmp_path / "none.npz", labels=y)
+    with pytest.raises(ValueError, match="neither 'logits' nor 'probs' \\(arrays: labels\\)"):
+        read_arrays(tmp_path / "none.npz")
+    z, _, _ = scores()
+    np.savez(tmp_path / "logits.npz", logits=z, labels=y)
+    with pytest.raises(ValueError, match="no 'probs' array \\(arrays: logits, labels\\)"):
+        read_arrays(tmp_path / "logits.npz", kind="probs")
+    np.savez(tmp_path / "unlabelled.npz", logits=z)
+    with pytest.raises(ValueError, match="unlabelled.npz: no labels \\(array 'labels' not found"):
+        load_predictions(tmp_path / "unlabelled.npz")
+    pred = load_predictions(tmp_path / "unlabelled.npz", require_labels=False)
+    assert pred.labels is None and pred.n_samples == len(z)
+
+
+# ----------------------------------------------------------------------------- .npy pair
+def test_npy_pair_from_either_file(tmp_path):
+    z, _, y = scores()
+    np.save(tmp_path / "run.logits.npy", z)
+    np.save(tmp_path / "run.labels.npy", y)
+    for given in ("run.logits.npy", "run.labels.npy"):
+        kind, got_scores, got_labels = read_arrays(tmp_path / given)
+        assert kind == "logits"
+        np.testing.assert_array_equal(got_scores, z)
+        np.testing.assert_array_equal(got_labels, y)
+
+
+def test_npy_pair_errors(tmp_path):
+    z, p, y = scores()
+    np.save(tmp_path / "run.labels.npy", y)
+    with pytest.raises(ValueError, match="exactly one of run.logits.npy / run.probs.npy.*found 0"):
+        read_arrays(tmp_path / "run.labels.npy")
+    np.save(tmp_path / "run.logits.npy", z)
+    np.save(tmp_path / "run.probs.npy", p)
+    with pytest.raises(ValueError, match="found 2"):
+        read_arrays(tmp_path / "run.labels.npy")
+    with pytest.raises(ValueError, match="the file name says 'logits' but --kind is 'probs'"):
+        read_arrays(tmp_path / "run.logits.npy", kind="probs")
+    np.save(tmp_path / "plain.npy", z)
+    with pytest.raises(ValueError, match="must be named NAME.logits.npy or NAME.probs.npy"):
+        read_arrays(tmp_path / "plain.npy")
+    with pytest.raises(FileNotFoundError, match="other.probs.npy: no such file"):
+        read_arrays(tmp_path / "other.probs.npy")
+
+
+# ----------------------------------------------------------------------------- .csv / .parquet
+def test_csv_prob_columns_and_label(tmp_path):
+    _, p, y = scores()
+    path = write_csv(tmp_path / "a.csv", prob_columns(p) | {"label": y})
+    pred = load_predictions(path)
+    assert pred.kind == "probs"
+    np.testing.assert_array_equal(pred.scores.numpy(), p)
+    np.testing.assert_array_equal(pred.labels.numpy(), y)
+
+
+def test_csv_columns_are_ordered_by_class_index(tmp_path):
+    z, _, y = scores(c=12)
+    columns = {f"logits_{j}": z[:, j] for j in reversed(range(12))} | {"label": y}
+    kind, got, _ = read_arrays(write_csv(tmp_path / "a.csv", columns))
+    assert kind == "logits"
+    np.testing.assert_array_equal(got, z)  # logits_10 after logits_9, not after logits_1
+
+
+def test_csv_label_column_option(tmp_path):
+    z, _, y = scores()
+    path = write_csv(tmp_path / "a.csv", prob_columns(z, "logit") | {"target": y})
+    with pytest.raises(ValueError, match="no labels \\(column 'label' not found\\)"):
+        load_predictions(path)
+    pred = load_predictions(path, label_column="target")
+    np.testing.assert_array_equal(pred.labels.numpy(), y)
+    np.testing.assert_array_equal(pred.scores.numpy(), z)
+
+
+def test_csv_single_binary_column(tmp_path):
+    rng = np.random.default_rng(3)
+    s, y = rng.normal(size=30), rng.integers(0, 2, 30)
+    kind, got, labels = read_arrays(write_csv(tmp_path / "b.csv", {"logit": s, "label": y}))
+    assert kind == "logits" and got.shape == (30, 1)
+    np.testing.assert_array_equal(got[:, 0], s)
+    np.testing.assert_array_equal(labels, y)
+
+
+def test_csv_with_kind_uses_every_other_column_in_file_order(tmp_path):
+    z, _, y = scores()
+    columns = {"b": z[:, 0], "label": y, "a": z[:, 1], "c": z[:, 2]}
+    path = write_csv(tmp_path / "a.csv", columns)
+    with pytest.raises(ValueError, match="no score columns: name them logit_0"):
+        read_arrays(path)
+    kind, got, labels = read_arrays(path, kind="logits")
+    assert kind == "logits"
+    np.testing.assert_array_equal(got, z)
+    np.testing.assert_array_equal(labels, y)
+
+
+@pytest.mark.parametrize(
+    ("columns", "match"),
+    [
+        ({"logit_0": [1.0], "prob_0": [1.0]}, "both logit_\\* and prob_\\* columns"),
+        ({"prob_0": [1.0], "prob_2": [0.0]}, "numbered 0..1 without gaps; got indices \\[0, 2\\]"),
+        ({"prob": [1.0], "prob_0": [0.0]}, "mix of indexed and unindexed probs columns"),
+        ({"label": [1.0]}, "no score columns"),
+    ],
+)
+def test_csv_column_errors(tmp_path, columns, match):
+    path = write_csv(tmp_path / "a.csv", {k: np.asarray(v) for k, v in columns.items()})
+    with pytest.raises(ValueError, match=match):
+        read_arrays(path)
+
+
+def test_csv_kind_must_match_the_column_names(tmp_path):
+    _, p, y = scores()
+    path = write_csv(tmp_path / "a.csv", prob_columns(p) | {"label": y})
+    with pytest.raises(ValueError, match="--kind is 'logits' but the columns are named probs"):
+        read_arrays(path, kind="logits")
+
+
+def test_csv_without_pyarrow_reads_the_same(tmp_path, monkeypatch):
+    _, p, y = scores()
+    path = write_csv(tmp_path / "a.csv", prob_columns(p) | {"label": y})
+    with_pyarrow = read_arrays(path)
+    monkeypatch.setitem(sys.modules, "pyarrow.csv", None)  # import fails -> numpy fallback
+    without = read_arrays(path)
+    assert without[0] == with_pyarrow[0] == "probs"
+    np.testing.assert_array_equal(without[1], p)
+    np.testing.assert_array_equal(without[2], y)
+
+
+def test_parquet_reads_score_and_label_columns(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    z, _, y = scores()
+    table = pa.table(prob_columns(z, "logit") | {"y": y})
+    pq.write_table(table, tmp_path / "a.parquet")
+    pred = load_predictions(tmp_path / "a.parquet", label_column="y")
+    assert pred.kind == "logits"
+    np.testing.assert_array_equal(pred.scores.numpy(), z)
+    np.testing.assert_array_equal(pred.labels.numpy(), y)
+    pq.write_table(pa.table({"logit_0": ["a"], "label": [0]}), tmp_path / "text.parquet")
+    with pytest.raises(ValueError, match="column 'logit_0' must be numeric"):
+        read_arrays(tmp_path / "text.parquet")
+
+
+# ----------------------------------------------------------------------------- save_probs
+@pytest.mark.parametrize("name", ["out.npz", "out.probs.npy", "out.csv", "out.parquet"])
+def test_save_probs_round_trip(tmp_path, name):
+    if name.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    _, p, y = scores()
+    written = save_probs(tmp_path / "sub" / name, torch.from_numpy(p), y)
+    assert written == tmp_path / "sub" / name and written.is_file()
+    pred = load_predictions(written)
+    assert pred.kind == "probs"
+    np.testing.assert_array_equal(pred.scores.numpy(), p)
+    np.testing.assert_array_equal(pred.labels.numpy(), y)
+
+
+def test_save_probs_binary_scores_and_no_labels(tmp_path):
+    positive = np.array([0.1, 0.8, 0.5])
+    kind, got, labels = read_arrays(save_probs(tmp_path / "b.npz", positive))
+    assert kind == "probs" and labels is None
+    np.testing.assert_array_equal(got, np.stack([1 - positive, positive], axis=1))
+    with pytest.raises(ValueError, match="name the output NAME.probs.npy"):
+        save_probs(tmp_path / "b.npy", positive)
+
+
+# ----------------------------------------------------------------------------- paths, kinds
+def test_unknown_suffix_missing_file_folder_and_bad_kind(tmp_path):
+    (tmp_path / "a.txt").write_text("1,2\n")
+    with pytest.raises(ValueError, match="unknown file type '.txt'; use .npz, .npy"):
+        read_arrays(tmp_path / "a.txt")
+    with pytest.raises(ValueError, match="unknown file type '\\(no extension\\)'"):
+        read_arrays(tmp_path / "noext")
+    with pytest.raises(ValueError, match="unknown file type"):
+        save_probs(tmp_path / "out.txt", np.eye(2))
+    with pytest.raises(FileNotFoundError, match="missing.npz: no such file"):
+        read_arrays(tmp_path / "missing.npz")
+    (tmp_path / "folder.csv").mkdir()
+    with pytest.raises(ValueError, match="is a folder, not a file"):
+        read_arrays(tmp_path / "folder.csv")
+    with pytest.raises(ValueError, match="kind"):
+        read_arrays(tmp_path / "missing.npz", kind="scores")
+
+
+def test_example_names_resolve_to_bundled_files():
+    path = resolve_path("example:digits_test")
+    assert path.name == "digits_test.npz" and path.is_file()
+    assert resolve_path("plain.npz") == Path("plain.npz")
+    pred = load_predictions("example:digits_test")
+    assert pred.n_samples > 0 and pred.labels is not None
