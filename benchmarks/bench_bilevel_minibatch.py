@@ -179,8 +179,8 @@ def per_iteration_seconds(n_rows: int, iterations: int) -> float:
         )
         start = time.perf_counter()
         fitted = BO4SC(
-            model, batch_size=256, inner_steps=10, outer_iterations=count, weight_lr=1.0, seed=0
-        ).fit(x, y, x_val, y_val)
+            batch_size=256, inner_steps=10, outer_iterations=count, weight_lr=1.0, seed=0
+        ).fit(model, (x, y), (x_val, y_val))
         assert fitted.weights_.shape == (n_rows,)
         return time.perf_counter() - start
 

@@ -9,7 +9,7 @@ one intra-op thread. Backbones:
 * ``cnn2d`` -- the tiny LeNet-shaped CNN on 8x8 digit-shaped random inputs (head 128 x 10).
 
 Rows: a plain step (forward, sum CE, backward, clip 2, SGD lr 0.01 / momentum 0.9 / wd 5e-4)
-and a full :meth:`MetaCalibrationTrainer.step` (train forward, the one-step-lookahead
+and a full :meth:`~selfcal.bilevel.MetaStep.step` (train forward, the one-step-lookahead
 hypergradient through the head, Adam on phi, the real step) for γ-Net + SECE, γ-Net + DECE and
 CE-DECE (unit-wise L2). Components (γ-Net + SECE model, timed alone): the eval-mode no-grad
 meta-val forward and the hypergradient by the default fast path
@@ -39,14 +39,14 @@ from torch import nn
 from selfcal.bilevel import (
     AutogradLookahead,
     MetaBatch,
-    MetaCalibrationTrainer,
+    MetaStep,
     OneStepLookahead,
     meta_hypergradient,
     meta_objective,
 )
-from selfcal.bilevel.meta_calibration import make_meta_module
+from selfcal.bilevel.meta import make_meta_module
 from selfcal.models import build_model
-from selfcal.training import TrainConfig, make_optimizer
+from selfcal.training import TrainConfig, make_optimizer, prepare_run
 
 CONFIG = TrainConfig(
     optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=5e-4, batch_size=128, grad_clip=2.0
@@ -95,12 +95,13 @@ def plain_step(
 
 
 def meta_step(name: str, method: str, objective: str, data: tuple[torch.Tensor, ...]) -> Step:
+    """One :meth:`MetaStep.step` on the train batch, its meta batch the whole meta-val set."""
+    x, y, xm, ym = data
     model = build_model(name, seed=0, n_classes=N_CLASSES)
-    trainer = MetaCalibrationTrainer(method=method, meta_objective=objective, config=CONFIG)
-    meta = make_meta_module(model, method)
-    optimizer = make_optimizer(model, CONFIG)
-    meta_optimizer = torch.optim.Adam(meta.parameters(), lr=1e-3)
-    return lambda: trainer.step(model, meta, *data, optimizer, meta_optimizer, CONFIG.lr)
+    step = MetaStep((xm, ym), method=method, meta_objective=objective)
+    step.start(prepare_run(model, (x, y), config=CONFIG))
+    step.start_epoch(0)
+    return lambda: step.step(model, x, y)
 
 
 def component_steps(name: str, data: tuple[torch.Tensor, ...]) -> dict[str, Step]:

@@ -62,3 +62,40 @@ def central_differences(fn, x: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
+
+
+# ------------------------------------------------------------- meta-learning (γ-Net, unit-wise L2)
+META_LR_STEP = 0.3
+"""The lookahead's (and the real SGD step's) learning rate in the meta tests."""
+
+
+def tiny_meta_setup(method: str):
+    """A 2-layer MLP (4 -> 5 -> head 3), 8 train and 8 meta-val samples, float64, and a meta
+    module whose parameters are all active (γ-Net read-out and L2 coefficients non-zero)."""
+    from selfcal.bilevel import GammaNet, UnitL2
+    from selfcal.models import MLP
+
+    torch.manual_seed(0)
+    model = MLP(4, 3, hidden=(5,), activation="tanh").double()
+    x, xm = torch.randn(8, 4, dtype=torch.float64), torch.randn(8, 4, dtype=torch.float64)
+    y, ym = torch.randint(0, 3, (8,)), torch.randint(0, 3, (8,))
+    if method == "gamma-net":
+        meta = GammaNet(5, 3, tau=0.5).double()
+        with torch.no_grad():
+            meta.readout.weight.normal_(0, 0.5)
+            meta.prototypes.mul_(3)
+    else:
+        meta = UnitL2(model.head).double()
+        with torch.no_grad():
+            for p in meta.parameters():
+                p.uniform_(0.05, 0.4)
+    return model, meta, (x, y), (xm, ym)
+
+
+def meta_batch_for(model, train, meta_val, with_meta_features=True):
+    from selfcal.bilevel import MetaBatch
+
+    with torch.no_grad():
+        features = model.features(train[0])
+        meta_features = model.features(meta_val[0]) if with_meta_features else None
+    return MetaBatch(*train, features, *meta_val, meta_features)

@@ -194,13 +194,17 @@ def mlp(seed=0):
 
 def test_label_noise_gets_low_weight_and_the_outer_loss_falls():
     x_train, y_train, x_val, y_val, flipped = noisy_blobs()
-    fitted = BO4SC(mlp(), outer_iterations=40, weight_lr=10.0).fit(x_train, y_train, x_val, y_val)
+    fitted = BO4SC(outer_iterations=40, weight_lr=10.0).fit(
+        mlp(), (x_train, y_train), (x_val, y_val)
+    )
     w = fitted.weights_.numpy()
     assert w[flipped].mean() < w[~flipped].mean() - 0.3
     assert bool(((fitted.weight_history_ >= 0) & (fitted.weight_history_ <= 1)).all())
     losses = fitted.outer_losses_.numpy()
     assert losses[-5:].mean() < 0.8 * losses[:5].mean()
-    standard = BO4SC(mlp(), outer_iterations=40, weight_lr=0.0).fit(x_train, y_train, x_val, y_val)
+    standard = BO4SC(outer_iterations=40, weight_lr=0.0).fit(
+        mlp(), (x_train, y_train), (x_val, y_val)
+    )
     assert losses[-5:].mean() < 0.8 * standard.outer_losses_.numpy()[-5:].mean()
 
 
@@ -208,8 +212,8 @@ def test_fit_shapes_in_place_update_and_constraint():
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=60, n_val=30)
     model = mlp()
     before = params_of(model)
-    fitted = BO4SC(model, inner_steps=3, outer_iterations=5, weight_lr=100.0).fit(
-        x_train, y_train, x_val, y_val
+    fitted = BO4SC(inner_steps=3, outer_iterations=5, weight_lr=100.0).fit(
+        model, (x_train, y_train), (x_val, y_val)
     )
     assert fitted.weights_.shape == (60,)
     assert fitted.weight_history_.shape == (6, 60)
@@ -220,13 +224,12 @@ def test_fit_shapes_in_place_update_and_constraint():
     assert float(fitted.weights_.min()) < 0.9
     assert any(not torch.equal(before[k], p) for k, p in model.named_parameters())
     unclipped = BO4SC(
-        mlp(),
         inner_steps=3,
         outer_iterations=5,
         weight_lr=100.0,
         constraint="none",
         record_weights=False,
-    ).fit(x_train, y_train, x_val, y_val)
+    ).fit(mlp(), (x_train, y_train), (x_val, y_val))
     assert unclipped.weight_history_ is None
     assert float(unclipped.weights_.max()) > 1
 
@@ -234,8 +237,8 @@ def test_fit_shapes_in_place_update_and_constraint():
 def test_predict_confidence_smooth_and_hard():
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=60, n_val=30)
     model = mlp()
-    fitted = BO4SC(model, inner_steps=2, outer_iterations=2, beta=10.0).fit(
-        x_train, y_train, x_val, y_val
+    fitted = BO4SC(inner_steps=2, outer_iterations=2, beta=10.0).fit(
+        model, (x_train, y_train), (x_val, y_val)
     )
     smooth, hard = fitted.predict_confidence(x_val), fitted.predict_confidence(x_val, False)
     probs = torch.softmax(model(torch.as_tensor(x_val)), 1).detach()
@@ -251,8 +254,8 @@ def test_seed_makes_a_random_model_reproducible():
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
         return (
-            BO4SC(model, inner_steps=2, outer_iterations=3, seed=seed)
-            .fit(x_train, y_train, x_val, y_val)
+            BO4SC(inner_steps=2, outer_iterations=3, seed=seed)
+            .fit(model, (x_train, y_train), (x_val, y_val))
             .weights_
         )
 
@@ -285,17 +288,19 @@ def test_fit_rejects_bad_input(kwargs, data_change, match):
     }
     data.update(data_change)
     with pytest.raises(ValueError, match=match):
-        BO4SC(mlp(), outer_iterations=kwargs.pop("outer_iterations", 1), **kwargs).fit(**data)
+        BO4SC(outer_iterations=kwargs.pop("outer_iterations", 1), **kwargs).fit(
+            mlp(), (data["x_train"], data["y_train"]), (data["x_val"], data["y_val"])
+        )
 
 
 def test_predict_before_fit_raises():
     with pytest.raises(NotFittedError):
-        BO4SC(mlp()).predict_confidence(np.zeros((2, 2)))
+        BO4SC().predict_confidence(np.zeros((2, 2)))
 
 
 def test_fit_rejects_a_model_without_class_logits():
     x = np.zeros((10, 2))
     with pytest.raises(ValueError, match="C >= 2"):
-        BO4SC(nn.Linear(2, 1), outer_iterations=1).fit(
-            x, np.zeros(10, dtype=int), x, np.zeros(10, dtype=int)
+        BO4SC(outer_iterations=1).fit(
+            nn.Linear(2, 1), (x, np.zeros(10, dtype=int)), (x, np.zeros(10, dtype=int))
         )

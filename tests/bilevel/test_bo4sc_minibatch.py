@@ -101,8 +101,8 @@ def test_full_batch_reproduces_e513caa_bit_for_bit():
     x_train, y_train, x_val, y_val, _ = noisy_blobs()
     for name, extra in {"unrolled": {}, "lookahead": {"estimator": OneStepLookahead(3)}}.items():
         model = mlp()
-        fitted = BO4SC(model, outer_iterations=12, weight_lr=10.0, **extra).fit(
-            x_train, y_train, x_val, y_val
+        fitted = BO4SC(outer_iterations=12, weight_lr=10.0, **extra).fit(
+            model, (x_train, y_train), (x_val, y_val)
         )
         expected = golden[name]
         assert torch.equal(fitted.weights_, expected["weights"])
@@ -114,9 +114,9 @@ def test_full_batch_reproduces_e513caa_bit_for_bit():
 
 def test_only_drawn_rows_change_through_the_estimator_face():
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=300, n_val=60)
-    fitted = BO4SC(
-        mlp(), batch_size=8, inner_steps=2, outer_iterations=1, weight_lr=50.0, seed=0
-    ).fit(x_train, y_train, x_val, y_val)
+    fitted = BO4SC(batch_size=8, inner_steps=2, outer_iterations=1, weight_lr=50.0, seed=0).fit(
+        mlp(), (x_train, y_train), (x_val, y_val)
+    )
     changed = int((fitted.weights_ != 1.0).sum())
     assert 0 < changed <= 16
     assert fitted.weights_.shape == (300,) and fitted.outer_losses_.shape == (1,)
@@ -180,9 +180,8 @@ def test_batchnorm_dropout_augmented_fit_is_seeded_and_finite():
 
     def fit(seed: int, data=None) -> BO4SC:
         model = BatchNormNet()
-        args = data if data is not None else (x, y, x_val, y_val)
+        args = data if data is not None else ((x, y), (x_val, y_val))
         return BO4SC(
-            model,
             batch_size=32,
             val_batch_size=32,
             inner_steps=3,
@@ -191,14 +190,14 @@ def test_batchnorm_dropout_augmented_fit_is_seeded_and_finite():
             inner_optimizer=SGD(0.05, 0.9),
             batch_transform=jitter,
             seed=seed,
-        ).fit(*args)
+        ).fit(model, *args)
 
     first, again, other = fit(3), fit(3), fit(4)
     assert torch.equal(first.weights_, again.weights_)
     assert torch.equal(first.outer_losses_, again.outer_losses_)
     assert not torch.equal(first.weights_, other.weights_)
     assert bool(torch.isfinite(first.weights_).all() & torch.isfinite(first.outer_losses_).all())
-    assert int(first.model.body[1].num_batches_tracked) == 4 * 3
+    assert int(first.model_.body[1].num_batches_tracked) == 4 * 3
     datasets = fit(3, (TensorDataset(x, y), TensorDataset(x_val, y_val)))
     assert torch.equal(datasets.weights_, first.weights_)
 
@@ -219,13 +218,12 @@ def test_an_interrupted_fit_leaves_the_model_as_it_was():
 
     with pytest.raises(KeyboardInterrupt):
         BO4SC(
-            model,
             batch_size=16,
             inner_steps=3,
             outer_iterations=3,
             batch_transform=failing,
             inner_optimizer=SGD(0.1),
-        ).fit(x, y, x[:32], y[:32])
+        ).fit(model, (x, y), (x[:32], y[:32]))
     assert len(calls) == 4 and not model.training
     assert all(torch.equal(t, before[k]) for k, t in model.state_dict().items())
 
@@ -233,14 +231,13 @@ def test_an_interrupted_fit_leaves_the_model_as_it_was():
 def test_weight_record_samples_rows_and_tracks_quantiles():
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=500, n_val=60)
     fitted = BO4SC(
-        mlp(),
         batch_size=20,
         inner_steps=2,
         outer_iterations=6,
         weight_lr=100.0,
         history_rows=50,
         seed=1,
-    ).fit(x_train, y_train, x_val, y_val)
+    ).fit(mlp(), (x_train, y_train), (x_val, y_val))
     assert fitted.weight_history_.shape == (7, 50) and fitted.history_rows_.shape == (50,)
     torch.testing.assert_close(fitted.weight_history_[-1], fitted.weights_[fitted.history_rows_])
     assert fitted.weight_quantiles_.shape == (7, len(QUANTILE_LEVELS))
@@ -250,14 +247,13 @@ def test_weight_record_samples_rows_and_tracks_quantiles():
     torch.testing.assert_close(fitted.weight_quantiles_[-1], exact)
     assert float(fitted.weight_quantiles_[-1, 0]) < 1.0 == float(fitted.weight_quantiles_[0, 0])
     unclipped = BO4SC(
-        mlp(),
         batch_size=20,
         inner_steps=2,
         outer_iterations=3,
         weight_lr=100.0,
         constraint="none",
         seed=1,
-    ).fit(x_train, y_train, x_val, y_val)
+    ).fit(mlp(), (x_train, y_train), (x_val, y_val))
     ordered = torch.sort(unclipped.weights_.double()).values
     torch.testing.assert_close(unclipped.weight_quantiles_[-1], ordered[torch.tensor(ranks) - 1])
 
@@ -270,14 +266,13 @@ def test_inner_lr_schedule_scales_the_inner_steps():
     def fit(schedule, iterations=3):
         model = mlp()
         BO4SC(
-            model,
             batch_size=20,
             inner_steps=2,
             outer_iterations=iterations,
             inner_optimizer=SGD(0.1, momentum=0.9),
             inner_lr_schedule=schedule,
             seed=0,
-        ).fit(x_train, y_train, x_val, y_val)
+        ).fit(model, (x_train, y_train), (x_val, y_val))
         return params_of(model)
 
     plain, ones = fit(None), fit(lambda i: 1.0)
@@ -295,14 +290,13 @@ def test_callback_sees_every_iterate_and_can_stop_the_fit():
     def fit(iterations, callback):
         model = mlp()
         fitted = BO4SC(
-            model,
             batch_size=20,
             inner_steps=2,
             outer_iterations=iterations,
             weight_lr=100.0,
             seed=0,
             callback=callback,
-        ).fit(x_train, y_train, x_val, y_val)
+        ).fit(model, (x_train, y_train), (x_val, y_val))
         return model, fitted
 
     model, fitted = fit(
@@ -322,8 +316,8 @@ def test_callback_sees_every_iterate_and_can_stop_the_fit():
 
 def test_progress_bar_reports_on_stderr(capsys):
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=60, n_val=20)
-    BO4SC(mlp(), batch_size=10, inner_steps=1, outer_iterations=2, progress=True).fit(
-        x_train, y_train, x_val, y_val
+    BO4SC(batch_size=10, inner_steps=1, outer_iterations=2, progress=True).fit(
+        mlp(), (x_train, y_train), (x_val, y_val)
     )
     assert "BO4SC" in capsys.readouterr().err
 
@@ -346,39 +340,37 @@ class PairsOfThree(Dataset):
         ({"batch_size": 10, "batch_transform": lambda x: x[:, :1]}, None, "batch_transform"),
         ({"history_rows": 0}, None, "history_rows must be an integer >= 1"),
         ({"batch_size": 5}, "datasets", r"\(x, y\) pair"),
-        ({}, "mixed", r"fit\(train_dataset, val_dataset\)"),
+        ({}, "mixed", "both as Datasets or both as"),
+        ({}, "triple", r"train must be a pair \(x, y\) or a Dataset"),
     ],
 )
 def test_bad_input_gets_a_clear_error(kwargs, data, match):
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=60, n_val=20)
-    args = (x_train, y_train, x_val, y_val)
+    args = ((x_train, y_train), (x_val, y_val))
     if data == "datasets":
         args = (PairsOfThree(), PairsOfThree())
+    elif data == "triple":
+        args = ((x_train, y_train, y_train), (x_val, y_val))
     elif data == "mixed":
-        args = (
-            TensorDataset(torch.as_tensor(x_train), torch.as_tensor(y_train)),
-            None,
-            x_val,
-            y_val,
-        )
+        args = (TensorDataset(torch.as_tensor(x_train), torch.as_tensor(y_train)), (x_val, y_val))
     steps = {} if "estimator" in kwargs else {"inner_steps": 1}
     with pytest.raises(ValueError, match=match):
-        BO4SC(mlp(), outer_iterations=1, **steps, **kwargs).fit(*args)
+        BO4SC(outer_iterations=1, **steps, **kwargs).fit(mlp(), *args)
 
 
 @pytest.mark.parametrize("head", [nn.Linear(2, 1), nn.Sequential(nn.Linear(2, 3), nn.Flatten(0))])
 def test_a_model_with_the_wrong_output_shape_is_rejected(head):
     x_train, y_train, x_val, y_val, _ = noisy_blobs(n_train=30, n_val=10)
     with pytest.raises(ValueError, match=r"logits of shape \(N, C\)"):
-        BO4SC(head, batch_size=5, outer_iterations=1).fit(x_train, y_train, x_val, y_val)
+        BO4SC(batch_size=5, outer_iterations=1).fit(head, (x_train, y_train), (x_val, y_val))
 
 
 def test_dataset_labels_are_checked_batch_by_batch():
     x, y = sequences(40)
     y[7] = 9
     with pytest.raises(ValueError, match="label"):
-        BO4SC(BatchNormNet(), batch_size=40, inner_steps=1, outer_iterations=1).fit(
-            TensorDataset(x, y), TensorDataset(x, y.clamp(max=2))
+        BO4SC(batch_size=40, inner_steps=1, outer_iterations=1).fit(
+            BatchNormNet(), TensorDataset(x, y), TensorDataset(x, y.clamp(max=2))
         )
 
 
@@ -390,13 +382,12 @@ def test_minibatch_fit_on_cuda_matches_the_cpu_closely():
     for device in ("cpu", "cuda"):
         model = BatchNormNet(dropout=0.0).to(device)
         fits[device] = BO4SC(
-            model,
             batch_size=32,
             inner_steps=3,
             outer_iterations=4,
             weight_lr=5.0,
             inner_optimizer=SGD(0.05, 0.9),
             seed=0,
-        ).fit(x, y, x_val, y_val)
+        ).fit(model, (x, y), (x_val, y_val))
     assert fits["cuda"].weights_.device.type == "cuda"
     torch.testing.assert_close(fits["cuda"].weights_.cpu(), fits["cpu"].weights_, atol=1e-4, rtol=0)

@@ -59,8 +59,9 @@ def test_curves_do_not_change_the_trained_model(method, options):
 
 
 def test_gamma_statistics_are_gamma_net_on_the_test_features():
-    """``after_meta_epoch`` records mean and population std of gammaNet(features(x_test)) in
-    eval mode (a BatchNorm network: running statistics untouched, train mode restored)."""
+    """``after_epoch`` of curves following a meta step records mean and population std of
+    gammaNet(features(x_test)) in eval mode (a BatchNorm network: running statistics
+    untouched, train mode restored)."""
     from types import SimpleNamespace
 
     from selfcal.bilevel import GammaNet
@@ -74,7 +75,8 @@ def test_gamma_statistics_are_gamma_net_on_the_test_features():
     x, y = torch.randn(12, 3, 8, 8), torch.randint(0, 10, (12,))
     split = SimpleNamespace(x=x, y=y)
     curves = _images.Curves(SimpleNamespace(test=split, val=split), 1, 1, 15)
-    curves.after_meta_epoch(0, model, meta)
+    curves.follow(SimpleNamespace(meta_module=meta))
+    curves.after_epoch(0, model)
     assert model.training
     for k, v in model.named_buffers():
         assert torch.equal(v, buffers[k]), k

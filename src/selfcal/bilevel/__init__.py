@@ -58,11 +58,12 @@ from selfcal.bilevel.estimators import (
     OneStepLookahead,
     Unrolled,
 )
-from selfcal.bilevel.gamma_net import GammaNet
-from selfcal.bilevel.meta_calibration import (
+from selfcal.bilevel.meta import (
+    GammaNet,
     MetaBatch,
-    MetaCalibrationTrainer,
     MetaHistory,
+    MetaStep,
+    MetaTrainer,
     UnitL2,
     fit_meta,
     meta_hypergradient,
@@ -91,8 +92,9 @@ __all__ = [
     "Hypergradient",
     "Implicit",
     "MetaBatch",
-    "MetaCalibrationTrainer",
     "MetaHistory",
+    "MetaStep",
+    "MetaTrainer",
     "Neumann",
     "OneStepLookahead",
     "Optimizer",

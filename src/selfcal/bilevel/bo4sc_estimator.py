@@ -3,9 +3,9 @@ map-style ``Dataset``, full batch or by minibatches, on the CPU or a GPU (the mo
 
 Usage::
 
-    fitted = BO4SC(model, batch_size=256, inner_steps=10, outer_iterations=2000).fit(
-        x_train, y_train, x_val, y_val)          # or .fit(train_dataset, val_dataset)
-    fitted.weights_                              # one weight per training row
+    fitted = BO4SC(batch_size=256, inner_steps=10, outer_iterations=2000).fit(
+        model, (x_train, y_train), (x_val, y_val))   # or .fit(model, train_dataset, val_dataset)
+    fitted.weights_                                   # one weight per training row
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ PREDICT_CHUNK = 4096
 
 
 class BO4SC:
-    """Self-calibrating training of ``model`` by bilevel sample weighting.
+    """Self-calibrating training of a model by bilevel sample weighting: the hyperparameters
+    here, the model and data at :meth:`fit` (which trains the model in place).
 
     ``batch_size=None`` (default) is full-batch BO4SC: every inner step on the whole training
     set and the outer loss on the whole validation set. With ``batch_size=B`` an outer
@@ -83,12 +84,28 @@ class BO4SC:
     :class:`~selfcal.bilevel._batches.WeightRecord`); ``weight_history_`` ``[I + 1,
     len(history_rows_)]``, the weights of ``history_rows_`` (every row when ``n_train <=
     history_rows``, else a seeded sample of ``history_rows`` of them; ``None`` unless
-    ``record_weights``); and the model's parameters replaced in place by the final ``theta``.
+    ``record_weights``); ``model_``, the model, whose parameters are replaced in place by the
+    final ``theta``.
+
+    Examples
+    --------
+    >>> from selfcal.bilevel import BO4SC
+    >>> from selfcal.data import load_dataset
+    >>> from selfcal.models import build_model
+    >>> data = load_dataset("blobs-1.7", seed=0)  # 700 / 300 / 1000 rows, 5 classes
+    >>> model = build_model("mlp", seed=0, n_features=2, n_classes=5, hidden=(16,))
+    >>> bo = BO4SC(inner_steps=5, outer_iterations=10, weight_lr=300.0, seed=0)
+    >>> bo = bo.fit(model, (data.train.x, data.train.y), (data.val.x, data.val.y))
+    >>> tuple(bo.weights_.shape), tuple(bo.weight_history_.shape)  # one weight per row
+    ((700,), (11, 700))
+    >>> bool(bo.outer_losses_[-1] < bo.outer_losses_[0])  # the validation BCE went down
+    True
+    >>> bo.predict_confidence(data.test.x).shape  # the smooth confidence p_hat
+    torch.Size([1000])
     """
 
     def __init__(
         self,
-        model: nn.Module,
         *,
         batch_size: int | None = None,
         val_batch_size: int | None = None,
@@ -109,7 +126,6 @@ class BO4SC:
         seed: int | None = None,
         callback: Callable[[int, Params], bool | None] | None = None,
     ) -> None:
-        self.model = model
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size
         self.inner_steps = inner_steps
@@ -148,23 +164,27 @@ class BO4SC:
             initial_weight=self.initial_weight,
         )
 
-    def _params(self) -> Params:
-        params: Params = {k: p for k, p in self.model.named_parameters() if p.requires_grad}
+    @staticmethod
+    def _params(model: nn.Module) -> Params:
+        params: Params = {k: p for k, p in model.named_parameters() if p.requires_grad}
         if not params:
             raise ValueError("the model has no trainable parameters")
         return params
 
-    def _sources(
-        self, x_train: Any, y_train: Any, x_val: Any, y_val: Any, like: torch.Tensor
-    ) -> tuple[Rows, Rows]:
+    @staticmethod
+    def _sources(model: nn.Module, train: Any, val: Any, like: torch.Tensor) -> tuple[Rows, Rows]:
         """The training and validation rows (checked; tensors moved to the model's dtype)."""
-        if isinstance(x_train, Dataset):
-            if not isinstance(y_train, Dataset) or x_val is not None or y_val is not None:
-                raise ValueError("with a Dataset, call fit(train_dataset, val_dataset)")
-            train, val = Rows(x_train, None, "train_dataset"), Rows(y_train, None, "val_dataset")
-            if len(train) < 1 or len(val) < 1:
+        if isinstance(train, Dataset) or isinstance(val, Dataset):
+            if not (isinstance(train, Dataset) and isinstance(val, Dataset)):
+                raise ValueError("pass train and val both as Datasets or both as (x, y) pairs")
+            train_rows, val_rows = (
+                Rows(train, None, "train_dataset"),
+                Rows(val, None, "val_dataset"),
+            )
+            if len(train_rows) < 1 or len(val_rows) < 1:
                 raise ValueError("the training and validation datasets must not be empty")
         else:
+            (x_train, y_train), (x_val, y_val) = _pair(train, "train"), _pair(val, "val")
             xt = _features(x_train, "x_train", like)
             xv = _features(x_val, "x_val", like)
             if xt.shape[1:] != xv.shape[1:]:
@@ -172,24 +192,13 @@ class BO4SC:
                     f"x_train rows have shape {tuple(xt.shape[1:])} but x_val "
                     f"rows have {tuple(xv.shape[1:])}"
                 )
-            train, val = Rows(xt, y_train, "x_train"), Rows(xv, y_val, "x_val")
-        n_classes = self._n_classes(train.features(min(len(train), 8), like))
-        for rows in (train, val):
+            train_rows, val_rows = Rows(xt, y_train, "x_train"), Rows(xv, y_val, "x_val")
+        n_classes = _n_classes(model, train_rows.features(min(len(train_rows), 8), like))
+        for rows in (train_rows, val_rows):
             rows.n_classes = n_classes
             if not rows.is_dataset:
                 rows.y = validate_labels(rows.y, len(rows), n_classes, rows.x.device)
-        return train, val
-
-    def _n_classes(self, x: torch.Tensor) -> int:
-        """The model's number of classes, from its eval-mode output on a few rows."""
-        with _mode(self.model, training=False), torch.no_grad():
-            logits = self.model(x)
-        if logits.ndim != 2 or logits.shape[0] != x.shape[0] or logits.shape[1] < 2:
-            raise ValueError(
-                f"the model must return logits of shape (N, C) with C >= 2, got "
-                f"{tuple(logits.shape)} for {x.shape[0]} rows"
-            )
-        return int(logits.shape[1])
+        return train_rows, val_rows
 
     def _batch_sizes(self, n_train: int, n_val: int, steps: int) -> tuple[int | None, int]:
         if self.batch_size is not None:
@@ -210,37 +219,33 @@ class BO4SC:
         return self.batch_size, val_size
 
     # ------------------------------------------------------------------ public API
-    def fit(
-        self,
-        x_train: ArrayLike,
-        y_train: ArrayLike,
-        x_val: ArrayLike = None,
-        y_val: ArrayLike = None,
-    ) -> BO4SC:
-        """Run ``outer_iterations`` outer iterations on ``(x_train, y_train, x_val, y_val)``
-        or on ``(train_dataset, val_dataset)``; returns ``self``."""
+    def fit(self, model: nn.Module, train: Any, val: Any) -> BO4SC:
+        """Train ``model`` in place by ``outer_iterations`` outer iterations on
+        ``train = (x_train, y_train)`` and ``val = (x_val, y_val)`` (tensors or arrays), or on
+        two map-style Datasets of ``(x, y)`` items; returns ``self``."""
         config = self._config()
-        params = self._params()
+        params = self._params(model)
         like = next(iter(params.values()))
-        train, val = self._sources(x_train, y_train, x_val, y_val, like)
+        train, val = self._sources(model, train, val, like)
         batch_size, val_size = self._batch_sizes(len(train), len(val), config.estimator.steps)
         seed = self.seed if self.seed is not None else int(torch.randint(2**62, ()).item())
         devices = [like.device] if like.device.type == "cuda" else []
-        buffers = {k: b.clone() for k, b in self.model.named_buffers()}
-        with torch.random.fork_rng(devices=devices), _mode(self.model, self.model.training):
+        buffers = {k: b.clone() for k, b in model.named_buffers()}
+        with torch.random.fork_rng(devices=devices), _mode(model, model.training):
             torch.manual_seed(seed)
             generator = torch.Generator().manual_seed(seed)
-            run = _Run(self, config, train, val, batch_size, val_size, generator, like)
+            run = _Run(self, model, config, train, val, batch_size, val_size, generator, like)
             try:
                 state, record, losses = run.loop(bo4sc_init(params, len(train), config))
             except BaseException:  # an interrupted fit leaves the model as it found it
                 with torch.no_grad():
-                    for name, value in self.model.named_buffers():
+                    for name, value in model.named_buffers():
                         value.copy_(buffers[name])
                 raise
         with torch.no_grad():
             for name, value in state.params.items():
                 params[name].copy_(value)
+        self.model_ = model
         self.weights_ = state.weights
         self.outer_losses_ = torch.stack(losses)
         self.weight_history_ = torch.stack(record.history) if self.record_weights else None
@@ -255,12 +260,12 @@ class BO4SC:
         ``p_hat`` used in training (``smooth=True``) or the hard maximum probability."""
         if not hasattr(self, "weights_"):
             raise NotFittedError("BO4SC is not fitted yet; call fit() first")
-        like = next(iter(self._params().values()))
+        like = next(iter(self._params(self.model_).values()))
         x = _features(x, "x", like)
-        with _mode(self.model, training=False), torch.no_grad():
+        with _mode(self.model_, training=False), torch.no_grad():
             probs = torch.cat(
                 [
-                    torch.softmax(self.model(c.to(like.device)), dim=-1)
+                    torch.softmax(self.model_(c.to(like.device)), dim=-1)
                     for c in x.split(PREDICT_CHUNK)
                 ]
             )
@@ -273,6 +278,7 @@ class _Run:
     def __init__(
         self,
         owner: BO4SC,
+        model: nn.Module,
         config: BO4SCConfig,
         train: Rows,
         val: Rows,
@@ -281,7 +287,8 @@ class _Run:
         generator: torch.Generator,
         like: torch.Tensor,
     ) -> None:
-        self.owner, self.config, self.train, self.val = owner, config, train, val
+        self.owner, self.model, self.config = owner, model, config
+        self.train, self.val = train, val
         self.steps = config.estimator.steps
         self.device, self.dtype = like.device, like.dtype
         self.train_sampler = (
@@ -348,8 +355,8 @@ class _Run:
     ) -> tuple[BO4SCState, BO4SCInfo, None, torch.Tensor]:
         x, y = self.all_train  # type: ignore[misc]
         x = self._augment(x)
-        update_running_stats(self.owner.model, state.params, [x] * self.steps)
-        new, info = bo4sc_step(self.owner.model, state, BO4SCData(x, y, x_val, y_val), config)
+        update_running_stats(self.model, state.params, [x] * self.steps)
+        new, info = bo4sc_step(self.model, state, BO4SCData(x, y, x_val, y_val), config)
         return new, info, None, state.weights
 
     def _minibatch_step(
@@ -363,12 +370,12 @@ class _Run:
         rows = sampler.draw(self.steps)
         x, y = self.train.take(rows.reshape(-1), self.device, self.dtype)
         x = torch.stack([self._augment(b) for b in x.unflatten(0, rows.shape)])
-        update_running_stats(self.owner.model, state.params, x)
+        update_running_stats(self.model, state.params, x)
         rows = rows.to(self.device)
         changed = torch.unique(rows)
         before = state.weights[changed]
         batch = BO4SCBatch(x, y.view(rows.shape), rows, x_val, y_val)
-        state, info = bo4sc_minibatch_step(self.owner.model, state, batch, config)
+        state, info = bo4sc_minibatch_step(self.model, state, batch, config)
         return state, info, changed, before
 
     def _augment(self, x: torch.Tensor) -> torch.Tensor:
@@ -379,6 +386,25 @@ class _Run:
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             raise ValueError("batch_transform must return a tensor of the batch's shape")
         return out
+
+
+def _pair(data: Any, name: str) -> tuple[Any, Any]:
+    """``(x, y)`` from a pair (tuple or list of two)."""
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise ValueError(f"{name} must be a pair (x, y) or a Dataset, got {type(data).__name__}")
+    return data[0], data[1]
+
+
+def _n_classes(model: nn.Module, x: torch.Tensor) -> int:
+    """The model's number of classes, from its eval-mode output on a few rows."""
+    with _mode(model, training=False), torch.no_grad():
+        logits = model(x)
+    if logits.ndim != 2 or logits.shape[0] != x.shape[0] or logits.shape[1] < 2:
+        raise ValueError(
+            f"the model must return logits of shape (N, C) with C >= 2, got "
+            f"{tuple(logits.shape)} for {x.shape[0]} rows"
+        )
+    return int(logits.shape[1])
 
 
 def _features(x: ArrayLike, name: str, like: torch.Tensor) -> torch.Tensor:

@@ -40,9 +40,10 @@ def _final_grad(fn: Any, *primals: Any) -> tuple[Any, Any]:
     and ``aux``.
 
     This is the last, outermost differentiation of an estimator, so it runs the backward
-    pass with ``create_graph=False`` and frees the graph as it goes. ``torch.func.grad``
-    always records the backward for a possible higher order: an unrolled BO4SC step with it
-    took 32% longer (38.6 vs 29.3 ms for T = 10, benchmarks/bench_bilevel.py problem).
+    pass with ``create_graph=False`` and frees the graph as it goes (``torch.func.grad``
+    always records the backward for a possible higher order, which an unrolled step would pay
+    for at every one of its ``T`` inner steps; ``benchmarks/bench_bilevel.py`` times the
+    estimators).
     """
     loss, vjp_fn, aux = cast(tuple[Any, Any, Any], vjp(fn, *primals, has_aux=True))
     return vjp_fn(torch.ones_like(loss), retain_graph=False, create_graph=False), aux
@@ -136,8 +137,8 @@ class AutogradLookahead:
     which is ``df/dphi + (d theta'/d phi)^T grad_theta f(theta', phi)``, the quantity
     :class:`OneStepLookahead` computes with ``torch.func.grad`` inside ``torch.func.vjp``.
     The closures run once each, with no functorch transform around them, so there is no
-    per-op functorch dispatch, a large share of the cost for a small head (γ-Net + SECE on
-    cnn2d's 128 x 10 head: 2.65 vs 3.72 ms, benchmarks/results/meta.md). It records on the
+    per-op functorch dispatch, a large share of the cost for a small head (the two are timed
+    side by side in ``benchmarks/results/meta.md``). It records on the
     regular tape, so it does not run under ``torch.func.vmap``; a ``phi`` leaf the outer loss
     does not reach gets a zero gradient, as with ``torch.func``. Results are detached.
     """

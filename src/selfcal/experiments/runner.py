@@ -97,6 +97,22 @@ def run_sweep(
 
     See the module docstring for the semantics of skipping, grouping, failures, worker
     processes and interruption. ``progress`` shows a rich progress bar with ETA on stderr.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from selfcal.experiments import ResultsStore, RunResult, RunSpec, run_sweep
+    >>> def square(group):  # an executor: results for a group of specs
+    ...     return [RunResult(metrics={"value": float(spec.seed) ** 2}) for spec in group]
+    >>> specs = [RunSpec("demo", "none", "square", seed) for seed in range(3)]
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     with ResultsStore(Path(folder) / "runs.sqlite") as store:
+    ...         first = run_sweep(specs, square, store=store, progress=False)
+    ...         again = run_sweep(specs, square, store=store, progress=False)  # resumes
+    ...         values = sorted(r.metrics["value"] for r in store.runs(study="demo"))
+    >>> (first.done, again.done, again.skipped), values
+    ((3, 0, 3), [0.0, 1.0, 4.0])
     """
     start = time.perf_counter()
     _check_arguments(execute, workers)

@@ -38,7 +38,7 @@ EVAL_CHUNK = 1000
 """Rows per forward pass when scoring."""
 CURVE_POINTS = 12
 """Per-epoch curves are recorded at about this many epochs of a regime (each point costs a
-test-set pass and a temperature fit: about 0.2 s on MNIST-1D, as much as an epoch)."""
+test-set pass and a temperature fit, about as much as an epoch on MNIST-1D)."""
 CIFAR = ("cifar10", "cifar100")
 CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 
@@ -185,6 +185,28 @@ def train_config(
     )
 
 
+def method_step(
+    entry: tuple[str, str, dict[str, Any]], options: dict[str, Any], meta_val: tuple
+) -> Any:
+    """The training step of the method ``entry = (kind, name, fixed options)`` with the
+    candidate's ``options`` added (:mod:`selfcal.training.steps`): ``"loss"`` -- a
+    :class:`~selfcal.training.LossStep` on ``build_loss(name, **fixed, **options)``;
+    ``"mixup"`` -- a :class:`~selfcal.training.MixupStep` on the loss ``name`` with
+    ``alpha = fixed["alpha"]``; ``"meta"`` -- a :class:`~selfcal.bilevel.MetaStep` with
+    ``method=name`` on ``meta_val``."""
+    kind, name, fixed = entry
+    if kind == "meta":
+        from selfcal.bilevel import MetaStep
+
+        return MetaStep(meta_val, method=name, **fixed, **options)
+    from selfcal.losses import build_loss
+    from selfcal.training import LossStep, MixupStep
+
+    if kind == "mixup":
+        return MixupStep(build_loss(name), fixed["alpha"])
+    return LossStep(build_loss(name, **fixed, **options))
+
+
 def train_as(
     entry: tuple[str, str, dict[str, Any]],
     options: dict[str, Any],
@@ -196,42 +218,20 @@ def train_as(
     on_epoch: Any = None,
     batch_transform: Any = None,
 ) -> Any:
-    """Train ``model`` in place as the method ``entry = (kind, name, fixed options)`` with the
-    candidate's ``options`` added; the history. ``kind``: ``"loss"`` (:func:`selfcal.training.fit`
-    with ``build_loss(name, **fixed, **options)``), ``"mixup"`` (``fit`` with the loss ``name``
-    and ``mixup_alpha = fixed["alpha"]``) or ``"meta"`` (:func:`selfcal.bilevel.fit_meta` with
-    ``method=name``, on ``meta_val``). ``on_epoch`` is the loop's callback: ``(epoch, model,
-    history)`` for ``fit``, ``(epoch, model, meta module)`` for ``fit_meta``."""
-    kind, name, fixed = entry
-    if kind == "meta":
-        from selfcal.bilevel import fit_meta
-
-        return fit_meta(
-            model,
-            train,
-            val,
-            meta_val,
-            method=name,
-            config=config,
-            on_epoch=on_epoch,
-            batch_transform=batch_transform,
-            **fixed,
-            **options,
-        )
-    from selfcal.losses import build_loss
+    """Train ``model`` in place as the method ``entry`` with the candidate's ``options``
+    (:func:`method_step`) in the one training loop (:func:`selfcal.training.fit`, with its
+    ``on_epoch(epoch, model, history)`` callback); the history."""
     from selfcal.training import fit
 
-    mixup = fixed["alpha"] if kind == "mixup" else 0.0
-    loss = build_loss(name, **({} if kind == "mixup" else {**fixed, **options}))
+    step = method_step(entry, options, meta_val)
     return fit(
         model,
         train,
         val,
         config=config,
-        loss_fn=loss,
+        step=step,
         on_epoch=on_epoch,
         batch_transform=batch_transform,
-        mixup_alpha=mixup,
     )
 
 
@@ -325,24 +325,28 @@ class Curves:
     def __init__(self, data: Any, every: int, epochs: int, n_bins: int) -> None:
         self.data, self.every, self.epochs, self.n_bins = data, every, epochs, n_bins
         self.values: dict[str, list[float]] = {"epoch": [], "test_ece": [], "val_temperature": []}
+        self.step: Any = None
 
     def due(self, epoch: int) -> bool:
         done = epoch + 1
         return done % self.every == 0 or done == self.epochs
 
+    def follow(self, step: Any) -> None:
+        """Also record the γ-Net of ``step`` (a :class:`~selfcal.bilevel.MetaStep`) on the
+        test features ([MetaReg] Fig. 3c-d)."""
+        self.step = step
+
     def after_epoch(self, epoch: int, model: torch.nn.Module, history: Any = None) -> bool:
         """:func:`selfcal.training.fit`'s ``on_epoch``: records, never stops."""
         if self.due(epoch):
             self._record(epoch, model)
+            self._record_gamma(model)
         return False
 
-    def after_meta_epoch(self, epoch: int, model: torch.nn.Module, meta: Any) -> None:
-        """:func:`selfcal.bilevel.fit_meta`'s ``on_epoch``: also γ-Net's output on test."""
+    def _record_gamma(self, model: torch.nn.Module) -> None:
         from selfcal.bilevel import GammaNet
 
-        if not self.due(epoch):
-            return
-        self._record(epoch, model)
+        meta = getattr(self.step, "meta_module", None)
         if isinstance(meta, GammaNet):
             gamma = _forward(model, lambda m, x: meta(m.features(x)), self.data.test.x)
             self.values.setdefault("test_gamma_mean", []).append(float(gamma.double().mean()))
@@ -482,3 +486,65 @@ def regime_specs(
         for c in protocol.candidates(d, m)
         for seed in protocol.seeds
     ]
+
+
+# ----------------------------------------------------------------------------- shared by the
+# studies' protocol.py and report.py
+MethodSpec = tuple[str, str, dict[str, Any]]
+"""``(kind, loss or meta method, fixed options)``: ``"loss"``, ``"mixup"``, ``"meta"``
+(:func:`method_step`) or ``"bo4sc"`` (the benchmark's bilevel training)."""
+
+IMAGE_METHODS: dict[str, MethodSpec] = {
+    "ce": ("loss", "ce", {}),
+    "brier": ("loss", "brier", {}),
+    "mmce": ("loss", "mmce", {}),
+    "ls": ("loss", "ls", {}),
+    "mixup": ("mixup", "ce", {"alpha": 1.0}),
+    "focal": ("loss", "focal", {}),
+    "flsd53": ("loss", "flsd53", {}),
+    "dfl": ("loss", "dfl", {}),
+    "bsce": ("loss", "bsce", {}),
+    "bsce-gra": ("loss", "bsce-gra", {}),
+    "ce-dece": ("meta", "unit-l2", {"meta_objective": "dece"}),
+    "ce-sece": ("meta", "unit-l2", {"meta_objective": "sece"}),
+    "flg": ("meta", "gamma-net", {"meta_objective": "ce"}),
+    "flg-dece": ("meta", "gamma-net", {"meta_objective": "dece"}),
+    "flg-sece": ("meta", "gamma-net", {"meta_objective": "sece"}),
+    "bo4sc": ("bo4sc", "bo4sc", {}),
+}
+"""Every method the image studies train, once (``flg``: see the meta-reg protocol)."""
+METHOD_ALIASES = {"label-smoothing": "ls", "flsd-53": "flsd53", "flγ-sece": "flg-sece"}
+"""The benchmark's names of methods of :data:`IMAGE_METHODS`."""
+
+
+def image_methods(*names: str) -> dict[str, MethodSpec]:
+    """``name -> MethodSpec`` of :data:`IMAGE_METHODS` (or of the entry an alias of
+    :data:`METHOD_ALIASES` stands for) for ``names`` in order, each with its own options."""
+    specs = {name: IMAGE_METHODS[METHOD_ALIASES.get(name, name)] for name in names}
+    return {name: (kind, loss, dict(fixed)) for name, (kind, loss, fixed) in specs.items()}
+
+
+def quick_fields(epochs: int, note: str) -> dict[str, Any]:
+    """The fields the ``quick`` protocols share: digits only, seeds 0 and 1, one ``short``
+    regime of ``epochs`` epochs (the learning rate drops before the last), and ``note``."""
+    short = Regime("short", epochs, (epochs - 1,))
+    return {"seeds": (0, 1), "datasets": ("digits-images",), "regimes": (short,), "notes": (note,)}
+
+
+def study_texts(package: Any, execute: Any) -> list[str | None]:
+    """:func:`intro`'s ``docs``: the study package's docstring, then its ``execute`` module's
+    without the first paragraph (its summary)."""
+    return [package.__doc__, str(execute.__doc__).split("\n\n", 1)[1]]
+
+
+def regime_summary(
+    results: Any, datasets: Sequence[str], caption: str, table: Any, verdicts: Any
+) -> list[str]:
+    """What ``selfcal reproduce`` prints: per dataset and regime, ``"<dataset>, <regime>
+    regime (<caption>)"``, ``table(results, dataset, regime)``, a blank line, the verdicts."""
+    lines = []
+    for d in datasets:
+        for regime in regimes(results, d):
+            caption_line = f"{d}, {regime} regime ({caption})"
+            lines += [caption_line, *table(results, d, regime), "", *verdicts(results, d, regime)]
+    return lines

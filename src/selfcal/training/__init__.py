@@ -1,22 +1,42 @@
-"""The plain training loop: :class:`TrainConfig` in, :class:`History` out.
+"""The one training loop: :class:`TrainConfig` in, :class:`History` out.
 
 ``fit(model, (x, y), (x_val, y_val), config=TrainConfig(epochs=200, lr=1e-2))`` trains in place
-with Adam or SGD, MultiStepLR, optional clipping, early stopping on validation NLL and
-best-epoch restoring; losses of :mod:`selfcal.losses` plug in as ``loss_fn``, a
-``batch_transform(x, generator)`` (data augmentation) transforms the training minibatches, and
-``mixup_alpha > 0`` trains with mixup (``lam x + (1 - lam) x[pi]``, loss
-``lam loss(z, y) + (1 - lam) loss(z, y[pi])``).
+with Adam or SGD, MultiStepLR, optional clipping, early stopping on validation NLL (or
+accuracy) and best-epoch restoring; ``Trainer(config=...).fit(model, train, val)`` is the same
+as an estimator (``history_``). How each minibatch trains is a step strategy
+(:mod:`selfcal.training.steps`): a loss of :mod:`selfcal.losses` (``loss_fn=``), mixup
+(``mixup_alpha > 0``: ``lam x + (1 - lam) x[pi]``, loss ``lam loss(z, y) + (1 - lam)
+loss(z, y[pi])``), or a meta-learned regulariser (:class:`selfcal.bilevel.MetaStep`, which
+:func:`selfcal.bilevel.fit_meta` uses). A ``batch_transform(x, generator)`` (data
+augmentation) transforms the training minibatches. :func:`fit_batched` trains many
+independent full-batch Adam problems at once with ``torch.func.vmap`` (the same steps).
 """
 
+from selfcal.training.batched import fit_batched
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History
-from selfcal.training.loop import BatchTransform, fit, make_optimizer, predict_logits
+from selfcal.training.loop import (
+    BatchTransform,
+    Trainer,
+    fit,
+    make_optimizer,
+    predict_logits,
+    prepare_run,
+)
+from selfcal.training.steps import LossStep, MixupStep, Run, TrainStep
 
 __all__ = [
     "BatchTransform",
     "History",
+    "LossStep",
+    "MixupStep",
+    "Run",
     "TrainConfig",
+    "TrainStep",
+    "Trainer",
     "fit",
+    "fit_batched",
     "make_optimizer",
     "predict_logits",
+    "prepare_run",
 ]

@@ -1,25 +1,27 @@
-"""The plain training loop: :func:`fit` and :func:`predict_logits`, and the pieces another loop
-over the same protocol reuses (:func:`prepare_pair`, :func:`epoch_batches`,
-:func:`validation_scores`, :func:`check_parameters`, :func:`loss_value`,
-:func:`seeded_global_rng`, :func:`augmentation_generator`, :func:`bind_transform`; e.g.
-:mod:`selfcal.bilevel.meta_calibration`).
+"""The one training loop: :func:`fit` (function face), :class:`Trainer` (estimator face) and
+:func:`predict_logits`.
 
-One epoch = (``loss_fn.set_epoch(epoch)`` if the loss has it) -> minibatch steps
-(zero grad, forward, loss, backward, optional global-norm clipping, optimizer step) -> one
-``MultiStepLR`` step -> validation (NLL, accuracy, ECE) -> callback -> early-stopping check.
-Any NaN/inf loss, parameter or validation logit raises :class:`TrainingDiverged`.
+Every way selfcal trains a network runs this loop; what differs is the *step strategy*
+(:mod:`selfcal.training.steps`): plain training on a loss (:class:`LossStep`), mixup
+(:class:`MixupStep`), or a meta-learned regulariser (:class:`selfcal.bilevel.MetaStep`).
+
+One epoch = ``step.start_epoch(epoch)`` (a loss schedule is told the epoch) -> one
+``step.step`` per minibatch (for :class:`LossStep`: zero grad, forward, loss, backward, optional
+global-norm clipping, optimizer step) -> one ``MultiStepLR`` step -> validation (NLL, accuracy,
+ECE) -> ``step.end_epoch`` -> callback -> early-stopping check. Any NaN/inf loss, parameter or
+validation logit raises :class:`~selfcal.exceptions.TrainingDiverged`.
 
 Determinism: the minibatch order of epoch ``e`` is the ``e``-th ``torch.randperm`` of a
 ``torch.Generator`` seeded with ``config.seed``; randomness inside the model (dropout) draws
 from the global RNG, which ``fit`` seeds with ``config.seed`` inside
-:func:`torch.random.fork_rng`, so the caller's RNG state is left as it was. The training batch
-pipeline -- an optional ``batch_transform`` (data augmentation), then mixup if
-``mixup_alpha > 0`` -- draws from a third, *augmentation* ``torch.Generator``, on
-``config.device`` (where the batches are), whose seed is derived from ``config.seed`` by
-:class:`numpy.random.SeedSequence` (``[seed, 1]``): its stream is independent of the shuffling
-stream, and the shuffling is the same with or without augmentation. Per minibatch the transform
-draws first, then mixup draws ``lam`` and then its permutation. On the CPU two runs with equal
-inputs and config give bit-identical parameters.
+:func:`torch.random.fork_rng`, so the caller's RNG state is left as it was (a step's own
+initialisation, e.g. γ-Net's, draws from it first). The training batch pipeline -- an optional
+``batch_transform`` (data augmentation), then mixup -- draws from a third, *augmentation*
+``torch.Generator``, on ``config.device`` (where the batches are), whose seed is derived from
+``config.seed`` by :class:`numpy.random.SeedSequence` (``[seed, 1]``): its stream is independent
+of the shuffling stream, and the shuffling is the same with or without augmentation. Per
+minibatch the transform draws first, then mixup draws ``lam`` and then its permutation. On the
+CPU two runs with equal inputs and config give bit-identical parameters.
 """
 
 from __future__ import annotations
@@ -31,98 +33,176 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from selfcal._validation import check_nonnegative, check_optional_int
 from selfcal.exceptions import NonFinite, TrainingDiverged
-from selfcal.losses.mixup import mixup_batch, mixup_loss
 from selfcal.metrics import accuracy, ece, nll
 from selfcal.predictions import Predictions
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History, HistoryRecorder, StopReason
+from selfcal.training.steps import LossFn, LossStep, MixupStep, Pair, Run, TrainStep
 
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 EpochCallback = Callable[[int, nn.Module, History], bool | None]
 BatchTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
-BatchLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 Batch = torch.Tensor | slice
 
 
 def fit(
     model: nn.Module,
-    train: tuple[torch.Tensor, torch.Tensor],
-    val: tuple[torch.Tensor, torch.Tensor] | None = None,
+    train: Pair,
+    val: Pair | None = None,
     *,
     config: TrainConfig,
     loss_fn: LossFn | None = None,
+    mixup_alpha: float = 0.0,
+    step: TrainStep | None = None,
     on_epoch: EpochCallback | None = None,
     batch_transform: BatchTransform | None = None,
-    mixup_alpha: float = 0.0,
 ) -> History:
     """Train ``model`` in place on ``train = (x, y)``; return the run's :class:`History`.
 
-    ``loss_fn(logits, labels) -> scalar`` defaults to mean cross-entropy; pass
-    ``nn.CrossEntropyLoss(reduction="sum")`` for the papers' sum reduction. A loss object with
-    a ``set_epoch(epoch)`` method is told the epoch before the epoch's first step.
+    How each minibatch trains is ``step`` (:mod:`selfcal.training.steps`), or, as shortcuts
+    for the two plain strategies: ``loss_fn(logits, labels) -> scalar`` (default mean
+    cross-entropy; pass ``nn.CrossEntropyLoss(reduction="sum")`` for the papers' sum reduction;
+    a loss with a ``set_epoch(epoch)`` method is told the epoch), trained plainly
+    (:class:`LossStep`) or, with ``mixup_alpha > 0``, with mixup (:class:`MixupStep`, [MetaReg]
+    uses 1: the history's ``train_loss`` is then the mixed loss). Pass ``step`` or the
+    shortcuts, not both.
     ``on_epoch(epoch, model, history)`` runs after each epoch; returning ``True`` stops.
     ``batch_transform(x_batch, generator) -> x_batch`` (e.g.
     :func:`selfcal.data.augment.random_crop_flip`) is applied to every training minibatch, never
     to validation data, drawing its randomness from ``generator`` (on ``config.device``, seeded
     from ``config.seed``; see the module doc); it must keep the batch's rows.
-    ``mixup_alpha > 0`` trains with mixup (Zhang et al. 2018; [MetaReg] uses 1): per minibatch
-    (after ``batch_transform``) one ``lam ~ Beta(alpha, alpha)`` and a permutation ``pi`` of the
-    batch, drawn from the same generator (:func:`selfcal.losses.mixup_batch`), and the step
-    minimises ``lam * loss_fn(z, y) + (1 - lam) * loss_fn(z, y[pi])`` with
-    ``z = model(lam x + (1 - lam) x[pi])``; the history's ``train_loss`` is this mixed loss.
-    ``mixup_alpha = 0`` (default) is plain training, with no draws. Validation is never mixed.
     The model is moved to ``config.device`` and left in training mode; with
     ``config.restore_best`` it ends with the parameters of the best validation epoch
     (``config.best_by``).
     """
+    step = _strategy(step, loss_fn, mixup_alpha)
+    run = prepare_run(model, train, val, config=config, batch_transform=batch_transform)
+    with _seeded_global_rng(config.seed, run.device):
+        step.start(run)
+        return _epochs(run, step, on_epoch)
+
+
+def prepare_run(
+    model: nn.Module,
+    train: Pair,
+    val: Pair | None = None,
+    *,
+    config: TrainConfig,
+    batch_transform: BatchTransform | None = None,
+) -> Run:
+    """What :func:`fit` sets up before its first epoch: the model moved to ``config.device``,
+    the data validated (``x`` in the model's float dtype, labels in range), the optimizer, the
+    augmentation generator and the bound ``batch_transform`` -- a :class:`Run` that a step
+    strategy can also be started on and driven by hand (e.g. to time one step)."""
     device = torch.device(config.device)
     model.to(device)
-    x, y = prepare_pair(model, train, "train", device)
-    validation = None if val is None else prepare_pair(model, val, "val", device)
+    x, y = _prepare_pair(model, train, "train", device)
+    validation = None if val is None else _prepare_pair(model, val, "val", device)
     if validation is None and (config.early_stopping is not None or config.restore_best):
         raise ValueError("early_stopping and restore_best need validation data (val=...)")
-    loss_fn = F.cross_entropy if loss_fn is None else loss_fn
-    batch_loss = _batch_loss(
-        loss_fn, batch_transform, _mixup_alpha(mixup_alpha, x), config.seed, device
+    generator = _augmentation_generator(config.seed, device)
+    return Run(
+        model=model,
+        optimizer=make_optimizer(model, config),
+        config=config,
+        device=device,
+        train=(x, y),
+        validation=validation,
+        generator=generator,
+        augment=_bind_transform(batch_transform, generator),
+        prepare=lambda data, name: _prepare_pair(model, data, name, device),
     )
-    optimizer = make_optimizer(model, config)
+
+
+class Trainer:
+    """The estimator face of :func:`fit`: hyperparameters at construction, data at
+    :meth:`fit`, the result in ``history_`` (the same arguments as :func:`fit`)."""
+
+    def __init__(
+        self,
+        *,
+        config: TrainConfig,
+        loss_fn: LossFn | None = None,
+        mixup_alpha: float = 0.0,
+        step: TrainStep | None = None,
+        on_epoch: EpochCallback | None = None,
+        batch_transform: BatchTransform | None = None,
+    ) -> None:
+        self.config = config
+        self.loss_fn = loss_fn
+        self.mixup_alpha = mixup_alpha
+        self.step = step
+        self.on_epoch = on_epoch
+        self.batch_transform = batch_transform
+
+    def fit(self, model: nn.Module, train: Pair, val: Pair | None = None) -> Trainer:
+        """Train ``model`` in place; sets ``history_`` and returns ``self``."""
+        self.history_ = fit(
+            model,
+            train,
+            val,
+            config=self.config,
+            loss_fn=self.loss_fn,
+            mixup_alpha=self.mixup_alpha,
+            step=self.step,
+            on_epoch=self.on_epoch,
+            batch_transform=self.batch_transform,
+        )
+        return self
+
+
+def _strategy(step: TrainStep | None, loss_fn: LossFn | None, mixup_alpha: float) -> TrainStep:
+    """``step``, or the plain / mixup strategy the shortcuts describe."""
+    alpha = check_nonnegative("mixup_alpha", mixup_alpha)
+    if step is None:
+        return MixupStep(loss_fn, alpha) if alpha > 0 else LossStep(loss_fn)
+    if loss_fn is not None or alpha > 0:
+        raise ValueError("pass a step strategy or loss_fn / mixup_alpha, not both")
+    if not isinstance(step, TrainStep):
+        raise ValueError(f"step must be a TrainStep, got {type(step).__name__}")
+    return step
+
+
+def _epochs(run: Run, step: TrainStep, on_epoch: EpochCallback | None) -> History:
+    """The epochs of a run (module doc); returns the step's history of it."""
+    model, config, (x, y) = run.model, run.config, run.train
     scheduler = torch.optim.lr_scheduler.MultiStepLR(
-        optimizer, list(config.milestones), gamma=config.lr_decay
+        run.optimizer, list(config.milestones), gamma=config.lr_decay
     )
     shuffle = torch.Generator().manual_seed(config.seed)
     record = HistoryRecorder(best_by=config.best_by)
     best_state: dict[str, torch.Tensor] | None = None
     stop: StopReason = "completed"
     start = time.perf_counter()
-    with seeded_global_rng(config.seed, device):
-        for epoch in range(config.epochs):
-            epoch_start, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
-            try:
-                batches = epoch_batches(len(y), config.batch_size, shuffle, device)
-                _set_epoch(loss_fn, epoch)
-                loss = _train_epoch(model, x, y, batches, batch_loss, optimizer, config)
-                scheduler.step()
-                check_parameters(model)
-                scores = None if validation is None else validation_scores(model, *validation)
-            except NonFinite as err:
-                history = record.snapshot(time.perf_counter() - start)
-                raise TrainingDiverged(epoch, str(err), history) from None
-            record.train_loss.append(loss)
-            record.lr.append(lr)
-            if scores is not None and record.add_validation(epoch, *scores) and config.restore_best:
-                best_state = _copy_state(model)
-            record.epoch_time.append(time.perf_counter() - epoch_start)
-            stop = _stop_reason(record, epoch, config, on_epoch, model, start)
-            if stop != "completed":
-                break
+    for epoch in range(config.epochs):
+        epoch_start, lr = time.perf_counter(), run.optimizer.param_groups[0]["lr"]
+        try:
+            batches = _epoch_batches(len(y), config.batch_size, shuffle, run.device)
+            step.start_epoch(epoch)
+            loss = _train_epoch(model, x, y, batches, step)
+            scheduler.step()
+            _check_parameters(model)
+            scores = None if run.validation is None else _validation_scores(model, *run.validation)
+            step.end_epoch(model, run.validation)
+        except NonFinite as err:
+            history = step.history(record.snapshot(time.perf_counter() - start))
+            raise TrainingDiverged(epoch, str(err), history) from None
+        record.train_loss.append(loss)
+        record.lr.append(lr)
+        if scores is not None and record.add_validation(epoch, *scores) and config.restore_best:
+            best_state = _copy_state(model)
+        record.epoch_time.append(time.perf_counter() - epoch_start)
+        stop = _stop_reason(record, epoch, config, on_epoch, model, start, step)
+        if stop != "completed":
+            break
     if best_state is not None:
         model.load_state_dict(best_state)
-    return record.snapshot(time.perf_counter() - start, stop, restored=best_state is not None)
+    return step.history(
+        record.snapshot(time.perf_counter() - start, stop, restored=best_state is not None)
+    )
 
 
 def predict_logits(
@@ -160,77 +240,24 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
 
 
 def _train_epoch(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    batches: list[Batch],
-    batch_loss: BatchLoss,
-    optimizer: torch.optim.Optimizer,
-    config: TrainConfig,
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batches: list[Batch], step: TrainStep
 ) -> float:
-    """One pass over ``batches``; returns the batch-size-weighted mean of the batch losses
-    ``batch_loss(model, x[batch], y[batch])``."""
+    """One pass over ``batches``; returns the batch-size-weighted mean of the step losses."""
     model.train()
     total = 0.0
     for batch in batches:
-        optimizer.zero_grad(set_to_none=True)
-        loss = batch_loss(model, x[batch], y[batch])
-        value = loss_value(loss)
-        loss.backward()
-        if config.grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        total += value * len(y[batch])
+        total += step.step(model, x[batch], y[batch]) * len(y[batch])
     return total / len(y)
 
 
-def _set_epoch(loss_fn: LossFn, epoch: int) -> None:
-    """Tell a loss with a ``set_epoch(epoch)`` method (a schedule) the epoch."""
-    set_epoch = getattr(loss_fn, "set_epoch", None)
-    if callable(set_epoch):
-        set_epoch(epoch)
-
-
-def _batch_loss(
-    loss_fn: LossFn,
-    transform: BatchTransform | None,
-    mixup_alpha: float,
-    seed: int,
-    device: torch.device,
-) -> BatchLoss:
-    """``(model, x_batch, y_batch) -> loss`` of one training minibatch: ``transform``, then
-    (``mixup_alpha > 0``) ``x <- lam x + (1 - lam) x[pi]`` and
-    ``loss = lam * loss_fn(z, y) + (1 - lam) * loss_fn(z, y[pi])``; else ``loss_fn(z, y)``.
-    Both draw from one augmentation generator (see the module doc)."""
-    generator = augmentation_generator(seed, device)
-    augment = bind_transform(transform, generator)
-
-    def plain(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return loss_fn(model(augment(x)), y)
-
-    def mixed(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        x_mixed, y_a, y_b, lam = mixup_batch(augment(x), y, mixup_alpha, generator)
-        return mixup_loss(loss_fn, model(x_mixed), y_a, y_b, lam)
-
-    return plain if mixup_alpha == 0 else mixed
-
-
-def _mixup_alpha(alpha: Any, x: torch.Tensor) -> float:
-    """A finite ``alpha >= 0``; mixing (``alpha > 0``) needs floating-point inputs."""
-    alpha = check_nonnegative("mixup_alpha", alpha)
-    if alpha > 0 and not x.is_floating_point():
-        raise ValueError(f"mixup needs floating-point inputs, got dtype {x.dtype}")
-    return alpha
-
-
-def augmentation_generator(seed: int, device: torch.device) -> torch.Generator:
+def _augmentation_generator(seed: int, device: torch.device) -> torch.Generator:
     """The augmentation stream of a run seeded ``seed`` (see the module doc): a generator on
     ``device`` seeded from ``SeedSequence([seed, 1])``, independent of the shuffling stream."""
     derived = int(np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)[0])
     return torch.Generator(device=device).manual_seed(derived)
 
 
-def bind_transform(
+def _bind_transform(
     transform: BatchTransform | None, generator: torch.Generator
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """Bind ``transform`` (identity if ``None``) to ``generator`` and check what it returns."""
@@ -252,16 +279,7 @@ def bind_transform(
     return augment
 
 
-def loss_value(loss: Any) -> float:
-    if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
-        raise ValueError("loss_fn must return a scalar tensor")
-    value = float(loss.detach())
-    if not torch.isfinite(loss.detach()):
-        raise NonFinite(f"the training loss is {value}")
-    return value
-
-
-def epoch_batches(
+def _epoch_batches(
     n: int, batch_size: int | None, generator: torch.Generator, device: torch.device
 ) -> list[Batch]:
     """Full batch in data order, or a fresh permutation split into ``batch_size`` chunks."""
@@ -270,14 +288,14 @@ def epoch_batches(
     return list(torch.randperm(n, generator=generator).to(device).split(batch_size))
 
 
-def check_parameters(model: nn.Module) -> None:
+def _check_parameters(model: nn.Module) -> None:
     params = list(model.parameters())
     if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
         name = next(n for n, p in model.named_parameters() if not torch.isfinite(p).all())
         raise NonFinite(f"parameter {name!r} is not finite")
 
 
-def validation_scores(
+def _validation_scores(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor
 ) -> tuple[float, float, float]:
     """Validation NLL, accuracy and 15-bin ECE (float64, via :mod:`selfcal.metrics`)."""
@@ -295,8 +313,9 @@ def _stop_reason(
     on_epoch: EpochCallback | None,
     model: nn.Module,
     start: float,
+    step: TrainStep,
 ) -> StopReason:
-    snapshot = record.snapshot(time.perf_counter() - start)
+    snapshot = step.history(record.snapshot(time.perf_counter() - start))
     if on_epoch is not None and on_epoch(epoch, model, snapshot):
         return "callback"
     best, patience = record.best_epoch, config.early_stopping
@@ -310,7 +329,7 @@ def _copy_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 @contextlib.contextmanager
-def seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
+def _seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
     """Seed the global RNG(s) for in-model randomness; restore the caller's state after."""
     devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
@@ -318,7 +337,7 @@ def seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
         yield
 
 
-def prepare_pair(
+def _prepare_pair(
     model: nn.Module, data: Any, name: str, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate ``(x, y)``; return them on ``device`` (``x`` in the model's float dtype)."""

@@ -57,7 +57,7 @@ def test_wrong_feature_shape_raises():
 
 
 def test_gamma_with_given_parameters_equals_a_module_holding_them():
-    """``gamma(x, params)`` (the meta step's functional form) uses ``params``, not the
+    """``gamma_with(x, params)`` (the meta step's functional form) uses ``params``, not the
     module's own parameters, and is differentiable in them."""
     torch.manual_seed(2)
     net, other = GammaNet(6, 3).double(), GammaNet(6, 3).double()
@@ -66,7 +66,7 @@ def test_gamma_with_given_parameters_equals_a_module_holding_them():
         other.prototypes.mul_(4)
     x = torch.randn(9, 6, dtype=torch.float64)
     params = {k: p.detach().clone().requires_grad_() for k, p in other.named_parameters()}
-    gamma = net.gamma(x, params)
+    gamma = net.gamma_with(x, params)
     torch.testing.assert_close(gamma, other(x), rtol=0, atol=0)
     assert not torch.allclose(gamma, net(x))
     grads = torch.autograd.grad(gamma.sum(), list(params.values()))

@@ -1,6 +1,6 @@
-"""Meta-learning step on the bilevel engine (spec §5.2, §6.4): hypergradients against float64
-central finite differences of an independent plain-autograd lookahead, detached γ in the
-real step, the reference-code quirk switch, and a short training run."""
+"""Training with a meta-learned regulariser (methods §6.4): the meta step (detached γ from the
+updated γ-Net in the real step, the reference-code quirk switch), the trainer's options, and
+short training runs through the one training loop."""
 
 import copy
 import math
@@ -8,226 +8,31 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
+from bilevel_helpers import META_LR_STEP as LR
+from bilevel_helpers import tiny_meta_setup
 
-from selfcal.bilevel import (
-    AutogradLookahead,
-    GammaNet,
-    MetaBatch,
-    MetaCalibrationTrainer,
-    OneStepLookahead,
-    UnitL2,
-    fit_meta,
-    meta_calibration,
-    meta_hypergradient,
-    meta_objective,
-)
-from selfcal.bilevel._tree import tree_leaves
-from selfcal.bilevel.meta_calibration import training_loss
+from selfcal.bilevel import GammaNet, MetaStep, MetaTrainer, fit_meta, meta_objective
 from selfcal.losses import focal_loss
-from selfcal.models import MLP
-from selfcal.training import TrainConfig
-
-LR = 0.3
+from selfcal.training import TrainConfig, fit, prepare_run
 
 
-def tiny_setup(method: str):
-    """A 2-layer MLP (4 -> 5 -> head 3), 8 train and 8 meta-val samples, float64, and a meta
-    module whose parameters are all active (γ-Net read-out and L2 coefficients non-zero)."""
-    torch.manual_seed(0)
-    model = MLP(4, 3, hidden=(5,), activation="tanh").double()
-    x, xm = torch.randn(8, 4, dtype=torch.float64), torch.randn(8, 4, dtype=torch.float64)
-    y, ym = torch.randint(0, 3, (8,)), torch.randint(0, 3, (8,))
-    if method == "gamma-net":
-        meta = GammaNet(5, 3, tau=0.5).double()
-        with torch.no_grad():
-            meta.readout.weight.normal_(0, 0.5)
-            meta.prototypes.mul_(3)
-    else:
-        meta = UnitL2(model.head).double()
-        with torch.no_grad():
-            for p in meta.parameters():
-                p.uniform_(0.05, 0.4)
-    return model, meta, (x, y), (xm, ym)
-
-
-def batch_for(model, train, meta_val, with_meta_features=True):
-    with torch.no_grad():
-        features = model.features(train[0])
-        meta_features = model.features(meta_val[0]) if with_meta_features else None
-    return MetaBatch(*train, features, *meta_val, meta_features)
-
-
-def reference_meta_loss(model, meta, train, meta_val, objective, *, whole=False, backbone=None):
-    """F = objective(meta-val logits at theta' = theta - LR grad g) by plain torch.autograd
-    (create_graph), independent of torch.func and the engine; ``backbone`` overrides the
-    body's parameters (for the leak)."""
-    params = {k: p.detach().clone() for k, p in model.named_parameters()}
-    if backbone is not None:
-        params.update(backbone)
-    names = list(params) if whole else ["head.weight", "head.bias"]
-    for k in names:
-        params[k].requires_grad_(True)
-
-    def forward(x, p):
-        h = torch.tanh(x @ p["body.0.weight"].T + p["body.0.bias"])
-        return h, h @ p["head.weight"].T + p["head.bias"]
-
-    feats, logits = forward(train[0], params)
-    fixed_feats = model.features(train[0]).detach()
-    if isinstance(meta, GammaNet):
-        loss = focal_loss(logits, train[1], meta(fixed_feats), reduction="sum")
-    else:
-        loss = F.cross_entropy(logits, train[1], reduction="sum") + sum(
-            (lam * params[f"head.{k}"] ** 2).sum() for k, lam in meta.named_parameters()
-        )
-    grads = torch.autograd.grad(loss, [params[k] for k in names], create_graph=True)
-    stepped = dict(params)
-    stepped.update({k: params[k] - LR * g for k, g in zip(names, grads)})
-    return objective(forward(meta_val[0], stepped)[1], meta_val[1])
-
-
-def central_differences(fn, tensors, eps=1e-6):
-    """d fn / d t for every element of every tensor in ``tensors`` (perturbed in place)."""
-    out = []
-    for t in tensors:
-        g = torch.zeros_like(t)
-        flat, gflat = t.data.view(-1), g.view(-1)
-        for i in range(flat.numel()):
-            old = flat[i].item()
-            flat[i] = old + eps
-            up = float(fn().detach())
-            flat[i] = old - eps
-            down = float(fn().detach())
-            flat[i] = old
-            gflat[i] = (up - down) / (2 * eps)
-        out.append(g)
-    return out
-
-
-def assert_matches_fd(grads, params, fn):
-    expected = central_differences(fn, params)
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    flat_fd = torch.cat([g.reshape(-1) for g in expected])
-    assert flat.abs().max() > 1e-6, "the hypergradient must not be zero"
-    torch.testing.assert_close(flat, flat_fd, rtol=1e-5, atol=1e-8)
-
-
-@pytest.mark.parametrize(
-    "method,objective",
-    [("gamma-net", "sece"), ("gamma-net", "dece"), ("unit-l2", "dece"), ("unit-l2", "ce+dece")],
-)
-@pytest.mark.parametrize("lookahead", ["head", "all"])
-def test_hypergradient_matches_finite_differences(method, objective, lookahead):
-    model, meta, train, meta_val = tiny_setup(method)
-    fn = meta_objective(objective)
-    batch = batch_for(model, train, meta_val, with_meta_features=lookahead == "head")
-    result = meta_hypergradient(model, meta, batch, lr=LR, objective=fn, lookahead=lookahead)
-    names = [k for k, _ in meta.named_parameters()]
-    assert_matches_fd(
-        [result.grad[k] for k in names],
-        list(meta.parameters()),
-        lambda: reference_meta_loss(model, meta, train, meta_val, fn, whole=lookahead == "all"),
+def started_step(model, meta, train, meta_val, *, quirks=False, meta_lr=1e-3):
+    """A :class:`MetaStep` started on a plain SGD run (lr ``LR``, no momentum) with ``meta`` as
+    its meta module (the tiny set-up's, whose parameters are all active), ready for one step."""
+    step = MetaStep(
+        meta_val, meta_objective="sece", replicate_reference_quirks=quirks, meta_lr=meta_lr
     )
-    torch.testing.assert_close(
-        result.outer_loss,
-        reference_meta_loss(model, meta, train, meta_val, fn, whole=lookahead == "all").detach(),
-    )
-
-
-def test_whole_network_and_head_lookahead_differ():
-    model, meta, train, meta_val = tiny_setup("gamma-net")
-    fn = meta_objective("sece")
-    head = meta_hypergradient(
-        model, meta, batch_for(model, train, meta_val), lr=LR, objective=fn, lookahead="head"
-    )
-    whole = meta_hypergradient(
-        model, meta, batch_for(model, train, meta_val, False), lr=LR, objective=fn, lookahead="all"
-    )
-    diff = (head.grad["readout.weight"] - whole.grad["readout.weight"]).abs().max()
-    assert diff > 1e-6 * head.grad["readout.weight"].abs().max()
-
-
-def test_backbone_leak_equals_finite_differences_of_meta_loss_in_backbone():
-    model, meta, train, meta_val = tiny_setup("unit-l2")
-    fn = meta_objective("dece")
-    result = meta_hypergradient(
-        model,
-        meta,
-        batch_for(model, train, meta_val, False),
-        lr=LR,
-        objective=fn,
-        backbone_leak=True,
-    )
-    backbone = {
-        k: p.detach().clone() for k, p in model.named_parameters() if not k.startswith("head.")
-    }
-    assert_matches_fd(
-        [result.grad["backbone"][k] for k in backbone],
-        list(backbone.values()),
-        lambda: reference_meta_loss(model, meta, train, meta_val, fn, backbone=backbone),
-    )
-    plain = meta_hypergradient(model, meta, batch_for(model, train, meta_val), lr=LR, objective=fn)
-    torch.testing.assert_close(result.grad["meta"], plain.grad)
-
-
-@pytest.mark.parametrize(
-    "method,objective",
-    [("gamma-net", "sece"), ("gamma-net", "dece"), ("unit-l2", "dece"), ("unit-l2", "ce+dece")],
-)
-@pytest.mark.parametrize("leak", [False, True], ids=["plain", "leak"])
-def test_autograd_fast_path_equals_the_engine(method, objective, leak):
-    """The head lookahead's fast path (plain autograd) against the engine's torch.func
-    OneStepLookahead, float64, with and without the reference-code backbone leak."""
-    model, meta, train, meta_val = tiny_setup(method)
-    batch = batch_for(model, train, meta_val, with_meta_features=not leak)
-    kwargs = {"lr": LR, "objective": meta_objective(objective), "backbone_leak": leak}
-    fast = meta_hypergradient(model, meta, batch, estimator=AutogradLookahead(), **kwargs)
-    engine = meta_hypergradient(model, meta, batch, estimator=OneStepLookahead(), **kwargs)
-    assert float(max(g.abs().max() for g in tree_leaves(fast.grad))) > 1e-6
-    if leak:
-        assert set(fast.grad) == {"meta", "backbone"}
-    for got, want in zip(tree_leaves(tuple(fast)), tree_leaves(tuple(engine)), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-
-
-def test_head_lookahead_defaults_to_the_fast_path_and_whole_network_to_the_engine(monkeypatch):
-    calls = []
-
-    class Spy(AutogradLookahead):
-        def __call__(self, *args):
-            calls.append(args)
-            return super().__call__(*args)
-
-    monkeypatch.setattr(meta_calibration, "AutogradLookahead", Spy)
-    model, meta, train, meta_val = tiny_setup("gamma-net")
-    fn = meta_objective("sece")
-    meta_hypergradient(model, meta, batch_for(model, train, meta_val), lr=LR, objective=fn)
-    meta_hypergradient(
-        model,
-        meta,
-        batch_for(model, train, meta_val, False),
-        lr=LR,
-        objective=fn,
-        backbone_leak=True,
-    )
-    assert len(calls) == 2
-    meta_hypergradient(
-        model, meta, batch_for(model, train, meta_val, False), lr=LR, objective=fn, lookahead="all"
-    )
-    assert len(calls) == 2
+    run = prepare_run(model, train, config=TrainConfig(optimizer="sgd", lr=LR, momentum=0.0))
+    step.start(run)
+    step.meta_module = meta
+    step.meta_optimizer = torch.optim.Adam(meta.parameters(), lr=meta_lr)
+    step.start_epoch(0)
+    return step
 
 
 def one_step(quirks: bool):
-    model, meta, train, meta_val = tiny_setup("gamma-net")
-    trainer = MetaCalibrationTrainer(
-        meta_objective="sece",
-        replicate_reference_quirks=quirks,
-        config=TrainConfig(optimizer="sgd", lr=LR),
-    )
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    meta_optimizer = torch.optim.Adam(meta.parameters(), lr=1e-3)
-    trainer.step(model, meta, *train, *meta_val, optimizer, meta_optimizer, LR)
+    model, meta, train, meta_val = tiny_meta_setup("gamma-net")
+    started_step(model, meta, train, meta_val, quirks=quirks).step(model, *train)
     return model, meta, train
 
 
@@ -238,7 +43,7 @@ def test_quirk_switch_changes_backbone_gradient_only_by_the_leak():
 
 
 def test_real_step_uses_detached_gamma_from_the_updated_gamma_net():
-    model, meta, train, meta_val = tiny_setup("gamma-net")
+    model, meta, train, meta_val = tiny_meta_setup("gamma-net")
     before = {k: p.detach().clone() for k, p in meta.named_parameters()}
     model, meta, _ = one_step(False)
     assert any(not torch.equal(before[k], p) for k, p in meta.named_parameters())
@@ -246,30 +51,27 @@ def test_real_step_uses_detached_gamma_from_the_updated_gamma_net():
     model.zero_grad(set_to_none=True)
     features = model.features(train[0])
     logits = model.head(features)
-    loss = training_loss(
-        meta, logits, train[1], features.detach(), dict(model.head.named_parameters())
-    )
+    head = dict(model.head.named_parameters())
+    loss = meta.training_loss(logits, train[1], features=features.detach(), head=head)
     loss.backward()
     assert all(p.grad is None for p in meta.parameters())  # no path into γ-Net
     expected = focal_loss(logits, train[1], meta(features.detach()).detach(), reduction="sum")
     torch.testing.assert_close(loss, expected)
     with torch.no_grad():
         meta.readout.bias.add_(0.3)
-    changed = training_loss(meta, logits, train[1], features.detach(), {})
+    changed = meta.training_loss(logits, train[1], features=features.detach(), head={})
     assert not torch.isclose(changed, loss)
 
 
 def test_step_returns_the_focal_loss_with_the_updated_gamma_net():
     """The real step's loss uses γ from the γ-Net *after* its Adam step (evaluated once, for
     the finiteness check, and reused), on the train features before the real step."""
-    model, meta, train, meta_val = tiny_setup("gamma-net")
+    model, meta, train, meta_val = tiny_meta_setup("gamma-net")
     before = copy.deepcopy(model)
-    trainer = MetaCalibrationTrainer(meta_objective="sece", config=TrainConfig(lr=LR))
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    meta_optimizer = torch.optim.Adam(meta.parameters(), lr=0.1)
     gamma_before = meta(before.features(train[0])).detach()
-    value, _, gamma = trainer.step(model, meta, *train, *meta_val, optimizer, meta_optimizer, LR)
-    torch.testing.assert_close(gamma, gamma_before)
+    step = started_step(model, meta, train, meta_val, meta_lr=0.1)
+    value = step.step(model, *train)
+    torch.testing.assert_close(step.gammas[-1], gamma_before)
     with torch.no_grad():
         features = before.features(train[0])
         updated = meta(features)
@@ -284,25 +86,18 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="meta_objective"):
         meta_objective("ece")
     with pytest.raises(ValueError, match="method"):
-        MetaCalibrationTrainer(method="gamma", config=TrainConfig())
+        MetaTrainer(method="gamma", config=TrainConfig())
     with pytest.raises(ValueError, match="lookahead"):
-        MetaCalibrationTrainer(
-            lookahead="all", replicate_reference_quirks=True, config=TrainConfig()
+        MetaTrainer(lookahead="all", replicate_reference_quirks=True, config=TrainConfig())
+    with pytest.raises(ValueError, match="meta_lr must be a finite number"):
+        MetaStep((torch.zeros(2, 2), torch.zeros(2)), meta_lr=0.0)
+    with pytest.raises(ValueError, match="features\\(x\\) and a final nn.Linear"):
+        fit(
+            torch.nn.Linear(4, 3),
+            (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+            config=TrainConfig(epochs=1),
+            step=MetaStep((torch.randn(8, 4), torch.randint(0, 3, (8,)))),
         )
-
-
-def test_ce_objective_is_mean_cross_entropy_in_float64():
-    """The "FLγ" ablation's meta-objective: mean CE alone, float64, differentiable."""
-    g = torch.Generator().manual_seed(0)
-    logits, labels = 3 * torch.randn(16, 5, generator=g), torch.randint(0, 5, (16,), generator=g)
-    logits.requires_grad_(True)
-    value = meta_objective("ce")(logits, labels)
-    assert value.dtype == torch.float64
-    torch.testing.assert_close(value, F.cross_entropy(logits.double(), labels))
-    torch.testing.assert_close(value.float(), F.cross_entropy(logits, labels))
-    (grad,) = torch.autograd.grad(value, logits)
-    expected = (logits.double().softmax(1) - F.one_hot(labels, 5)) / 16  # d mean CE / d z
-    torch.testing.assert_close(grad, expected.float())
 
 
 @pytest.mark.parametrize("method,objective", [("gamma-net", "sece"), ("unit-l2", "dece")])
@@ -378,8 +173,9 @@ def test_gamma_net_dece_on_mnist1d_does_not_diverge():
 
 
 def test_hooks_on_epoch_and_batch_transform():
-    """``on_epoch(epoch, model, meta)`` runs once per epoch with the trained γ-Net and changes
-    nothing; ``batch_transform`` sees only the training minibatches (never meta-val or
+    """``on_epoch(epoch, model, history)`` runs once per epoch with the meta history so far and
+    changes nothing (through a :class:`MetaStep` in ``fit`` it can read the γ-Net being
+    trained); ``batch_transform`` sees only the training minibatches (never meta-val or
     validation), draws from fit's augmentation generator, and does change the training."""
     from selfcal.data import load_dataset
     from selfcal.models import build_model
@@ -396,32 +192,37 @@ def test_hooks_on_epoch_and_batch_transform():
         grad_clip=2.0,
         seed=3,
     )
+    train_pair, val_pair = (data.train.x, data.train.y), (data.val.x[half:], data.val.y[half:])
+    meta_val = (data.val.x[:half], data.val.y[:half])
 
     def train(**hooks):
         model = build_model("cnn2d", seed=0, n_classes=data.n_classes)
-        history = fit_meta(
-            model,
-            (data.train.x, data.train.y),
-            (data.val.x[half:], data.val.y[half:]),
-            (data.val.x[:half], data.val.y[:half]),
-            config=config,
-            **hooks,
-        )
+        history = fit_meta(model, train_pair, val_pair, meta_val, config=config, **hooks)
         return model, history
 
-    calls = []
-
-    def record(epoch, model, meta):
-        with torch.no_grad():
-            gamma = float(meta(model.features(data.val.x[half:])).mean())
-        calls.append((epoch, model.training, isinstance(meta, GammaNet), gamma))
-
+    seen = []
     plain, history = train()
-    hooked, _ = train(on_epoch=record)
-    assert [c[:3] for c in calls] == [(0, True, True), (1, True, True)]
-    assert [c[3] for c in calls] == pytest.approx(list(history.val_gamma_mean), rel=1e-5)
+    hooked, _ = train(on_epoch=lambda e, m, h: seen.append((e, m.training, len(h.meta_loss))))
+    assert seen == [(0, True, 1), (1, True, 2)]
     for a, b in zip(plain.parameters(), hooked.parameters(), strict=True):
         assert torch.equal(a, b)
+
+    calls = []
+    step = MetaStep(meta_val)
+
+    def record(epoch, model, _history):
+        with torch.no_grad():
+            gamma = float(step.meta_module(model.features(data.val.x[half:])).mean())
+        calls.append((epoch, model.training, isinstance(step.meta_module, GammaNet), gamma))
+
+    model = build_model("cnn2d", seed=0, n_classes=data.n_classes)
+    stepped = fit(model, train_pair, val_pair, config=config, step=step, on_epoch=record)
+    assert [c[:3] for c in calls] == [(0, True, True), (1, True, True)]
+    assert [c[3] for c in calls] == pytest.approx(list(history.val_gamma_mean), rel=1e-5)
+    assert stepped.train_loss == history.train_loss
+    assert stepped.val_gamma_mean == history.val_gamma_mean
+    for a, b in zip(plain.parameters(), model.parameters(), strict=True):
+        assert torch.equal(a, b)  # fit_meta is fit with a MetaStep
     sizes, draws = [], []
 
     def flip(batch, generator):

@@ -28,7 +28,7 @@ import selfcal.metrics as M
 from selfcal import Predictions
 from selfcal.bilevel import BO4SC, Adam, Unrolled
 from selfcal.experiments import RunResult, RunSpec
-from selfcal.metrics.calibration import top_label_bins
+from selfcal.metrics.binning import top_label_bins
 from selfcal.models import build_model
 from selfcal.posthoc import IsotonicCalibration, TemperatureScaling
 from selfcal.studies import _images
@@ -150,7 +150,6 @@ def train_bo4sc(
         return False
 
     fitted = BO4SC(
-        model,
         batch_size=recipe.batch_size,
         val_batch_size=None
         if recipe.batch_size is None
@@ -165,7 +164,7 @@ def train_bo4sc(
         record_weights=False,
         seed=seed,
         callback=offer,
-    ).fit(*train, *meta_val)
+    ).fit(model, train, meta_val)
     w = fitted.weights_.detach().double().cpu()
     return {"weight_mean": float(w.mean()), "weight_below_half": float((w < 0.5).double().mean())}
 
@@ -174,9 +173,8 @@ def train_bo4sc(
 class BestCheckpoint:
     """The state with the lowest validation NLL offered so far (the first of equals; a
     non-finite NLL is never kept): early stopping with unlimited patience, without stopping.
-    ``after_epoch`` is :func:`selfcal.training.fit`'s and :func:`selfcal.bilevel.fit_meta`'s
-    callback; :meth:`offer` takes functional parameters too (BO4SC's ``theta``, with the
-    module's buffers)."""
+    ``after_epoch`` is :func:`selfcal.training.fit`'s callback; :meth:`offer` takes functional
+    parameters too (BO4SC's ``theta``, with the module's buffers)."""
 
     def __init__(self, x_val: torch.Tensor, y_val: torch.Tensor) -> None:
         self.x, self.y = x_val, y_val

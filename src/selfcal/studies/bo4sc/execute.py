@@ -39,11 +39,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, vmap
 
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.experiments.selection import grid
 from selfcal.studies.bo4sc.protocol import Bo4scProtocol, Regime
+from selfcal.training import fit_batched
 
 BATCHES = (("blobs-1.3", "blobs-1.7"), ("spiral-2.5", "spiral-3.5"))
 """Datasets with the same shapes (inputs, classes, split sizes), trained in one vmap."""
@@ -207,14 +208,14 @@ def standard_runs(
     problems = Problems(members, grid(lr=first.standard_lrs), data, first.hidden)
     model = template(data[members[0]], first.hidden)
     x, y = problems.stacked("train")
-    snapshots = train_standard(
+    snapshots = fit_batched(
         model,
         problems.initial_params(),
         x,
         y,
         problems.hyper("lr"),
-        first.epochs,
-        protocol.checkpoint_every,
+        epochs=first.epochs,
+        every=protocol.checkpoint_every,
     )
     scores = checkpoint_scores(model, snapshots, *problems.stacked("val"))
     out = {}
@@ -259,27 +260,6 @@ def posthoc_results(
         "isoreg": result(protocol, iso_pred, chosen, kept, proper_scores=iso_probs),
         "ts": result(protocol, ts_pred, {**chosen, "temperature": ts.temperature_}, kept),
     }
-
-
-def train_standard(model, params, x, y, lr, epochs: int, every: int):
-    """Full-batch Adam on mean cross-entropy for ``P`` stacked problems at once (``vmap``):
-    ``params`` ``{name: (P, ...)}``, data ``(P, n, d)`` / ``(P, n)``, ``lr`` ``(P,)``. Returns
-    the parameters every ``every`` epochs. Same steps as :func:`selfcal.training.fit` with
-    ``TrainConfig(optimizer="adam", batch_size=None)``."""
-    from selfcal.bilevel.optim import Adam
-
-    def step(theta, state, x, y, lr):
-        g = grad(lambda th: F.cross_entropy(functional_call(model, th, (x,)), y))(theta)
-        return Adam(lr, eps_root=0.0).step(theta, g, state)
-
-    state = vmap(lambda th: Adam(1e-3).init(th))(params)
-    vstep = vmap(step)
-    snapshots = []
-    for epoch in range(1, epochs + 1):
-        params, state = vstep(params, state, x, y, lr)
-        if epoch % every == 0:
-            snapshots.append(params)
-    return snapshots
 
 
 # ------------------------------------------------------------------------------ BO4SC

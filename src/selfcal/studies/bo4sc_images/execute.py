@@ -95,7 +95,6 @@ def train_bo4sc(
         protocol.lr, protocol.momentum, protocol.weight_decay, protocol.grad_clip, batch
     )
     return BO4SC(
-        model,
         batch_size=batch,
         val_batch_size=min(len(meta_val[0]), protocol.val_batch_size),
         estimator=Unrolled(steps),
@@ -107,7 +106,7 @@ def train_bo4sc(
         batch_transform=transform,
         history_rows=200,
         seed=seed,
-    ).fit(*train, *meta_val)
+    ).fit(model, train, meta_val)
 
 
 def weight_record(

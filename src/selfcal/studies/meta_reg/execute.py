@@ -69,16 +69,22 @@ def train_method(
     curves: _images.Curves | None = None,
     batch_transform: Any = None,
 ) -> Any:
-    """Train ``model`` in place as ``METHODS[method]`` (:func:`selfcal.studies._images.train_as`)
+    """Train ``model`` in place as ``METHODS[method]`` (:func:`selfcal.studies._images.method_step`)
     with the candidate's ``options``, recording ``curves``; the history."""
-    entry = METHODS[method]
-    on_epoch = (
-        None
-        if curves is None
-        else (curves.after_meta_epoch if entry[0] == "meta" else curves.after_epoch)
-    )
-    return _images.train_as(
-        entry, options, model, train, val, meta_val, config, on_epoch, batch_transform
+    from selfcal.training import fit
+
+    step = _images.method_step(METHODS[method], options, meta_val)
+    if curves is not None:
+        curves.follow(step)
+    on_epoch = None if curves is None else curves.after_epoch
+    return fit(
+        model,
+        train,
+        val,
+        config=config,
+        step=step,
+        on_epoch=on_epoch,
+        batch_transform=batch_transform,
     )
 
 

@@ -1,0 +1,149 @@
+"""Step strategies: how one training minibatch moves the model, inside the one training loop.
+
+:func:`selfcal.training.fit` owns everything around a step -- data checks, seeding, epochs and
+shuffling, the optimizer and its learning-rate schedule, validation, history, early stopping,
+checkpoints, divergence -- and asks a :class:`TrainStep` to take each minibatch step. A step:
+
+* :meth:`TrainStep.start` receives the run (:class:`Run`: model, optimizer, config, the
+  validated data, the augmentation generator) once, before the first epoch, inside the run's
+  seeded RNG context: a step that creates parameters (γ-Net) draws them there;
+* :meth:`TrainStep.start_epoch` is told each epoch before its first minibatch;
+* :meth:`TrainStep.step` takes one minibatch ``(x, y)`` (raw: the step applies the run's
+  ``augment``) and returns the loss value it trained on (raising
+  :class:`~selfcal.exceptions.NonFinite` for NaN/inf, which the loop reports as divergence);
+* :meth:`TrainStep.end_epoch` runs after the epoch's validation (records of its own);
+* :meth:`TrainStep.history` turns the loop's :class:`~selfcal.training.History` into the
+  step's own (e.g. with meta-learning curves).
+
+The strategies: :class:`LossStep` (plain training on a loss), :class:`MixupStep` (mixup) and
+:class:`selfcal.bilevel.MetaStep` (a meta-learned regulariser: γ-Net or unit-wise L2, one
+lookahead per minibatch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from selfcal._validation import check_nonnegative
+from selfcal.exceptions import NonFinite
+from selfcal.losses.mixup import mixup_batch, mixup_loss
+from selfcal.training.config import TrainConfig
+from selfcal.training.history import History
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class Run:
+    """What the loop gives its step: the model, its optimizer and config, the validated
+    training and validation data (on ``device``, ``x`` in the model's float dtype), the
+    augmentation generator and ``augment`` (the run's ``batch_transform`` bound to it, the
+    identity without one), and ``prepare(data, name)``, which validates another ``(x, y)``
+    pair by the same rules (e.g. a meta-validation set)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    config: TrainConfig
+    device: torch.device
+    train: Pair
+    validation: Pair | None
+    generator: torch.Generator
+    augment: Callable[[torch.Tensor], torch.Tensor]
+    prepare: Callable[[Any, str], Pair]
+
+
+class TrainStep:
+    """Base class of the step strategies (module doc). Subclasses implement :meth:`step`."""
+
+    run: Run
+
+    def start(self, run: Run) -> None:
+        """Called once before the first epoch, inside the run's seeded RNG context."""
+        self.run = run
+
+    def start_epoch(self, epoch: int) -> None:
+        """Called before each epoch's first minibatch (epochs are numbered from 0)."""
+
+    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        """One minibatch step; returns the loss value it trained on."""
+        raise NotImplementedError
+
+    def end_epoch(self, model: nn.Module, validation: Pair | None) -> None:
+        """Called after each epoch's validation (analysis only: must not train)."""
+
+    def history(self, base: History) -> History:
+        """The run's history as this step reports it (``base`` itself by default)."""
+        return base
+
+
+def loss_value(loss: Any) -> float:
+    """``float(loss)`` of a scalar tensor; :class:`NonFinite` for NaN/inf."""
+    if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+        raise ValueError("loss_fn must return a scalar tensor")
+    value = float(loss.detach())
+    if not torch.isfinite(loss.detach()):
+        raise NonFinite(f"the training loss is {value}")
+    return value
+
+
+def descend(model: nn.Module, loss: torch.Tensor, run: Run) -> float:
+    """The optimizer step on ``loss`` (its gradients clipped to the global L2 norm
+    ``config.grad_clip`` if set); returns the loss value. The caller has zeroed the
+    gradients before computing ``loss``."""
+    value = loss_value(loss)
+    loss.backward()
+    if run.config.grad_clip is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), run.config.grad_clip)
+    run.optimizer.step()
+    return value
+
+
+class LossStep(TrainStep):
+    """Plain training: zero the gradients, ``loss_fn(model(augment(x)), y)``, backward,
+    optional clipping, the optimizer step. ``loss_fn(logits, labels) -> scalar`` defaults to
+    mean cross-entropy; a loss with a ``set_epoch(epoch)`` method (a schedule such as FLSD-53)
+    is told each epoch."""
+
+    def __init__(self, loss_fn: LossFn | None = None) -> None:
+        self.loss_fn: LossFn = F.cross_entropy if loss_fn is None else loss_fn
+
+    def start_epoch(self, epoch: int) -> None:
+        set_epoch = getattr(self.loss_fn, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        self.run.optimizer.zero_grad(set_to_none=True)
+        return descend(model, self.loss(model, x, y), self.run)
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The minibatch's training loss."""
+        return self.loss_fn(model(self.run.augment(x)), y)
+
+
+class MixupStep(LossStep):
+    """Mixup (Zhang et al. 2018; [MetaReg] uses ``alpha = 1``): per minibatch, after the
+    run's ``augment``, one ``lam ~ Beta(alpha, alpha)`` and a permutation ``pi`` drawn from the
+    run's augmentation generator (:func:`selfcal.losses.mixup_batch`), and the loss
+    ``lam * loss_fn(z, y) + (1 - lam) * loss_fn(z, y[pi])`` with
+    ``z = model(lam x + (1 - lam) x[pi])``. Needs floating-point inputs."""
+
+    def __init__(self, loss_fn: LossFn | None = None, alpha: float = 1.0) -> None:
+        super().__init__(loss_fn)
+        self.alpha = check_nonnegative("mixup_alpha", alpha)
+
+    def start(self, run: Run) -> None:
+        if not run.train[0].is_floating_point():
+            raise ValueError(f"mixup needs floating-point inputs, got dtype {run.train[0].dtype}")
+        super().start(run)
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        mixed, y_a, y_b, lam = mixup_batch(self.run.augment(x), y, self.alpha, self.run.generator)
+        return mixup_loss(self.loss_fn, model(mixed), y_a, y_b, lam)
