@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from selfcal.training.history import History
 
+__all__ = ["DatasetNotFoundError", "NotFittedError", "StaleResults", "TrainingDiverged"]
+
 
 class NotFittedError(ValueError, RuntimeError):
     """An estimator (a post-hoc calibrator, :class:`~selfcal.bilevel.BO4SC`) was used before
