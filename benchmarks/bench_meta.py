@@ -39,6 +39,7 @@ from torch import nn
 from selfcal.bilevel import (
     AutogradLookahead,
     MetaBatch,
+    MetaLookahead,
     MetaStep,
     OneStepLookahead,
     meta_hypergradient,
@@ -114,9 +115,8 @@ def component_steps(name: str, data: tuple[torch.Tensor, ...]) -> dict[str, Step
         batch = MetaBatch(x, y, features, xm, ym, eval_features(model, xm))
 
     def hypergradient(estimator: AutogradLookahead | OneStepLookahead) -> Step:
-        return lambda: meta_hypergradient(
-            model, meta, batch, lr=CONFIG.lr, objective=objective, estimator=estimator
-        )
+        lookahead = MetaLookahead(CONFIG.lr, objective)
+        return lambda: meta_hypergradient(model, meta, batch, lookahead, estimator=estimator)
 
     return {
         "meta-val forward (eval mode, no grad)": lambda: eval_features(model, xm),

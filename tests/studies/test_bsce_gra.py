@@ -56,7 +56,7 @@ def test_cifar_run_plumbing_on_a_fake_cifar(tmp_path, monkeypatch):
 
     write_cifar10(tmp_path, n_per_batch=10, n_test=20)
     monkeypatch.setenv("SELFCAL_DATA", str(tmp_path))
-    monkeypatch.setattr(_images, "PAPER", _images.Regime("paper", 2, (1,)))
+    monkeypatch.setattr(_images.recipe, "PAPER", _images.Regime("paper", 2, (1,)))
     monkeypatch.setitem(execute.MODELS, "cifar10", "resnet18")
     seen = []
     real = _images.augmentation

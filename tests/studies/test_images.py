@@ -30,7 +30,7 @@ def test_cifar_rows_join_only_the_full_protocol_when_the_data_is_present(tmp_pat
     assert FULL.regimes_for("cifar10") == (PAPER,) and FULL.regimes_for("mnist1d") == FULL.regimes
     assert FULL.candidates("cifar10", "bsce-gra") == [{"gamma": 4.0, "norm": 2}]
     assert len(FULL.candidates("mnist1d", "bsce-gra")) == 10
-    config = _images.train_config(FULL, PAPER, "cifar10", 0)
+    config = FULL.train_config(PAPER, "cifar10", 0)
     assert (config.epochs, config.milestones, config.optimizer, config.batch_size) == (
         350,
         (150, 250),

@@ -33,9 +33,7 @@ def test_curves_do_not_change_the_trained_model(method, options):
     history with and without them; the γ statistics are γ-Net's on the test set."""
     regime = _images.Regime("short", 3, (2,))
     data, train, meta_val = execute.load_splits(QUICK, "digits-images", 0)
-    config = _images.train_config(
-        QUICK, regime, "digits-images", 0, restore_best=True, best_by="accuracy"
-    )
+    config = QUICK.train_config(regime, "digits-images", 0, restore_best=True, best_by="accuracy")
     curves = _images.Curves(data, 1, 3, 15)
     states, histories = [], []
     for recorder in (None, curves):
@@ -108,7 +106,7 @@ def test_cifar_rows_on_a_fake_cifar_and_the_published_numbers(tmp_path, monkeypa
 
     write_cifar10(tmp_path / "data", n_per_batch=4, n_test=10)
     monkeypatch.setenv("SELFCAL_DATA", str(tmp_path / "data"))
-    monkeypatch.setattr(_images, "PAPER", _images.Regime("paper", 2, (1,)))
+    monkeypatch.setattr(_images.recipe, "PAPER", _images.Regime("paper", 2, (1,)))
     probe = MetaRegProtocol(
         "full",
         seeds=(0,),

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 from torch.utils.data import Dataset, default_collate
 
-from selfcal.predictions import validate_labels
+from selfcal.predictions import ArrayLike, to_tensor, validate_labels
 
 QUANTILE_LEVELS = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
 """The weight-table quantiles recorded after every outer iteration."""
@@ -134,3 +135,39 @@ class WeightRecord:
             return torch.sort(weights.detach().double().cpu()).values[ranks - 1]
         cumulative = torch.cumsum(self.counts, 0)
         return torch.searchsorted(cumulative, ranks).double() / QUANTILE_RESOLUTION
+
+
+# ----------------------------------------------------------------------------- input checks
+def as_pair(data: Any, name: str) -> tuple[Any, Any]:
+    """``(x, y)`` from a pair (tuple or list of two)."""
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise ValueError(f"{name} must be a pair (x, y) or a Dataset, got {type(data).__name__}")
+    return data[0], data[1]
+
+
+def model_classes(model: nn.Module, x: torch.Tensor) -> int:
+    """The model's number of classes, from its eval-mode output on a few rows."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(x)
+    finally:
+        model.train(was_training)
+    if logits.ndim != 2 or logits.shape[0] != x.shape[0] or logits.shape[1] < 2:
+        raise ValueError(
+            f"the model must return logits of shape (N, C) with C >= 2, got "
+            f"{tuple(logits.shape)} for {x.shape[0]} rows"
+        )
+    return int(logits.shape[1])
+
+
+def feature_rows(x: ArrayLike, name: str, like: torch.Tensor) -> torch.Tensor:
+    """``x`` as a tensor of the model's dtype (on its own device), with rows and finite."""
+    x = to_tensor(x, name)
+    if x.ndim < 1 or x.shape[0] < 1:
+        raise ValueError(f"{name} must have at least one row, got shape {tuple(x.shape)}")
+    x = x.to(dtype=like.dtype)
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return x

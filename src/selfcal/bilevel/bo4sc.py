@@ -55,7 +55,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from selfcal._validation import check_hyper, check_int
+from selfcal._validation import check_hyper, check_int, check_real
 from selfcal.bilevel.engine import BilevelProblem, Estimator
 from selfcal.bilevel.estimators import Unrolled
 from selfcal.bilevel.optim import Adam, Hyper, Optimizer, Params
@@ -185,19 +185,10 @@ class BO4SCConfig:
         if self.constraint not in CONSTRAINTS:
             raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {self.constraint!r}")
         check_hyper("beta", self.beta, 0.0)
-        if isinstance(self.weight_lr, torch.Tensor):
-            if self.weight_lr.ndim != 0:
-                raise ValueError("weight_lr must be a float or a 0-d tensor")
-        elif not (math.isfinite(self.weight_lr) and self.weight_lr >= 0):
-            raise ValueError(f"weight_lr must be finite and >= 0, got {self.weight_lr}")
+        check_hyper("weight_lr", self.weight_lr, 0.0)
         low, high = (0.0, 1.0) if self.constraint == "clip" else (-math.inf, math.inf)
-        if not (math.isfinite(self.initial_weight) and low <= self.initial_weight <= high):
-            raise ValueError(
-                f"initial_weight must be finite (and in [0, 1] with clipping), "
-                f"got {self.initial_weight}"
-            )
-        if not 0 < self.clamp_eps < 0.5:
-            raise ValueError(f"clamp_eps must lie in (0, 0.5), got {self.clamp_eps}")
+        check_real("initial_weight", self.initial_weight, low, high)
+        check_real("clamp_eps", self.clamp_eps, 0.0, 0.5, low_open=True, high_open=True)
 
 
 def bo4sc_init(params: Params, n_train: int, config: BO4SCConfig) -> BO4SCState:

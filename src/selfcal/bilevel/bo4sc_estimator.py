@@ -20,29 +20,20 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from selfcal._validation import check_int
-from selfcal.bilevel._batches import EpochSampler, Rows, WeightRecord
-from selfcal.bilevel.bo4sc import (
-    DEFAULT_INNER_LR,
-    DEFAULT_INNER_STEPS,
-    DEFAULT_WEIGHT_LR,
-    BO4SCBatch,
-    BO4SCBatchInfo,
-    BO4SCConfig,
-    BO4SCData,
-    BO4SCInfo,
-    BO4SCState,
-    Constraint,
-    bo4sc_init,
-    bo4sc_minibatch_step,
-    bo4sc_step,
-    boltzmann_confidence,
-    update_running_stats,
+from selfcal.bilevel import bo4sc as core
+from selfcal.bilevel._batches import (
+    EpochSampler,
+    Rows,
+    WeightRecord,
+    as_pair,
+    feature_rows,
+    model_classes,
 )
 from selfcal.bilevel.engine import Estimator
 from selfcal.bilevel.estimators import Unrolled
 from selfcal.bilevel.optim import Adam, Optimizer, Params
 from selfcal.exceptions import NotFittedError
-from selfcal.predictions import ArrayLike, to_tensor, validate_labels
+from selfcal.predictions import ArrayLike, validate_labels
 
 PREDICT_CHUNK = 4096
 """Rows per forward pass in :meth:`BO4SC.predict_confidence`."""
@@ -112,11 +103,11 @@ class BO4SC:
         inner_steps: int | None = None,
         outer_iterations: int = 100,
         inner_lr: float | None = None,
-        weight_lr: float = DEFAULT_WEIGHT_LR,
+        weight_lr: float = core.DEFAULT_WEIGHT_LR,
         beta: float = 20.0,
         estimator: Estimator | None = None,
         inner_optimizer: Optimizer | None = None,
-        constraint: Constraint = "clip",
+        constraint: core.Constraint = "clip",
         initial_weight: float = 1.0,
         record_weights: bool = True,
         history_rows: int = 1000,
@@ -146,16 +137,16 @@ class BO4SC:
         self.callback = callback
 
     # ------------------------------------------------------------- configuration
-    def _config(self) -> BO4SCConfig:
+    def _config(self) -> core.BO4SCConfig:
         if self.estimator is not None and self.inner_steps is not None:
             raise ValueError("pass inner_steps or estimator, not both")
         if self.inner_optimizer is not None and self.inner_lr is not None:
             raise ValueError("pass inner_lr or inner_optimizer, not both")
         check_int("outer_iterations", self.outer_iterations)
         check_int("history_rows", self.history_rows)
-        steps = DEFAULT_INNER_STEPS if self.inner_steps is None else self.inner_steps
-        lr = DEFAULT_INNER_LR if self.inner_lr is None else self.inner_lr
-        return BO4SCConfig(
+        steps = core.DEFAULT_INNER_STEPS if self.inner_steps is None else self.inner_steps
+        lr = core.DEFAULT_INNER_LR if self.inner_lr is None else self.inner_lr
+        return core.BO4SCConfig(
             estimator=self.estimator if self.estimator is not None else Unrolled(steps),
             inner_optimizer=self.inner_optimizer if self.inner_optimizer is not None else Adam(lr),
             weight_lr=self.weight_lr,
@@ -184,16 +175,16 @@ class BO4SC:
             if len(train_rows) < 1 or len(val_rows) < 1:
                 raise ValueError("the training and validation datasets must not be empty")
         else:
-            (x_train, y_train), (x_val, y_val) = _pair(train, "train"), _pair(val, "val")
-            xt = _features(x_train, "x_train", like)
-            xv = _features(x_val, "x_val", like)
+            (x_train, y_train), (x_val, y_val) = as_pair(train, "train"), as_pair(val, "val")
+            xt = feature_rows(x_train, "x_train", like)
+            xv = feature_rows(x_val, "x_val", like)
             if xt.shape[1:] != xv.shape[1:]:
                 raise ValueError(
                     f"x_train rows have shape {tuple(xt.shape[1:])} but x_val "
                     f"rows have {tuple(xv.shape[1:])}"
                 )
             train_rows, val_rows = Rows(xt, y_train, "x_train"), Rows(xv, y_val, "x_val")
-        n_classes = _n_classes(model, train_rows.features(min(len(train_rows), 8), like))
+        n_classes = model_classes(model, train_rows.features(min(len(train_rows), 8), like))
         for rows in (train_rows, val_rows):
             rows.n_classes = n_classes
             if not rows.is_dataset:
@@ -236,7 +227,7 @@ class BO4SC:
             generator = torch.Generator().manual_seed(seed)
             run = _Run(self, model, config, train, val, batch_size, val_size, generator, like)
             try:
-                state, record, losses = run.loop(bo4sc_init(params, len(train), config))
+                state, record, losses = run.loop(core.bo4sc_init(params, len(train), config))
             except BaseException:  # an interrupted fit leaves the model as it found it
                 with torch.no_grad():
                     for name, value in model.named_buffers():
@@ -261,7 +252,7 @@ class BO4SC:
         if not hasattr(self, "weights_"):
             raise NotFittedError("BO4SC is not fitted yet; call fit() first")
         like = next(iter(self._params(self.model_).values()))
-        x = _features(x, "x", like)
+        x = feature_rows(x, "x", like)
         with _mode(self.model_, training=False), torch.no_grad():
             probs = torch.cat(
                 [
@@ -269,7 +260,7 @@ class BO4SC:
                     for c in x.split(PREDICT_CHUNK)
                 ]
             )
-        return boltzmann_confidence(probs, self.beta_) if smooth else probs.amax(dim=-1)
+        return core.boltzmann_confidence(probs, self.beta_) if smooth else probs.amax(dim=-1)
 
 
 class _Run:
@@ -279,7 +270,7 @@ class _Run:
         self,
         owner: BO4SC,
         model: nn.Module,
-        config: BO4SCConfig,
+        config: core.BO4SCConfig,
         train: Rows,
         val: Rows,
         batch_size: int | None,
@@ -314,7 +305,9 @@ class _Run:
             else torch.sort(torch.randperm(n, generator=generator)[:wanted]).values
         )
 
-    def loop(self, state: BO4SCState) -> tuple[BO4SCState, WeightRecord, list[torch.Tensor]]:
+    def loop(
+        self, state: core.BO4SCState
+    ) -> tuple[core.BO4SCState, WeightRecord, list[torch.Tensor]]:
         record = WeightRecord(state.weights, self.history_rows, self.config.constraint == "clip")
         losses = []
         with _progress(self.owner.progress, self.owner.outer_iterations) as advance:
@@ -328,7 +321,7 @@ class _Run:
                     break
         return state, record, losses
 
-    def config_at(self, iteration: int) -> BO4SCConfig:
+    def config_at(self, iteration: int) -> core.BO4SCConfig:
         """The configuration of outer iteration ``iteration`` (the scheduled inner lr)."""
         schedule = self.owner.inner_lr_schedule
         if schedule is None:
@@ -338,8 +331,8 @@ class _Run:
         return dataclasses.replace(self.config, inner_optimizer=scaled)
 
     def step(
-        self, state: BO4SCState, config: BO4SCConfig
-    ) -> tuple[BO4SCState, BO4SCInfo | BO4SCBatchInfo, Any, torch.Tensor]:
+        self, state: core.BO4SCState, config: core.BO4SCConfig
+    ) -> tuple[core.BO4SCState, core.BO4SCInfo | core.BO4SCBatchInfo, Any, torch.Tensor]:
         """One outer iteration; also the rows it may change (``None``: all) and their weights
         before it."""
         if self.val_sampler is None:
@@ -351,31 +344,35 @@ class _Run:
         return self._minibatch_step(state, config, self.train_sampler, x_val, y_val)
 
     def _full_batch_step(
-        self, state: BO4SCState, config: BO4SCConfig, x_val: torch.Tensor, y_val: torch.Tensor
-    ) -> tuple[BO4SCState, BO4SCInfo, None, torch.Tensor]:
+        self,
+        state: core.BO4SCState,
+        config: core.BO4SCConfig,
+        x_val: torch.Tensor,
+        y_val: torch.Tensor,
+    ) -> tuple[core.BO4SCState, core.BO4SCInfo, None, torch.Tensor]:
         x, y = self.all_train  # type: ignore[misc]
         x = self._augment(x)
-        update_running_stats(self.model, state.params, [x] * self.steps)
-        new, info = bo4sc_step(self.model, state, BO4SCData(x, y, x_val, y_val), config)
+        core.update_running_stats(self.model, state.params, [x] * self.steps)
+        new, info = core.bo4sc_step(self.model, state, core.BO4SCData(x, y, x_val, y_val), config)
         return new, info, None, state.weights
 
     def _minibatch_step(
         self,
-        state: BO4SCState,
-        config: BO4SCConfig,
+        state: core.BO4SCState,
+        config: core.BO4SCConfig,
         sampler: EpochSampler,
         x_val: torch.Tensor,
         y_val: torch.Tensor,
-    ) -> tuple[BO4SCState, BO4SCBatchInfo, torch.Tensor, torch.Tensor]:
+    ) -> tuple[core.BO4SCState, core.BO4SCBatchInfo, torch.Tensor, torch.Tensor]:
         rows = sampler.draw(self.steps)
         x, y = self.train.take(rows.reshape(-1), self.device, self.dtype)
         x = torch.stack([self._augment(b) for b in x.unflatten(0, rows.shape)])
-        update_running_stats(self.model, state.params, x)
+        core.update_running_stats(self.model, state.params, x)
         rows = rows.to(self.device)
         changed = torch.unique(rows)
         before = state.weights[changed]
-        batch = BO4SCBatch(x, y.view(rows.shape), rows, x_val, y_val)
-        state, info = bo4sc_minibatch_step(self.model, state, batch, config)
+        batch = core.BO4SCBatch(x, y.view(rows.shape), rows, x_val, y_val)
+        state, info = core.bo4sc_minibatch_step(self.model, state, batch, config)
         return state, info, changed, before
 
     def _augment(self, x: torch.Tensor) -> torch.Tensor:
@@ -386,36 +383,6 @@ class _Run:
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             raise ValueError("batch_transform must return a tensor of the batch's shape")
         return out
-
-
-def _pair(data: Any, name: str) -> tuple[Any, Any]:
-    """``(x, y)`` from a pair (tuple or list of two)."""
-    if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise ValueError(f"{name} must be a pair (x, y) or a Dataset, got {type(data).__name__}")
-    return data[0], data[1]
-
-
-def _n_classes(model: nn.Module, x: torch.Tensor) -> int:
-    """The model's number of classes, from its eval-mode output on a few rows."""
-    with _mode(model, training=False), torch.no_grad():
-        logits = model(x)
-    if logits.ndim != 2 or logits.shape[0] != x.shape[0] or logits.shape[1] < 2:
-        raise ValueError(
-            f"the model must return logits of shape (N, C) with C >= 2, got "
-            f"{tuple(logits.shape)} for {x.shape[0]} rows"
-        )
-    return int(logits.shape[1])
-
-
-def _features(x: ArrayLike, name: str, like: torch.Tensor) -> torch.Tensor:
-    """``x`` as a tensor of the model's dtype (on its own device), with rows and finite."""
-    x = to_tensor(x, name)
-    if x.ndim < 1 or x.shape[0] < 1:
-        raise ValueError(f"{name} must have at least one row, got shape {tuple(x.shape)}")
-    x = x.to(dtype=like.dtype)
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or infinite values")
-    return x
 
 
 @contextlib.contextmanager

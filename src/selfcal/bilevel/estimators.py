@@ -104,18 +104,23 @@ class Unrolled:
 
 
 @dataclass(frozen=True)
-class OneStepLookahead:
+class _LastStepOnly:
+    """The estimators that differentiate the last of ``steps >= 1`` inner steps only."""
+
+    steps: int = 1
+
+    def __post_init__(self) -> None:
+        check_int("steps", self.steps, 1)
+
+
+@dataclass(frozen=True)
+class OneStepLookahead(_LastStepOnly):
     """Differentiate through the last inner step only: ``Unrolled(steps, backprop_steps=1)``.
 
     With ``steps=1`` this is the classic lookahead (DARTS, Meta-Calibration, gamma-Net):
     ``theta' = step(theta, grad_theta g(theta, phi))`` and ``dF/dphi = df/dphi +
     (d theta'/d phi)^T grad_theta f(theta', phi)``.
     """
-
-    steps: int = 1
-
-    def __post_init__(self) -> None:
-        check_int("steps", self.steps, 1)
 
     def __call__(
         self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
@@ -124,7 +129,7 @@ class OneStepLookahead:
 
 
 @dataclass(frozen=True)
-class AutogradLookahead:
+class AutogradLookahead(_LastStepOnly):
     """:class:`OneStepLookahead` with the differentiated step on the regular autograd tape.
 
     The first ``steps - 1`` steps run as in :class:`OneStepLookahead` (no graph); then, with
@@ -142,11 +147,6 @@ class AutogradLookahead:
     regular tape, so it does not run under ``torch.func.vmap``; a ``phi`` leaf the outer loss
     does not reach gets a zero gradient, as with ``torch.func``. Results are detached.
     """
-
-    steps: int = 1
-
-    def __post_init__(self) -> None:
-        check_int("steps", self.steps, 1)
 
     def __call__(
         self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any

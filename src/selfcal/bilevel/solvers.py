@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from selfcal._validation import check_int, check_nonnegative, check_positive
 from selfcal.bilevel._tree import Tree, tree_add, tree_dot, tree_map, tree_scale
 
 MatVec = Callable[[Tree], Tree]
@@ -37,14 +38,8 @@ class ConjugateGradient:
     damping: float = 0.0
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.iterations, bool)
-            or not isinstance(self.iterations, int)
-            or self.iterations < 1
-        ):
-            raise ValueError(f"iterations must be a positive int, got {self.iterations!r}")
-        if not self.damping >= 0:
-            raise ValueError(f"damping must be >= 0, got {self.damping}")
+        check_int("iterations", self.iterations)
+        check_nonnegative("damping", self.damping)
 
     def __call__(self, matvec: MatVec, b: Tree) -> Tree:
         def apply(v: Tree) -> Tree:
@@ -79,14 +74,8 @@ class Neumann:
     iterations: int = 20
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.iterations, bool)
-            or not isinstance(self.iterations, int)
-            or self.iterations < 0
-        ):
-            raise ValueError(f"iterations must be an int >= 0, got {self.iterations!r}")
-        if not self.alpha > 0:
-            raise ValueError(f"alpha must be > 0, got {self.alpha}")
+        check_int("iterations", self.iterations, minimum=0)
+        check_positive("alpha", self.alpha)
 
     def __call__(self, matvec: MatVec, b: Tree) -> Tree:
         term = tree_scale(b, self.alpha)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from selfcal._validation import check_int
 from selfcal.data.core import DataSplits, build_splits, check_sizes, child_rngs
 from selfcal.data.registry import register_dataset
 
@@ -84,8 +85,7 @@ def sample_drinkers(
     n: int, rng: np.random.Generator, max_drinks: int = 14
 ) -> dict[str, np.ndarray]:
     """Draw ``n`` people: gender, weight_kg, drinks, meal, duration_min (see module docstring)."""
-    if max_drinks < 1:
-        raise ValueError(f"max_drinks must be >= 1, got {max_drinks}")
+    check_int("max_drinks", max_drinks)
     return {
         "gender": rng.integers(0, 2, n),
         "weight_kg": rng.uniform(*WEIGHT_RANGE_KG, n),

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from selfcal._validation import check_positive
 from selfcal.data.core import DataSplits, build_splits, check_sizes, child_rngs
 from selfcal.data.registry import register_dataset
 
@@ -67,8 +68,7 @@ def sample_blobs(
     centres: np.ndarray, sigma: float, n: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` balanced points ``x ~ N(centres[y], sigma^2 I)``; returns (x [n, 2], y [n])."""
-    if not sigma > 0:
-        raise ValueError(f"sigma must be positive, got {sigma}")
+    check_positive("sigma", sigma)
     y = np.repeat(np.arange(len(centres)), class_counts(n, len(centres)))
     x = centres[y] + sigma * rng.standard_normal((n, centres.shape[1]))
     return x, y

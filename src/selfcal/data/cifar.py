@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from selfcal._validation import check_choice, check_optional_int
+from selfcal._validation import check_choice, check_optional_int, check_real
 from selfcal.data.core import DataSplits, locate_dataset_dir, splits_from_parts
 from selfcal.data.registry import register_dataset
 
@@ -155,8 +155,7 @@ def reference_split_indices(
     equal to val's, [MC]'s ``meta_val_size=1``), ``n_meta = floor((1 + 1) f n)``, meta_val =
     ``indices[n_val:n_meta]`` and train = ``indices[n_meta:]``.
     """
-    if not 0.0 < valid_fraction < 1.0:
-        raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
+    check_real("valid_fraction", valid_fraction, 0.0, 1.0, low_open=True, high_open=True)
     indices = np.arange(n)
     np.random.RandomState(split_seed).shuffle(indices)
     n_val = int(np.floor(valid_fraction * n))

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal._validation import check_int
 from selfcal.exceptions import DatasetNotFoundError
 
 SPLIT_NAMES = ("train", "val", "test")
@@ -102,8 +103,7 @@ class DataSplits:
     extra: Mapping[str, Split] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.n_classes < 2:
-            raise ValueError(f"n_classes must be >= 2, got {self.n_classes}")
+        check_int("n_classes", self.n_classes, minimum=2)
         self._check_extra()
         if set(self.raw_features) != set(self.split_names):
             raise ValueError(f"raw_features needs exactly the keys {self.split_names}")

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from selfcal._validation import check_positive
 from selfcal.data.core import DataSplits, build_splits, check_sizes, child_rngs
 from selfcal.data.registry import register_dataset
 
@@ -65,8 +66,8 @@ def sample_spirals(
     n: int, sigma: float, arm_scale: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` balanced spiral points; returns (x [n, 2], y [n]) with y in {0, 1}."""
-    if not sigma > 0 or not arm_scale > 0:
-        raise ValueError(f"sigma and arm_scale must be positive, got {sigma}, {arm_scale}")
+    check_positive("sigma", sigma)
+    check_positive("arm_scale", arm_scale)
     y = (np.arange(n) >= (n + 1) // 2).astype(np.int64)
     t = np.sqrt(rng.uniform(size=n)) * T_MAX
     sign = np.where(y == 0, 1.0, -1.0)[:, None]

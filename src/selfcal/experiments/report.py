@@ -304,20 +304,13 @@ def detectable(
     return detectable_difference(sd, n), sd, n
 
 
-def detectable_line(
-    results: StudyResults,
-    dataset: str,
-    reference: str,
-    methods: Sequence[str],
-    metric: str,
-    regime_name: str = "",
-    scale: float = 100.0,
-    unit: str = "points",
-) -> str:
-    """:func:`detectable` in words."""
-    found = detectable(results, dataset, reference, methods, metric, regime_name)
+def detectable_line(*where: Any, scale: float = 100.0, unit: str = "points") -> str:
+    """:func:`detectable` of ``where`` (its arguments: results, dataset, reference, methods,
+    metric[, regime]) in words; an empty string when nothing was compared."""
+    found = detectable(*where)
     if found is None:
         return ""
+    reference, metric = where[2], where[4]
     mde, sd, n = found
     return (
         f"Power: with {n} seeds and the median spread of the paired differences against "

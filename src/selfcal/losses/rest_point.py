@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from selfcal._validation import check_fraction
 from selfcal.losses.weights import WeightFunction
 
 REST_POINT_TOL = 1e-12
@@ -67,8 +68,7 @@ def gra_rest_point(
         raise ValueError("every row of eta must be a probability vector")
     if damping is None:
         damping = 1.0 / (1.0 + float(getattr(weight, "gamma", 5.0)))
-    if not 0 < damping <= 1:
-        raise ValueError(f"damping must be in (0, 1], got {damping!r}")
+    check_fraction("damping", damping)
     tiny = torch.finfo(torch.float64).tiny
     log_eta = eta.clamp_min(tiny).log()
     log_p = log_eta.clone()

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from selfcal._validation import check_choice, check_int, check_real
 from selfcal.metrics._api import Metric
 from selfcal.predictions import Predictions, as_predictions
 
@@ -89,8 +90,7 @@ class Resamples:
     device: torch.device | str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.n_resamples < 1:
-            raise ValueError(f"n_resamples must be >= 1, got {self.n_resamples}")
+        check_int("n_resamples", self.n_resamples)
         self._kept: list[torch.Tensor] | None = None
 
     def chunks(self) -> Iterator[torch.Tensor]:
@@ -174,10 +174,8 @@ def bootstrap_ci(
     ``bootstrap_ci(ece, labels=y, logits=z, n_bins=15)``); ``method`` is ``"percentile"`` or
     ``"basic"`` (module docstring). ``resamples`` (a :class:`Resamples` of the same size)
     replaces the draw from ``seed``, so several metrics can share one set."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if method not in INTERVAL_METHODS:
-        raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
+    check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+    check_choice("method", method, INTERVAL_METHODS)
     pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
     core = metric.core
     with torch.no_grad():

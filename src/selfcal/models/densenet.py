@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfcal._validation import check_int
+from selfcal._validation import check_fraction, check_int
 from selfcal.models._image import check_counts, check_images
 from selfcal.models.registry import register_model
 
@@ -80,8 +80,7 @@ class DenseNet(nn.Module):
         check_int("n_classes", n_classes, minimum=2)
         check_int("growth", growth)
         check_int("in_channels", in_channels)
-        if not 0.0 < reduction <= 1.0:
-            raise ValueError(f"reduction must lie in (0, 1], got {reduction!r}")
+        check_fraction("reduction", reduction)
         self.n_classes, self.in_channels = n_classes, in_channels
         planes = 2 * growth
         self.conv1 = nn.Conv2d(in_channels, planes, kernel_size=3, padding=1, bias=False)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from selfcal._validation import check_real
 from selfcal.metrics.binning import BinStats, calibration_error, top_label_bins
 from selfcal.metrics.bootstrap import percentile_interval, resampled_values
 from selfcal.plots._base import (
@@ -47,8 +48,7 @@ def bootstrap_bin_accuracy(
     gets NaN. Under ``strategy="quantile"`` the edges move with each resample, so bin ``m`` is
     "the m-th equal-mass bin" rather than a fixed interval.
     """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
     values = resampled_values(
         lambda w: top_label_bins(pred, n_bins, strategy, w).accuracy,
         pred.n_samples,

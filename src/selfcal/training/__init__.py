@@ -2,8 +2,7 @@
 
 ``fit(model, (x, y), (x_val, y_val), config=TrainConfig(epochs=200, lr=1e-2))`` trains in place
 with Adam or SGD, MultiStepLR, optional clipping, early stopping on validation NLL (or
-accuracy) and best-epoch restoring; ``Trainer(config=...).fit(model, train, val)`` is the same
-as an estimator (``history_``). How each minibatch trains is a step strategy
+accuracy) and best-epoch restoring. How each minibatch trains is a step strategy
 (:mod:`selfcal.training.steps`): a loss of :mod:`selfcal.losses` (``loss_fn=``), mixup
 (``mixup_alpha > 0``: ``lam x + (1 - lam) x[pi]``, loss ``lam loss(z, y) + (1 - lam)
 loss(z, y[pi])``), or a meta-learned regulariser (:class:`selfcal.bilevel.MetaStep`, which
@@ -17,7 +16,6 @@ from selfcal.training.config import TrainConfig
 from selfcal.training.history import History
 from selfcal.training.loop import (
     BatchTransform,
-    Trainer,
     fit,
     make_optimizer,
     predict_logits,
@@ -33,7 +31,6 @@ __all__ = [
     "Run",
     "TrainConfig",
     "TrainStep",
-    "Trainer",
     "fit",
     "fit_batched",
     "make_optimizer",

@@ -1,4 +1,4 @@
-"""The one training loop: :func:`fit` (function face), :class:`Trainer` (estimator face) and
+"""The one training loop: :func:`fit`, the set-up it shares (:func:`prepare_run`) and
 :func:`predict_logits`.
 
 Every way selfcal trains a network runs this loop; what differs is the *step strategy*
@@ -115,43 +115,6 @@ def prepare_run(
         augment=_bind_transform(batch_transform, generator),
         prepare=lambda data, name: _prepare_pair(model, data, name, device),
     )
-
-
-class Trainer:
-    """The estimator face of :func:`fit`: hyperparameters at construction, data at
-    :meth:`fit`, the result in ``history_`` (the same arguments as :func:`fit`)."""
-
-    def __init__(
-        self,
-        *,
-        config: TrainConfig,
-        loss_fn: LossFn | None = None,
-        mixup_alpha: float = 0.0,
-        step: TrainStep | None = None,
-        on_epoch: EpochCallback | None = None,
-        batch_transform: BatchTransform | None = None,
-    ) -> None:
-        self.config = config
-        self.loss_fn = loss_fn
-        self.mixup_alpha = mixup_alpha
-        self.step = step
-        self.on_epoch = on_epoch
-        self.batch_transform = batch_transform
-
-    def fit(self, model: nn.Module, train: Pair, val: Pair | None = None) -> Trainer:
-        """Train ``model`` in place; sets ``history_`` and returns ``self``."""
-        self.history_ = fit(
-            model,
-            train,
-            val,
-            config=self.config,
-            loss_fn=self.loss_fn,
-            mixup_alpha=self.mixup_alpha,
-            step=self.step,
-            on_epoch=self.on_epoch,
-            batch_transform=self.batch_transform,
-        )
-        return self
 
 
 def _strategy(step: TrainStep | None, loss_fn: LossFn | None, mixup_alpha: float) -> TrainStep:

@@ -12,6 +12,7 @@ from bilevel_helpers import meta_batch_for, tiny_meta_setup
 from selfcal.bilevel import (
     AutogradLookahead,
     GammaNet,
+    MetaLookahead,
     OneStepLookahead,
     meta_hypergradient,
     meta_objective,
@@ -85,7 +86,7 @@ def test_hypergradient_matches_finite_differences(method, objective, lookahead):
     model, meta, train, meta_val = tiny_meta_setup(method)
     fn = meta_objective(objective)
     batch = meta_batch_for(model, train, meta_val, with_meta_features=lookahead == "head")
-    result = meta_hypergradient(model, meta, batch, lr=LR, objective=fn, lookahead=lookahead)
+    result = meta_hypergradient(model, meta, batch, MetaLookahead(LR, fn, lookahead))
     names = [k for k, _ in meta.named_parameters()]
     assert_matches_fd(
         [result.grad[k] for k in names],
@@ -101,17 +102,10 @@ def test_hypergradient_matches_finite_differences(method, objective, lookahead):
 def test_whole_network_and_head_lookahead_differ():
     model, meta, train, meta_val = tiny_meta_setup("gamma-net")
     fn = meta_objective("sece")
-    head = meta_hypergradient(
-        model, meta, meta_batch_for(model, train, meta_val), lr=LR, objective=fn, lookahead="head"
-    )
-    whole = meta_hypergradient(
-        model,
-        meta,
-        meta_batch_for(model, train, meta_val, False),
-        lr=LR,
-        objective=fn,
-        lookahead="all",
-    )
+    batch = meta_batch_for(model, train, meta_val)
+    head = meta_hypergradient(model, meta, batch, MetaLookahead(LR, fn, "head"))
+    batch = meta_batch_for(model, train, meta_val, False)
+    whole = meta_hypergradient(model, meta, batch, MetaLookahead(LR, fn, "all"))
     diff = (head.grad["readout.weight"] - whole.grad["readout.weight"]).abs().max()
     assert diff > 1e-6 * head.grad["readout.weight"].abs().max()
 
@@ -119,14 +113,8 @@ def test_whole_network_and_head_lookahead_differ():
 def test_backbone_leak_equals_finite_differences_of_meta_loss_in_backbone():
     model, meta, train, meta_val = tiny_meta_setup("unit-l2")
     fn = meta_objective("dece")
-    result = meta_hypergradient(
-        model,
-        meta,
-        meta_batch_for(model, train, meta_val, False),
-        lr=LR,
-        objective=fn,
-        backbone_leak=True,
-    )
+    batch = meta_batch_for(model, train, meta_val, False)
+    result = meta_hypergradient(model, meta, batch, MetaLookahead(LR, fn, backbone_leak=True))
     backbone = {
         k: p.detach().clone() for k, p in model.named_parameters() if not k.startswith("head.")
     }
@@ -135,9 +123,8 @@ def test_backbone_leak_equals_finite_differences_of_meta_loss_in_backbone():
         list(backbone.values()),
         lambda: reference_meta_loss(model, meta, train, meta_val, fn, backbone=backbone),
     )
-    plain = meta_hypergradient(
-        model, meta, meta_batch_for(model, train, meta_val), lr=LR, objective=fn
-    )
+    batch = meta_batch_for(model, train, meta_val)
+    plain = meta_hypergradient(model, meta, batch, MetaLookahead(LR, fn))
     torch.testing.assert_close(result.grad["meta"], plain.grad)
 
 
@@ -151,9 +138,9 @@ def test_autograd_fast_path_equals_the_engine(method, objective, leak):
     OneStepLookahead, float64, with and without the reference-code backbone leak."""
     model, meta, train, meta_val = tiny_meta_setup(method)
     batch = meta_batch_for(model, train, meta_val, with_meta_features=not leak)
-    kwargs = {"lr": LR, "objective": meta_objective(objective), "backbone_leak": leak}
-    fast = meta_hypergradient(model, meta, batch, estimator=AutogradLookahead(), **kwargs)
-    engine = meta_hypergradient(model, meta, batch, estimator=OneStepLookahead(), **kwargs)
+    lookahead = MetaLookahead(LR, meta_objective(objective), backbone_leak=leak)
+    fast = meta_hypergradient(model, meta, batch, lookahead, estimator=AutogradLookahead())
+    engine = meta_hypergradient(model, meta, batch, lookahead, estimator=OneStepLookahead())
     assert float(max(g.abs().max() for g in tree_leaves(fast.grad))) > 1e-6
     if leak:
         assert set(fast.grad) == {"meta", "backbone"}
@@ -172,24 +159,14 @@ def test_head_lookahead_defaults_to_the_fast_path_and_whole_network_to_the_engin
     monkeypatch.setattr(lookahead_module, "AutogradLookahead", Spy)
     model, meta, train, meta_val = tiny_meta_setup("gamma-net")
     fn = meta_objective("sece")
-    meta_hypergradient(model, meta, meta_batch_for(model, train, meta_val), lr=LR, objective=fn)
-    meta_hypergradient(
-        model,
-        meta,
+    with_features, without = (
+        meta_batch_for(model, train, meta_val),
         meta_batch_for(model, train, meta_val, False),
-        lr=LR,
-        objective=fn,
-        backbone_leak=True,
     )
+    meta_hypergradient(model, meta, with_features, MetaLookahead(LR, fn))
+    meta_hypergradient(model, meta, without, MetaLookahead(LR, fn, backbone_leak=True))
     assert len(calls) == 2
-    meta_hypergradient(
-        model,
-        meta,
-        meta_batch_for(model, train, meta_val, False),
-        lr=LR,
-        objective=fn,
-        lookahead="all",
-    )
+    meta_hypergradient(model, meta, without, MetaLookahead(LR, fn, "all"))
     assert len(calls) == 2
 
 
@@ -205,3 +182,11 @@ def test_ce_objective_is_mean_cross_entropy_in_float64():
     (grad,) = torch.autograd.grad(value, logits)
     expected = (logits.double().softmax(1) - F.one_hot(labels, 5)) / 16  # d mean CE / d z
     torch.testing.assert_close(grad, expected.float())
+
+
+def test_lookahead_options_are_checked():
+    fn = meta_objective("sece")
+    with pytest.raises(ValueError, match="lookahead must be one of"):
+        MetaLookahead(LR, fn, "body")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="head lookahead only"):
+        MetaLookahead(LR, fn, "all", backbone_leak=True)

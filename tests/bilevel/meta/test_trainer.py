@@ -20,12 +20,14 @@ def started_step(model, meta, train, meta_val, *, quirks=False, meta_lr=1e-3):
     """A :class:`MetaStep` started on a plain SGD run (lr ``LR``, no momentum) with ``meta`` as
     its meta module (the tiny set-up's, whose parameters are all active), ready for one step."""
     step = MetaStep(
-        meta_val, meta_objective="sece", replicate_reference_quirks=quirks, meta_lr=meta_lr
+        meta_val,
+        meta_module=meta,
+        meta_objective="sece",
+        replicate_reference_quirks=quirks,
+        meta_lr=meta_lr,
     )
-    run = prepare_run(model, train, config=TrainConfig(optimizer="sgd", lr=LR, momentum=0.0))
-    step.start(run)
-    step.meta_module = meta
-    step.meta_optimizer = torch.optim.Adam(meta.parameters(), lr=meta_lr)
+    step.start(prepare_run(model, train, config=TrainConfig(optimizer="sgd", lr=LR, momentum=0.0)))
+    assert step.meta_module is meta
     step.start_epoch(0)
     return step
 
@@ -91,6 +93,15 @@ def test_bad_arguments_raise():
         MetaTrainer(lookahead="all", replicate_reference_quirks=True, config=TrainConfig())
     with pytest.raises(ValueError, match="meta_lr must be a finite number"):
         MetaStep((torch.zeros(2, 2), torch.zeros(2)), meta_lr=0.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gamma'"):
+        fit_meta(
+            torch.nn.Linear(4, 3),
+            (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+            None,
+            (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+            config=TrainConfig(epochs=1),
+            gamma=2.0,
+        )
     with pytest.raises(ValueError, match="features\\(x\\) and a final nn.Linear"):
         fit(
             torch.nn.Linear(4, 3),

@@ -13,18 +13,20 @@ and Meta-Calibration's learnable unit-wise L2 (CE-DECE, CE-SECE; [MC], methods Â
   :func:`selfcal.training.fit`), :class:`MetaTrainer` and :func:`fit_meta`.
 """
 
-from selfcal.bilevel.meta.lookahead import meta_hypergradient, meta_problem
+from selfcal.bilevel.meta.lookahead import MetaLookahead, meta_hypergradient, meta_problem
 from selfcal.bilevel.meta.modules import GammaNet, MetaModule, UnitL2, make_meta_module
 from selfcal.bilevel.meta.objectives import META_OBJECTIVES, meta_objective
 from selfcal.bilevel.meta.problem import MetaBatch
-from selfcal.bilevel.meta.trainer import MetaHistory, MetaStep, MetaTrainer, fit_meta
+from selfcal.bilevel.meta.trainer import MetaHistory, MetaOptions, MetaStep, MetaTrainer, fit_meta
 
 __all__ = [
     "META_OBJECTIVES",
     "GammaNet",
     "MetaBatch",
     "MetaHistory",
+    "MetaLookahead",
     "MetaModule",
+    "MetaOptions",
     "MetaStep",
     "MetaTrainer",
     "UnitL2",

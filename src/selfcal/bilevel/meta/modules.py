@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Literal, cast
+from typing import Literal, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,18 @@ from selfcal.losses import focal_loss
 Method = Literal["gamma-net", "unit-l2"]
 METHODS: tuple[str, ...] = ("gamma-net", "unit-l2")
 DEFAULT_TAU = 0.01
+
+
+class LossInputs(NamedTuple):
+    """What a meta module's training loss reads besides the logits and labels: the batch's
+    detached penultimate ``features``, the ``head`` parameters the logits were computed with,
+    the module's parameters ``phi``, and a per-sample exponent ``gamma`` the caller has already
+    computed (γ-Net only; ``None`` otherwise)."""
+
+    features: torch.Tensor
+    head: Mapping[str, torch.Tensor]
+    phi: Mapping[str, torch.Tensor]
+    gamma: torch.Tensor | None
 
 
 class MetaModule(nn.Module):
@@ -61,6 +73,10 @@ class MetaModule(nn.Module):
         detached penultimate features of the batch; ``head``: the head's parameters
         (``weight``, ``bias``) the logits were computed with; ``gamma``: a per-sample exponent
         already computed by the caller (γ-Net only)."""
+        phi = self.detached() if phi is None else phi
+        return self._loss(logits, labels, LossInputs(features, head, phi, gamma))
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
         raise NotImplementedError
 
     def gamma(self, features: torch.Tensor) -> torch.Tensor | None:
@@ -120,21 +136,13 @@ class GammaNet(MetaModule):
         with torch.no_grad():
             return self(features)
 
-    def training_loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        features: torch.Tensor,
-        head: Mapping[str, torch.Tensor],
-        phi: Mapping[str, torch.Tensor] | None = None,
-        gamma: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
         """``sum_i -(1 - p_iy)^gamma_i log p_iy`` with ``gamma = gammaNet(features; phi)``, or
         the given ``gamma`` (the real step passes the detached output it has just checked,
         rather than evaluating γ-Net twice)."""
+        gamma = inputs.gamma
         if gamma is None:
-            gamma = self.gamma_with(features, self.detached() if phi is None else phi)
+            gamma = self.gamma_with(inputs.features, inputs.phi)
         return focal_loss(logits, labels, gamma, reduction="sum")
 
 
@@ -160,19 +168,10 @@ class UnitL2(MetaModule):
             total = total + (lam["bias"] * head["bias"].square()).sum()
         return total
 
-    def training_loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        features: torch.Tensor,
-        head: Mapping[str, torch.Tensor],
-        phi: Mapping[str, torch.Tensor] | None = None,
-        gamma: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
         """``sum_i CE_i + sum lambda * head^2``."""
-        lam = self.detached() if phi is None else phi
-        return F.cross_entropy(logits, labels, reduction="sum") + self.penalty(head, lam)
+        ce = F.cross_entropy(logits, labels, reduction="sum")
+        return ce + self.penalty(inputs.head, inputs.phi)
 
 
 def model_head(model: nn.Module) -> nn.Linear:

@@ -20,14 +20,14 @@ eval-mode, no-grad forward; ``True`` replicates the Meta-Calibration code's quir
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from selfcal._validation import check_choice, check_positive
-from selfcal.bilevel.meta.lookahead import LOOKAHEADS, meta_hypergradient
+from selfcal.bilevel.meta.lookahead import LOOKAHEADS, MetaLookahead, meta_hypergradient
 from selfcal.bilevel.meta.modules import (
     DEFAULT_TAU,
     METHODS,
@@ -36,8 +36,7 @@ from selfcal.bilevel.meta.modules import (
     model_features,
     model_head,
 )
-from selfcal.bilevel.meta.objectives import DEFAULT_CE_WEIGHT
-from selfcal.bilevel.meta.objectives import meta_objective as meta_objective_fn
+from selfcal.bilevel.meta.objectives import DEFAULT_CE_WEIGHT, ObjectiveFn, meta_objective
 from selfcal.bilevel.meta.problem import MetaBatch, frozen_statistics_mode
 from selfcal.bilevel.meta.reference_quirks import (
     accumulate_leaked_gradient,
@@ -68,54 +67,67 @@ class MetaHistory(History):
     val_gamma_std: tuple[float, ...] = ()
 
 
-@dataclass
-class _MetaRecord:
-    """The per-epoch lists behind :class:`MetaHistory`'s own fields."""
+_META_FIELDS = tuple(f.name for f in fields(MetaHistory) if f.name not in History.__annotations__)
+"""The fields :class:`MetaHistory` adds to :class:`~selfcal.training.History`."""
 
-    meta_loss: list[float] = field(default_factory=list)
-    train_gamma_mean: list[float] = field(default_factory=list)
-    train_gamma_std: list[float] = field(default_factory=list)
-    val_gamma_mean: list[float] = field(default_factory=list)
-    val_gamma_std: list[float] = field(default_factory=list)
 
-    def history(self, base: History) -> MetaHistory:
-        values: dict[str, Any] = {f.name: getattr(base, f.name) for f in fields(History)}
-        values.update({k: tuple(v) for k, v in vars(self).items()})
-        return MetaHistory(**values)
+@dataclass(frozen=True)
+class MetaOptions:
+    """The options of a meta-learned regulariser (checked on construction).
+
+    * ``method``: ``"gamma-net"`` (FL_gamma; with ``meta_objective="sece"`` the proposed
+      FL_gamma-SECE, with ``"dece"`` FL_gamma-DECE, with ``"ce"`` our reading of the paper's
+      "FL_gamma" ablation) or ``"unit-l2"`` (Meta-Calibration's CE-DECE / CE-SECE);
+    * ``meta_objective``: one of :data:`~selfcal.bilevel.meta.objectives.META_OBJECTIVES`
+      (``ce_weight``: the DECE weight of ``"ce+dece"``);
+    * ``meta_lr``: Adam's learning rate on ``phi``;
+    * ``lookahead``: ``"head"`` (reference) or ``"all"`` (every parameter);
+    * ``replicate_reference_quirks``: the Meta-Calibration code's quirks
+      (:mod:`selfcal.bilevel.meta.reference_quirks`; head lookahead only);
+    * ``tau``: γ-Net's temperature.
+    """
+
+    method: str = "gamma-net"
+    meta_objective: str = "sece"
+    meta_lr: float = DEFAULT_META_LR
+    lookahead: Literal["head", "all"] = "head"
+    replicate_reference_quirks: bool = False
+    ce_weight: float = DEFAULT_CE_WEIGHT
+    tau: float = DEFAULT_TAU
+
+    def __post_init__(self) -> None:
+        check_choice("method", self.method, METHODS)
+        check_choice("lookahead", self.lookahead, LOOKAHEADS)
+        if self.replicate_reference_quirks and self.lookahead != "head":
+            raise ValueError("replicate_reference_quirks needs lookahead='head'")
+        check_positive("meta_lr", self.meta_lr)
+        meta_objective(self.meta_objective, ce_weight=self.ce_weight)
+        check_positive("tau", self.tau)
+
+    def objective(self) -> ObjectiveFn:
+        return meta_objective(self.meta_objective, ce_weight=self.ce_weight)
 
 
 class MetaStep(TrainStep):
     """The meta-learning step strategy (module doc) for :func:`selfcal.training.fit`.
 
-    ``meta_val``: the meta-validation pair ``(x, y)``. ``method``: ``"gamma-net"`` (FL_gamma;
-    with ``meta_objective="sece"`` the proposed FL_gamma-SECE, with ``"dece"`` FL_gamma-DECE,
-    with ``"ce"`` our reading of the paper's "FL_gamma" ablation) or ``"unit-l2"`` (CE-DECE /
-    CE-SECE). ``meta_objective``: one of
-    :data:`~selfcal.bilevel.meta.objectives.META_OBJECTIVES`. ``lookahead``: ``"head"``
-    (reference) or ``"all"``. ``meta_lr``: Adam's learning rate on ``phi``. The model must
-    expose ``features(x)`` and a final ``nn.Linear`` named ``head``. During and after the run,
-    ``meta_module`` is the trained γ-Net or :class:`~selfcal.bilevel.UnitL2` (analysis only).
+    ``meta_val``: the meta-validation pair ``(x, y)``; ``**options``: the fields of
+    :class:`MetaOptions`. The model must expose ``features(x)`` and a final ``nn.Linear``
+    named ``head``. ``meta_module``: a meta module to train instead of a fresh one (e.g. a
+    γ-Net from an earlier run; it is moved to the model's device and dtype). During and after
+    the run, ``meta_module`` is the trained γ-Net or :class:`~selfcal.bilevel.UnitL2`
+    (analysis only).
     """
 
     meta_module: MetaModule
 
     def __init__(
-        self,
-        meta_val: Pair,
-        *,
-        method: str = "gamma-net",
-        meta_objective: str = "sece",
-        meta_lr: float = DEFAULT_META_LR,
-        lookahead: str = "head",
-        replicate_reference_quirks: bool = False,
-        ce_weight: float = DEFAULT_CE_WEIGHT,
-        tau: float = DEFAULT_TAU,
+        self, meta_val: Pair, *, meta_module: MetaModule | None = None, **options: Any
     ) -> None:
-        self.meta_lr = _check_options(method, lookahead, replicate_reference_quirks, meta_lr)
-        self.objective = meta_objective_fn(meta_objective, ce_weight=ce_weight)
-        self.meta_val, self.method, self.tau = meta_val, method, tau
-        self.lookahead, self.quirks = lookahead, replicate_reference_quirks
-        self.record = _MetaRecord()
+        self.meta_val, self.options = meta_val, MetaOptions(**options)
+        self.objective = self.options.objective()
+        self.given_module = meta_module
+        self.record: dict[str, list[float]] = {name: [] for name in _META_FIELDS}
 
     def start(self, run: Run) -> None:
         """Check the model, validate ``meta_val``, create the meta module (from the run's
@@ -123,9 +135,12 @@ class MetaStep(TrainStep):
         super().start(run)
         model_head(run.model)
         self.x_meta, self.y_meta = run.prepare(self.meta_val, "meta_val")
-        self.meta_module = make_meta_module(run.model, self.method, tau=self.tau)
-        self.meta_module.to(run.device, run.train[0].dtype)
-        self.meta_optimizer = torch.optim.Adam(self.meta_module.parameters(), lr=self.meta_lr)
+        meta = self.given_module
+        if meta is None:
+            meta = make_meta_module(run.model, self.options.method, tau=self.options.tau)
+        self.meta_module = meta.to(run.device, run.train[0].dtype)
+        self.meta_optimizer = torch.optim.Adam(meta.parameters(), lr=self.options.meta_lr)
+        self.record = {name: [] for name in _META_FIELDS}
         generator = torch.Generator().manual_seed(run.config.seed + 1)
         self.meta_batches = _cycle(len(self.y_meta), run.config.batch_size, generator, run.device)
 
@@ -144,19 +159,14 @@ class MetaStep(TrainStep):
         detached = features.detach()
         gamma = _checked_gamma(meta, detached, "")
         batch = MetaBatch(x, y, detached, x_meta, y_meta, self._meta_features(model, x_meta))
-        result = meta_hypergradient(
-            model,
-            meta,
-            batch,
-            lr=self.run.optimizer.param_groups[0]["lr"],
-            objective=self.objective,
-            lookahead=self.lookahead,
-            backbone_leak=self.quirks,
-        )
-        _adam_step(meta, result.grad["meta"] if self.quirks else result.grad, self.meta_optimizer)
+        quirks = self.options.replicate_reference_quirks
+        lr = self.run.optimizer.param_groups[0]["lr"]
+        lookahead = MetaLookahead(lr, self.objective, self.options.lookahead, quirks)
+        result = meta_hypergradient(model, meta, batch, lookahead)
+        _adam_step(meta, result.grad["meta"] if quirks else result.grad, self.meta_optimizer)
         updated = _checked_gamma(meta, detached, " after the meta step")  # (b) done
         self.run.optimizer.zero_grad(set_to_none=True)
-        if self.quirks:
+        if quirks:
             accumulate_leaked_gradient(model, result.grad["backbone"])
             update_batchnorm_statistics(model, x_meta)
         head = dict(model_head(model).named_parameters())
@@ -169,85 +179,63 @@ class MetaStep(TrainStep):
     def _meta_features(self, model: nn.Module, x_meta: torch.Tensor) -> torch.Tensor | None:
         """Eval-mode, no-grad meta-val features for the plain head lookahead; ``None`` where
         the outer loss recomputes them."""
-        if self.lookahead != "head" or self.quirks:
+        if self.options.lookahead != "head" or self.options.replicate_reference_quirks:
             return None
         with torch.no_grad(), frozen_statistics_mode(model, False):
             return model_features(model, x_meta)
 
     def end_epoch(self, model: nn.Module, validation: Pair | None) -> None:
         """Record the epoch's mean meta loss and γ-Net's output statistics."""
-        record = self.record
-        record.meta_loss.append(float(sum(self.meta_losses) / len(self.meta_losses)))
+        self.record["meta_loss"].append(float(sum(self.meta_losses) / len(self.meta_losses)))
         if not self.gammas:
             return
-        _append_stats(record.train_gamma_mean, record.train_gamma_std, torch.cat(self.gammas))
+        self._append_stats("train", torch.cat(self.gammas))
         if validation is not None:
             with torch.no_grad(), frozen_statistics_mode(model, False):
-                gamma = self.meta_module(model_features(model, validation[0]))
-            _append_stats(record.val_gamma_mean, record.val_gamma_std, gamma)
+                self._append_stats("val", self.meta_module(model_features(model, validation[0])))
+
+    def _append_stats(self, split: str, gamma: torch.Tensor) -> None:
+        self.record[f"{split}_gamma_mean"].append(float(gamma.mean()))
+        std = float(gamma.std(unbiased=False)) if gamma.numel() else float("nan")
+        self.record[f"{split}_gamma_std"].append(std)
 
     def history(self, base: History) -> MetaHistory:
-        return self.record.history(base)
+        values: dict[str, Any] = {f.name: getattr(base, f.name) for f in fields(History)}
+        values.update({name: tuple(v) for name, v in self.record.items()})
+        return MetaHistory(**values)
 
 
 class MetaTrainer:
-    """Trains a model with a meta-learned regulariser (module doc): the options of
-    :class:`MetaStep`, and ``config`` -- the real optimizer's protocol (use
-    ``optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=5e-4, batch_size=128,
-    grad_clip=2.0`` for the papers; its ``seed`` also seeds γ-Net's initialisation and the
-    meta-val batch order) -- ``on_epoch(epoch, model, history)`` and ``batch_transform`` as in
-    :func:`selfcal.training.fit`. After :meth:`fit`: ``history_`` (a :class:`MetaHistory`) and
-    ``meta_module_`` (the trained γ-Net or :class:`~selfcal.bilevel.UnitL2`, for analysis).
+    """Trains a model with a meta-learned regulariser (module doc): ``config`` -- the real
+    optimizer's protocol (use ``optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=5e-4,
+    batch_size=128, grad_clip=2.0`` for the papers; its ``seed`` also seeds γ-Net's
+    initialisation and the meta-val batch order) --, ``on_epoch(epoch, model, history)`` and
+    ``batch_transform`` as in :func:`selfcal.training.fit`, and ``**options``, the fields of
+    :class:`MetaOptions` (checked here). After :meth:`fit`: ``history_`` (a
+    :class:`MetaHistory`) and ``meta_module_`` (the trained γ-Net or
+    :class:`~selfcal.bilevel.UnitL2`, for analysis).
     """
 
     def __init__(
         self,
         *,
         config: TrainConfig,
-        method: str = "gamma-net",
-        meta_objective: str = "sece",
-        meta_lr: float = DEFAULT_META_LR,
-        lookahead: str = "head",
-        replicate_reference_quirks: bool = False,
-        ce_weight: float = DEFAULT_CE_WEIGHT,
-        tau: float = DEFAULT_TAU,
         on_epoch: EpochCallback | None = None,
         batch_transform: BatchTransform | None = None,
+        **options: Any,
     ) -> None:
-        _check_options(method, lookahead, replicate_reference_quirks, meta_lr)
-        meta_objective_fn(meta_objective, ce_weight=ce_weight)
-        self.config, self.method, self.meta_objective = config, method, meta_objective
-        self.meta_lr, self.lookahead = meta_lr, lookahead
-        self.replicate_reference_quirks = replicate_reference_quirks
-        self.ce_weight, self.tau = ce_weight, tau
-        self.on_epoch, self.batch_transform = on_epoch, batch_transform
+        self.config, self.on_epoch, self.batch_transform = config, on_epoch, batch_transform
+        self.options = MetaOptions(**options)
 
     def fit(self, model: nn.Module, train: Pair, val: Pair | None, meta_val: Pair) -> MetaTrainer:
         """Train ``model`` in place (:func:`selfcal.training.fit` with a :class:`MetaStep` on
         ``meta_val``); returns ``self``. Raises
         :class:`~selfcal.exceptions.TrainingDiverged` on NaN/inf."""
-        step = MetaStep(
-            meta_val,
-            method=self.method,
-            meta_objective=self.meta_objective,
-            meta_lr=self.meta_lr,
-            lookahead=self.lookahead,
-            replicate_reference_quirks=self.replicate_reference_quirks,
-            ce_weight=self.ce_weight,
-            tau=self.tau,
-        )
-        history = fit(
-            model,
-            train,
-            val,
-            config=self.config,
-            step=step,
-            on_epoch=self.on_epoch,
-            batch_transform=self.batch_transform,
-        )
+        step = MetaStep(meta_val, **asdict(self.options))
+        hooks = {"on_epoch": self.on_epoch, "batch_transform": self.batch_transform}
+        history = fit(model, train, val, config=self.config, step=step, **hooks)
         assert isinstance(history, MetaHistory)
-        self.history_ = history
-        self.meta_module_ = step.meta_module
+        self.history_, self.meta_module_ = history, step.meta_module
         return self
 
 
@@ -258,17 +246,12 @@ def fit_meta(
     meta_val: Pair,
     *,
     config: TrainConfig,
-    method: str = "gamma-net",
-    meta_objective: str = "sece",
-    meta_lr: float = DEFAULT_META_LR,
-    lookahead: str = "head",
-    replicate_reference_quirks: bool = False,
-    ce_weight: float = DEFAULT_CE_WEIGHT,
-    tau: float = DEFAULT_TAU,
     on_epoch: EpochCallback | None = None,
     batch_transform: BatchTransform | None = None,
+    **options: Any,
 ) -> MetaHistory:
-    """Function face of :class:`MetaTrainer`: train ``model`` in place and return its
+    """Function face of :class:`MetaTrainer`: train ``model`` in place with the meta-learned
+    regulariser ``**options`` (the fields of :class:`MetaOptions`) and return its
     :class:`MetaHistory` (the meta module is discarded).
 
     Examples
@@ -287,30 +270,12 @@ def fit_meta(
     (2, 2, 2)
     """
     trainer = MetaTrainer(
-        config=config,
-        method=method,
-        meta_objective=meta_objective,
-        meta_lr=meta_lr,
-        lookahead=lookahead,
-        replicate_reference_quirks=replicate_reference_quirks,
-        ce_weight=ce_weight,
-        tau=tau,
-        on_epoch=on_epoch,
-        batch_transform=batch_transform,
+        config=config, on_epoch=on_epoch, batch_transform=batch_transform, **options
     )
     return trainer.fit(model, train, val, meta_val).history_
 
 
 # ---------------------------------------------------------------------------- helpers
-def _check_options(method: str, lookahead: str, quirks: bool, meta_lr: float) -> float:
-    """Check the meta step's options; returns ``meta_lr`` as a float."""
-    check_choice("method", method, METHODS)
-    check_choice("lookahead", lookahead, LOOKAHEADS)
-    if quirks and lookahead != "head":
-        raise ValueError("replicate_reference_quirks needs lookahead='head'")
-    return check_positive("meta_lr", meta_lr)
-
-
 def _cycle(
     n: int, batch_size: int | None, generator: torch.Generator, device: torch.device
 ) -> Iterator[torch.Tensor]:
@@ -334,8 +299,3 @@ def _checked_gamma(meta: MetaModule, features: torch.Tensor, when: str) -> torch
     if gamma is not None and not bool(torch.isfinite(gamma).all()):
         raise NonFinite(f"the γ-Net output is not finite{when}")
     return gamma
-
-
-def _append_stats(means: list[float], stds: list[float], gamma: torch.Tensor) -> None:
-    means.append(float(gamma.mean()))
-    stds.append(float(gamma.std(unbiased=False)) if gamma.numel() else float("nan"))

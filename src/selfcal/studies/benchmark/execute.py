@@ -26,20 +26,16 @@ import torch
 
 import selfcal.metrics as M
 from selfcal import Predictions
-from selfcal.bilevel import BO4SC, Adam, Unrolled
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.metrics.binning import top_label_bins
 from selfcal.models import build_model
 from selfcal.posthoc import IsotonicCalibration, TemperatureScaling
 from selfcal.studies import _images
-from selfcal.studies.benchmark.protocol import METHODS, BenchmarkProtocol, Recipe
-from selfcal.training import TrainConfig
+from selfcal.studies._images import Recipe
+from selfcal.studies.benchmark.protocol import METHODS, BenchmarkProtocol
 
 # Everything is imported at the top, so no training clock pays an import (a worker's first run
 # would, and its time relative to CE would be off).
-
-DECAY = 0.1
-"""The recipes' learning-rate factor at each milestone."""
 
 
 def execute(protocol: BenchmarkProtocol, group: list[RunSpec]) -> list[RunResult]:
@@ -52,7 +48,7 @@ def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, 
     recipe = protocol.recipe(spec.dataset)
     data, train, meta_val = _images.load_splits(protocol, spec.dataset, spec.seed)
     model = build(recipe, data, spec.seed)
-    device = "cuda" if spec.dataset in _images.CIFAR and torch.cuda.is_available() else "cpu"
+    device = _images.device_for(spec.dataset)
     model.to(device)
     checkpoint = BestCheckpoint(data.val.x.to(device), data.val.y.to(device))
     options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
@@ -64,18 +60,9 @@ def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, 
             protocol, recipe, model, train, meta_val, options, transform, spec.seed, checkpoint
         )
     else:
-        config = train_config(recipe, spec.seed, device)
-        _images.train_as(
-            METHODS[spec.method],
-            options,
-            model,
-            train,
-            None,
-            meta_val,
-            config,
-            checkpoint.after_epoch,
-            transform,
-        )
+        config = _images.train_config(recipe, spec.seed, device)
+        step = _images.method_step(METHODS[spec.method], options, meta_val)
+        _images.train_as(step, model, train, None, config, checkpoint.after_epoch, transform)
     extra["train_seconds"] = time.perf_counter() - start
     last = evaluate(protocol, model, data)
     last.metrics.update({**extra, "hp.epochs": float(recipe.epochs)})
@@ -98,21 +85,6 @@ def build(recipe: Recipe, data: Any, seed: int) -> torch.nn.Module:
     return build_model(recipe.model, seed=seed, n_classes=data.n_classes)
 
 
-def train_config(recipe: Recipe, seed: int, device: str) -> Any:
-    return TrainConfig(
-        epochs=recipe.epochs,
-        optimizer=recipe.optimizer,
-        lr=recipe.lr,
-        momentum=recipe.momentum,
-        weight_decay=recipe.weight_decay,
-        batch_size=recipe.batch_size,
-        milestones=recipe.milestones,
-        grad_clip=recipe.grad_clip,
-        seed=seed,
-        device=device,
-    )
-
-
 # ----------------------------------------------------------------------------- BO4SC
 def train_bo4sc(
     protocol: BenchmarkProtocol,
@@ -125,23 +97,11 @@ def train_bo4sc(
     seed: int,
     checkpoint: BestCheckpoint,
 ) -> dict[str, float]:
-    """BO4SC with the recipe's optimizer as its inner step and the recipe's budget of
-    ``epochs x steps per epoch`` inner steps, ``T`` (``options["inner_steps"]``) per outer
-    iteration. The recipe's losses are sums over a batch of ``B`` rows and BO4SC's is the mean,
-    so SGD's learning rate, weight decay and clipping norm become ``B lr``, ``wd / B`` and
-    ``c / B`` (the same step; Adam is invariant to the loss scale). The checkpoint is offered
-    after the outer iteration that completes each epoch. Returns the weights' summaries."""
+    """BO4SC with the recipe's optimizer as its inner step and budget
+    (:func:`selfcal.studies._images.recipe_bo4sc`); the checkpoint is offered after the outer
+    iteration that completes each epoch. Returns the weights' summaries."""
     steps, n = int(options["inner_steps"]), len(train[0])
-    rows = n if recipe.batch_size is None else recipe.batch_size
-    per_epoch = n // rows
-    milestones = [m * per_epoch // steps for m in recipe.milestones]
-    inner: Any = (
-        Adam(recipe.lr, weight_decay=recipe.weight_decay)
-        if recipe.optimizer == "adam"
-        else _images.mean_loss_sgd(
-            recipe.lr, recipe.momentum, recipe.weight_decay, recipe.grad_clip, rows
-        )
-    )
+    per_epoch = n // (n if recipe.batch_size is None else recipe.batch_size)
 
     def offer(iteration: int, params: Any) -> bool:
         done, before = (iteration + 1) * steps // per_epoch, iteration * steps // per_epoch
@@ -149,20 +109,15 @@ def train_bo4sc(
             checkpoint.offer(done - 1, model, params)
         return False
 
-    fitted = BO4SC(
-        batch_size=recipe.batch_size,
-        val_batch_size=None
-        if recipe.batch_size is None
-        else min(len(meta_val[0]), protocol.val_batch_size),
-        estimator=Unrolled(steps),
-        inner_optimizer=inner,
-        outer_iterations=recipe.epochs * per_epoch // steps,
-        weight_lr=float(options["weight_lr"]),
-        beta=float(options["beta"]),
-        inner_lr_schedule=lambda i: DECAY ** sum(i >= m for m in milestones),
-        batch_transform=transform,
-        record_weights=False,
+    val_size = protocol.val_batch_size
+    fitted = _images.recipe_bo4sc(
+        recipe,
+        n,
+        options,
+        val_batch_size=None if recipe.batch_size is None else min(len(meta_val[0]), val_size),
+        transform=transform,
         seed=seed,
+        record_weights=False,
         callback=offer,
     ).fit(model, train, meta_val)
     w = fitted.weights_.detach().double().cpu()

@@ -9,7 +9,7 @@ from typing import Any
 
 from selfcal.experiments.selection import VAL_ECE, Candidates, Grid
 from selfcal.experiments.study import StudyProtocol
-from selfcal.studies._images import CIFAR, image_methods
+from selfcal.studies._images import CIFAR, Recipe, image_methods
 
 METHODS = image_methods(
     "ce",
@@ -27,7 +27,7 @@ METHODS = image_methods(
     "bo4sc",
 )
 """method -> (kind, loss or meta method, fixed options), as
-:func:`selfcal.studies._images.train_as` reads it, from the image studies' one catalogue
+:func:`selfcal.studies._images.method_step` reads it, from the image studies' one catalogue
 (:data:`selfcal.studies._images.IMAGE_METHODS`: ``label-smoothing``, ``flsd-53`` and
 ``flγ-sece`` are its ``ls``, ``flsd53`` and ``flg-sece``); ``"bo4sc"``: minibatch (or
 full-batch) :class:`selfcal.bilevel.BO4SC` with the recipe's optimizer as its inner step."""
@@ -56,24 +56,6 @@ REGIMES_DOC = """\
 SELECTION = VAL_ECE
 """Among a method's candidates: the lowest validation ECE (before temperature scaling) of the
 regime's model, per seed -- the image studies' criterion."""
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How every method trains on a dataset: the backbone (``hidden``: the MLP's widths) and
-    the optimizer and schedule (:class:`selfcal.training.TrainConfig`'s fields;
-    ``batch_size=None``: full batch)."""
-
-    model: str
-    epochs: int
-    optimizer: str
-    lr: float
-    batch_size: int | None
-    milestones: tuple[int, ...] = ()
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    grad_clip: float | None = None
-    hidden: tuple[int, ...] | None = None
 
 
 def image_recipe(model: str, epochs: int = 105, milestones: tuple[int, ...] = (45, 75)) -> Recipe:

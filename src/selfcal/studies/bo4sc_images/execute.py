@@ -28,9 +28,6 @@ from selfcal.experiments import RunResult, RunSpec
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images.protocol import MODELS, BO4SCImagesProtocol
 
-DECAY = 0.1
-"""The recipe's learning-rate factor at each milestone."""
-
 
 def execute(protocol: BO4SCImagesProtocol, group: list[RunSpec]) -> list[RunResult]:
     return [run(protocol, spec) for spec in group]
@@ -49,7 +46,7 @@ def run(protocol: BO4SCImagesProtocol, spec: RunSpec) -> RunResult:
         train_ce(protocol, regime, spec, model, train, (data.val.x, data.val.y), transform)
     else:
         options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
-        device = _images.train_config(protocol, regime, spec.dataset, spec.seed).device
+        device = _images.device_for(spec.dataset)
         fitted = train_bo4sc(
             protocol, regime, spec.seed, model.to(device), train, meta_val, options, transform
         )
@@ -70,7 +67,7 @@ def train_ce(
     from selfcal.losses import build_loss
     from selfcal.training import fit
 
-    config = _images.train_config(protocol, regime, spec.dataset, spec.seed)
+    config = protocol.train_config(regime, spec.dataset, spec.seed)
     fit(model, train, val, config=config, loss_fn=build_loss("ce"), batch_transform=transform)
 
 
@@ -84,29 +81,19 @@ def train_bo4sc(
     options: dict[str, Any],
     transform: Any,
 ) -> Any:
-    """Minibatch BO4SC with the recipe's steps (module doc); ``options``: ``weight_lr``,
+    """Minibatch BO4SC with the recipe's steps (module doc,
+    :func:`selfcal.studies._images.recipe_bo4sc`); ``options``: ``weight_lr``,
     ``inner_steps``, ``beta``."""
-    from selfcal.bilevel import BO4SC, Unrolled
-
-    batch, steps = protocol.batch_size, int(options["inner_steps"])
-    per_epoch = len(train[0]) // batch
-    milestones = [m * per_epoch // steps for m in regime.milestones]
-    inner = _images.mean_loss_sgd(
-        protocol.lr, protocol.momentum, protocol.weight_decay, protocol.grad_clip, batch
-    )
-    return BO4SC(
-        batch_size=batch,
+    estimator = _images.recipe_bo4sc(
+        protocol.recipe(regime),
+        len(train[0]),
+        options,
         val_batch_size=min(len(meta_val[0]), protocol.val_batch_size),
-        estimator=Unrolled(steps),
-        inner_optimizer=inner,
-        outer_iterations=regime.epochs * per_epoch // steps,
-        weight_lr=float(options["weight_lr"]),
-        beta=float(options["beta"]),
-        inner_lr_schedule=lambda i: DECAY ** sum(i >= m for m in milestones),
-        batch_transform=transform,
-        history_rows=200,
+        transform=transform,
         seed=seed,
-    ).fit(model, train, meta_val)
+        history_rows=200,
+    )
+    return estimator.fit(model, train, meta_val)
 
 
 def weight_record(

@@ -61,7 +61,7 @@ def train_and_evaluate(protocol: BsceGraProtocol, spec: RunSpec) -> RunResult:
     fit(
         model,
         (data.train.x, data.train.y),
-        config=_images.train_config(protocol, regime, spec.dataset, spec.seed),
+        config=protocol.train_config(regime, spec.dataset, spec.seed),
         loss_fn=loss,
         on_epoch=on_epoch,
         batch_transform=_images.augmentation(data, spec.dataset),

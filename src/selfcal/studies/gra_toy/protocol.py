@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selfcal._validation import check_int
+from selfcal._validation import check_int, check_positive
 from selfcal.experiments.study import StudyProtocol
 
 DATASET = "gaussians-5x2d"
@@ -45,8 +45,10 @@ class GraToyProtocol(StudyProtocol):
         ):
             check_int(name, getattr(self, name))
         check_int("n_classes", self.n_classes, minimum=2)
-        if not (self.mean_range > 0 and self.lr > 0) or not self.gammas:
-            raise ValueError("mean_range and lr must be positive and gammas non-empty")
+        check_positive("mean_range", self.mean_range)
+        check_positive("lr", self.lr)
+        if not self.gammas:
+            raise ValueError("gammas must not be empty")
 
 
 FULL = GraToyProtocol(

@@ -34,8 +34,8 @@ def run(protocol: MetaRegProtocol, spec: RunSpec) -> RunResult:
     data, train, meta_val = load_splits(protocol, spec.dataset, spec.seed)
     model = build_model(MODELS[spec.dataset], seed=spec.seed, n_classes=data.n_classes)
     curves = _images.Curves(data, regime.curve_every, regime.epochs, protocol.n_bins)
-    config = _images.train_config(
-        protocol, regime, spec.dataset, spec.seed, restore_best=True, best_by=protocol.best_by
+    config = protocol.train_config(
+        regime, spec.dataset, spec.seed, restore_best=True, best_by=protocol.best_by
     )
     options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
     history = train_method(
@@ -71,21 +71,11 @@ def train_method(
 ) -> Any:
     """Train ``model`` in place as ``METHODS[method]`` (:func:`selfcal.studies._images.method_step`)
     with the candidate's ``options``, recording ``curves``; the history."""
-    from selfcal.training import fit
-
     step = _images.method_step(METHODS[method], options, meta_val)
     if curves is not None:
         curves.follow(step)
     on_epoch = None if curves is None else curves.after_epoch
-    return fit(
-        model,
-        train,
-        val,
-        config=config,
-        step=step,
-        on_epoch=on_epoch,
-        batch_transform=batch_transform,
-    )
+    return _images.train_as(step, model, train, val, config, on_epoch, batch_transform)
 
 
 def bin_sweep(z: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
