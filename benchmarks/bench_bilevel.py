@@ -130,7 +130,7 @@ def plain_runner(steps: int, data: BO4SCData) -> Callable[[], object]:
 
 
 def torchopt_runner(steps: int, data: BO4SCData) -> Callable[[], torch.Tensor]:
-    """One BO4SC outer step with torchopt's OOP API (spec 4.4), warm-started."""
+    """One BO4SC outer step with torchopt's OOP API (methods §4.4), warm-started."""
     import torchopt
 
     model = make_model(0)

@@ -16,7 +16,7 @@ meta-val forward and the hypergradient by the default fast path
 (:class:`~selfcal.bilevel.AutogradLookahead`) and by the engine's
 :class:`~selfcal.bilevel.OneStepLookahead` (the reference). Every row runs once per repeat, in
 turn (interleaved, so load on the shared machine hits all rows alike); the tables give medians
-and the ratio to the plain step of the same backbone. Spec §6 estimate: 1.5-2x.
+and the ratio to the plain step of the same backbone. methods §6 estimate: 1.5-2x.
 
     python benchmarks/bench_meta.py                         # both backbones, < ~5 minutes
     python benchmarks/bench_meta.py --backbones cnn2d --repeats 200

@@ -18,8 +18,7 @@ extension rewrites, in every docstring of the loaded packages:
   the colon is prose, not a type), and a closing paragraph that is no item moved in front of
   the section, where it belongs;
 * a bibliography key (``[GRA]``, ``[BO4SC]``, ...) into a link to its entry on the
-  references page, and a citation of the methods reference (``methods §6.1``, or the older
-  ``spec §6.1``) into a link to that numbered section -- both through mkdocs-autorefs, so a
+  references page, and a citation of the methods reference (``methods §6.1``) into a link to that numbered section -- both through mkdocs-autorefs, so a
   key or a section number the site does not define fails the strict build.
 
 Double-backtick literals need nothing: Markdown reads ````x```` as inline code.
@@ -41,8 +40,8 @@ LITERAL_MARKER = re.compile(r"::\s*$")
 BIB_KEYS = ("BO4SC", "MetaReg", "MC", "GRA", "FLC")
 """The bibliography keys of ``docs/references.md`` (anchors ``ref-<key in lower case>``)."""
 BIB_KEY = re.compile(r"(?<![`\[])\[(" + "|".join(BIB_KEYS) + r")\](?![(\[])")
-METHODS_CITATION = re.compile(r"\b(?:methods\s+spec|methods|spec|Spec)\s+§(\d+(?:\.\d+)?)")
-"""``methods §N.M`` (the spelling docstrings use) or the older ``spec §N.M``."""
+METHODS_CITATION = re.compile(r"\b[Mm]ethods\s+§(\d+(?:\.\d+)?)")
+"""``methods §N.M``: the spelling docstrings use."""
 SECTION = re.compile(r"^(Parameters|Other Parameters|Attributes|Returns|Raises)$")
 ANY_SECTION = re.compile(
     r"^(Parameters|Other Parameters|Attributes|Returns|Yields|Receives|Raises|Warns|Warnings"

@@ -22,11 +22,11 @@ SRC = ROOT / "src" / "selfcal"
 
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
 CITATION = re.compile(
-    r"\b(?:methods(?:\s+spec)?|[Ss]pec)\s+(?:section\s+)?§?(\d+(?:\.\d+)?)"
-    r"((?:\s*(?:/|,|and|or)\s*§\d+(?:\.\d+)?)*)"
+    r"\b[Mm]ethods\s+§(\d+(?:\.\d+)?)" r"((?:\s*(?:/|,|and|or)\s*§\d+(?:\.\d+)?)*)"
 )
-"""``methods §6.1`` (also the older ``spec §6.1``, ``spec section 4``), with any further
-``/ §6.6`` of the same citation."""
+"""``methods §6.1``, with any further ``/ §6.6`` of the same citation."""
+OUTSIDE_CITATION = re.compile(r"\b[Ss]pec(?:ification)?\s+(?:section\s+)?§?\d")
+"""A citation of the specification outside the repository (now ``methods §``)."""
 SECTION_NUMBER = re.compile(r"§(\d+(?:\.\d+)?)")
 HEADING_ANCHOR = re.compile(r"^#{1,6} .*\{#([\w-]+)\}\s*$", flags=re.MULTILINE)
 BIBLIOGRAPHY_KEYS = ("BO4SC", "MetaReg", "MC", "GRA", "FLC")
@@ -118,6 +118,24 @@ def test_every_methods_citation_in_the_source_has_a_section() -> None:
         number: files for number, files in cited.items() if section_anchor(number) not in anchors
     }
     assert not missing, f"cited sections with no numbered heading in docs/methods: {missing}"
+
+
+def test_no_citation_points_outside_the_repository() -> None:
+    """Every citation of the method reference is ``methods §N.M`` (the numbered pages here),
+    in the source, the tests, the benchmarks and the committed reports."""
+    places = [
+        *SRC.rglob("*.py"),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "benchmarks").glob("*.py"),
+    ]
+    places += sorted((ROOT / "results").glob("*/README.md"))
+    outside = [
+        f"{path.relative_to(ROOT)}: {match.group(0)!r}"
+        for path in places
+        if path != Path(__file__)
+        for match in OUTSIDE_CITATION.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert not outside, outside
 
 
 def test_the_methods_pages_number_every_section_of_the_reference() -> None:

@@ -39,7 +39,7 @@ from selfcal.exceptions import NotFittedError
     ],
 )
 def test_boltzmann_spec_examples(probs, beta, expected, decimals):
-    """Spec 4.2's examples, to the digits it gives."""
+    """Methods §4.2's examples, to the digits it gives."""
     value = boltzmann_confidence(torch.tensor(probs, dtype=torch.float64), beta)
     assert round(float(value), decimals) == expected
 

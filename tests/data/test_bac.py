@@ -62,7 +62,7 @@ def test_encoding_standardises_numeric_columns_only():
 
 @pytest.mark.parametrize("max_drinks, band", [(14, (0.66, 0.70)), (10, (0.53, 0.57))])
 def test_positive_rate_in_spec_range(max_drinks, band):
-    # spec §8.3: about 68 % positive with 1-14 drinks, 55 % with 1-10
+    # methods §8.3: about 68 % positive with 1-14 drinks, 55 % with 1-10
     people = sample_drinkers(100_000, np.random.default_rng(2), max_drinks)
     rate = (widmark_bac(**people) >= LEGAL_LIMIT).mean()
     assert band[0] <= rate <= band[1]

@@ -19,7 +19,7 @@ from selfcal.data.blobs import (
 )
 
 TARGET_BANDS = {1.3: (0.94, 0.95), 1.7: (0.87, 0.89)}
-"""Spec §8.1: Bayes accuracy ≈ 0.94–0.95 at sigma 1.3 and ≈ 0.88 at sigma 1.7."""
+"""methods §8.1: Bayes accuracy ≈ 0.94–0.95 at sigma 1.3 and ≈ 0.88 at sigma 1.7."""
 
 
 def test_centres_are_the_named_search_draw():

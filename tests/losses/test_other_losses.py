@@ -58,7 +58,7 @@ def logits_with_confidences(confidences, n_classes=3):
 
 
 def mmce_by_pairs(r, correct, normalization, width=0.4):
-    """MMCE_w by explicit double loops over the two groups (Kumar et al. 2018 and spec §3)."""
+    """MMCE_w by explicit double loops over the two groups (Kumar et al. 2018 and methods §3)."""
     r_c = [ri for ri, ci in zip(r, correct) if ci]
     r_i = [ri for ri, ci in zip(r, correct) if not ci]
     m, n = len(r_c), len(r_i)

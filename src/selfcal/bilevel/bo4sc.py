@@ -1,4 +1,4 @@
-"""BO4SC: bilevel optimisation for self-calibration (Sanguin et al., AICS 2024; spec section 4).
+"""BO4SC: bilevel optimisation for self-calibration (Sanguin et al., AICS 2024; methods §4).
 
 Outer variables: one weight ``w_i`` per training sample. Inner variables: the network
 parameters ``theta``. With logits ``z``, ``p = softmax(z)``:
@@ -64,7 +64,7 @@ Constraint = Literal["clip", "none"]
 CONSTRAINTS: tuple[str, ...] = ("clip", "none")
 
 DEFAULT_INNER_STEPS = 10
-"""``T``: the paper's Fig. 3 has "1 epoch unit = 10 training epochs" (spec 4.5)."""
+"""``T``: the paper's Fig. 3 has "1 epoch unit = 10 training epochs" (methods §4.5)."""
 DEFAULT_INNER_LR = 1e-2
 DEFAULT_WEIGHT_LR = 10.0
 """``eta_w``: ``dF/dw_i`` is ``O(1/n_train)`` full batch (``O(1/B)`` by minibatches), so the

@@ -1,7 +1,7 @@
-"""BAC -- blood alcohol concentration ([BO4SC] §4 citing Nugent & Cunningham 2005; spec §8.3).
+"""BAC -- blood alcohol concentration ([BO4SC] §4 citing Nugent & Cunningham 2005; methods §8.3).
 
 The original simulator is not public. This is OUR reconstruction: a Widmark-formula generator
-whose constants were fitted (spec §8.3, least squares) to the ~85-row case base of Doyle's thesis
+whose constants were fitted (methods §8.3, least squares) to the ~85-row case base of Doyle's thesis
 (github gateslm/Blood-Alcohol-Domain). Per sample:
 
 * gender ~ Bernoulli(0.5), coded 0 = male, 1 = female (the case base's two genders);
@@ -33,7 +33,7 @@ from selfcal.data.core import DataSplits, build_splits, check_sizes, child_rngs
 from selfcal.data.registry import register_dataset
 
 GRAMS_PER_DRINK = 11.0
-"""G: grams of ethanol per drink (spec §8.3 fit)."""
+"""G: grams of ethanol per drink (methods §8.3 fit)."""
 
 WIDMARK_R = (0.65, 0.55)
 """Widmark distribution factor r by gender code (0 = male, 1 = female)."""

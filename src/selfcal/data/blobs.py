@@ -1,4 +1,4 @@
-"""Blobs 1.3 / 1.7 ([BO4SC] §4; spec §8.1): five 2-D isotropic Gaussian classes.
+"""Blobs 1.3 / 1.7 ([BO4SC] §4; methods §8.1): five 2-D isotropic Gaussian classes.
 
 Generator: class ``k`` has ``n // 5`` points (the first ``n % 5`` classes one more, as
 scikit-learn's ``make_blobs``), drawn from ``N(BLOB_CENTRES[k], sigma^2 I)`` with sigma = 1.3 or
@@ -29,7 +29,7 @@ from selfcal.data.registry import register_dataset
 N_CLASSES = 5
 DEFAULT_SIZES = (700, 300, 1000)
 TARGET_BAYES_ACCURACY = {1.3: 0.945, 1.7: 0.88}
-"""Bayes accuracies the centre search aims at (spec §8.1: ≈ 0.94–0.95 and ≈ 0.88)."""
+"""Bayes accuracies the centre search aims at (methods §8.1: ≈ 0.94–0.95 and ≈ 0.88)."""
 
 SEARCH_SEEDS = range(1000)
 """Centre draws examined by :func:`search_centres`."""

@@ -13,7 +13,7 @@ The batch files are Python pickles of ``{data: uint8 [n, 3072] (R, G, B planes o
 major), labels | fine_labels: list[int], ...}``. They are read with an unpickler that only
 resolves the NumPy array constructors such files need, so a tampered file cannot run code.
 
-Splits (spec §0.3):
+Splits (methods §0.3):
 
 * ``split="standard"`` ([FLC]/[GRA]): the reference code's index logic -- ``indices =
   list(range(50000))``, ``np.random.seed(1); np.random.shuffle(indices)``, ``n_val =
@@ -27,7 +27,7 @@ Splits (spec §0.3):
 The split seed is 1 for every training seed, as in the papers (``split_seed=None`` uses the
 loader's ``seed`` instead); the loader's ``seed`` is only recorded otherwise.
 
-Normalisation (spec §7.2): ``(pixel / 255 - mean) / std`` with the reference code's mean
+Normalisation (methods §7.2): ``(pixel / 255 - mean) / std`` with the reference code's mean
 (0.4914, 0.4822, 0.4465) and std (0.2023, 0.1994, 0.2010) per channel -- fixed constants, not
 training statistics (the std triple is the one the references use, not the true pixel std
 ~(0.247, 0.243, 0.261)). Raw features are the stored uint8 pixels, so ``DataSplits.mean`` /

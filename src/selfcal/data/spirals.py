@@ -1,6 +1,6 @@
-"""Spiral 2.5 / 3.5 ([BO4SC] §4; spec §8.2): two interlocking noisy spirals, one per class.
+"""Spiral 2.5 / 3.5 ([BO4SC] §4; methods §8.2): two interlocking noisy spirals, one per class.
 
-Generator (spec §8.2, the popular two-spiral parameterisation with scaled arms):
+Generator (methods §8.2, the popular two-spiral parameterisation with scaled arms):
 
 * ``t = sqrt(U) * 780°`` in radians, ``U ~ U[0, 1)``, so ``t`` has density ``2t / T^2`` on
   ``[0, T]``, ``T = 13π/3``;
@@ -13,7 +13,7 @@ Our choice: every point draws its own ``t`` and noise (the popular generator reu
 points, negated, for class 1); classes are balanced (``n // 2`` each, class 0 one more if ``n``
 is odd).
 
-The arm scale ``a`` is not given. Spec §8.2 allows ``a`` in [2.6, 2.7]; we fix
+The arm scale ``a`` is not given. methods §8.2 allows ``a`` in [2.6, 2.7]; we fix
 :data:`ARM_SCALE` = 2.7, the one value in that range whose Bayes accuracy is at least the best
 accuracy the paper reports on each set (0.923 on Spiral 2.5 -- BO4SC; 0.815 on Spiral 3.5 --
 Standard), since no classifier beats the Bayes rule. ``python -m selfcal.data.search

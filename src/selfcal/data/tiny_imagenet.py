@@ -10,7 +10,7 @@ order, files are read in sorted order, grayscale images are converted to RGB. PI
 is imported only here; images are decoded by a small thread pool (order is kept).
 
 Splits. The reference code ([FLC]/[GRA]) uses the official ``val`` images as BOTH the
-validation set (temperature scaling, model selection) and the test set (spec §0.4), so test
+validation set (temperature scaling, model selection) and the test set (methods §0.4), so test
 images tune the calibrator. Our default is a clean protocol instead (a documented deviation):
 
 * ``split="standard"``: validation held out of ``train`` by the CIFAR reference index logic

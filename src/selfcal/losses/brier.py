@@ -1,4 +1,4 @@
-"""Brier loss ``sum_k (p_k - y_k)**2`` per sample ([FLC] "BrierScore"; spec §3)."""
+"""Brier loss ``sum_k (p_k - y_k)**2`` per sample ([FLC] "BrierScore"; methods §3)."""
 
 from __future__ import annotations
 

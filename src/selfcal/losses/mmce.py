@@ -10,7 +10,7 @@ width 0.4). With ``S_cc = sum_{c,c'} (1-r_c)(1-r_c') k``, ``S_ii = sum_{i,i'} r_
 * ``normalization="reference"`` (default, the [FLC]/[GRA] code): each pair sum is first
   *averaged* over its pair matrix and then divided again by ``m^2 + 1e-5``, ``n^2 + 1e-5`` and
   ``m n + 1e-5``, i.e. ``S_cc / (m^2 (m^2 + 1e-5)) + S_ii / (n^2 (n^2 + 1e-5))
-  - 2 S_ci / (m n (m n + 1e-5))`` -- effectively ``1/m^4, 1/n^4, 2/(m^2 n^2)`` (spec §3).
+  - 2 S_ci / (m n (m n + 1e-5))`` -- effectively ``1/m^4, 1/n^4, 2/(m^2 n^2)`` (methods §3).
 
 ``MMCE_w = sqrt(MMD^2 + 1e-10)``, and 0 when either group is empty. (``MMD^2`` is clamped at 0
 before the square root; both forms are squared norms of a kernel mean difference, so this only
@@ -76,7 +76,7 @@ def mmce_loss(
     reduction: Literal["sum", "mean"] = "sum",
 ) -> torch.Tensor:
     """``CE_mean + lam * MMCE_w``, times the batch size for ``reduction="sum"`` (the reference
-    training loop; spec §0.1). ``reduction="none"`` is rejected: MMCE is a batch statistic."""
+    training loop; methods §0.1). ``reduction="none"`` is rejected: MMCE is a batch statistic."""
     lam = check_nonnegative("lam", lam)
     if reduction not in ("sum", "mean"):
         raise ValueError(

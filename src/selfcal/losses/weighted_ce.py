@@ -13,7 +13,7 @@ weights:
 FL, FL-GRA, FLSD-53, FLSD-GRA, DFL, DFL-GRA, BSCE and BSCE-GRA are configurations of
 :func:`uncertainty_weighted_ce`; the classes below are thin named wrappers (module and function
 twins) that plug into ``selfcal.training.fit(loss_fn=...)``. The default reduction is the sum
-over the batch, as in every reference code base (spec §0.1).
+over the batch, as in every reference code base (methods §0.1).
 
 Cost (profiled; see ``benchmarks/bench_losses.py``): one ``log_softmax`` and one per-sample
 ``nll_loss`` -- what cross-entropy needs anyway; ``-log p_y`` is taken with ``nll_loss`` rather
@@ -189,7 +189,7 @@ class DualFocalLoss(UncertaintyWeightedCE):
 class BSCELoss(UncertaintyWeightedCE):
     """BSCE ``-||y - p||_norm**gamma log p_y`` ([GRA]; code form of the generalised Brier
     weight, :class:`~selfcal.losses.BrierWeight`); ``gra=True`` is BSCE-GRA, the paper's
-    method. Defaults ``gamma = 4, norm = 2`` (spec §7.1; not the repository's argparse
+    method. Defaults ``gamma = 4, norm = 2`` (methods §7.1; not the repository's argparse
     defaults ``1, 1``, which make it a scaled focal loss)."""
 
     def __init__(

@@ -7,7 +7,7 @@ mode: FL, DFL, BSCE) or treats them as constants ("gradient" mode, GRA) is decid
 :func:`~selfcal.losses.uncertainty_weighted_ce`, not here.
 
 Notation: ``p_y`` is the probability of the true class, ``p_j`` the largest probability strictly
-smaller than ``p_y`` (spec §3).
+smaller than ``p_y`` (methods §3).
 
 Powers ``b ** gamma`` of a base ``b >= 0``: ``gamma = 0`` gives exactly 1 (so every weight
 with a zero exponent is plain CE, even at ``b = 0``); for ``0 < gamma < 1`` (and for tensor
@@ -47,7 +47,7 @@ def true_class_probability(probs: torch.Tensor, labels: torch.Tensor) -> torch.T
 def runner_up_probability(probs: torch.Tensor, p_y: torch.Tensor) -> torch.Tensor:
     """``p_j = max{p_k : p_k < p_y}``, or 0 when no class has a smaller probability.
 
-    This is Dual Focal Loss's "second" probability as the reference code computes it (spec §3):
+    This is Dual Focal Loss's "second" probability as the reference code computes it (methods §3):
     for a misclassified sample it is the largest probability *below* the true class (not the
     second-largest overall), and classes tied with ``p_y`` do not count."""
     below = torch.where(probs < p_y.unsqueeze(1), probs, 0.0)
@@ -115,7 +115,7 @@ class FLSD53Weight:
     ``gamma_i = 5`` if ``p_y < 0.2`` else ``3``.
 
     The schedule reads the *true-class* probability ``p_y`` as the reference code does, not the
-    predicted confidence [GRA] writes (spec §3). The reference table gives 5 below 0.2 and 3 on
+    predicted confidence [GRA] writes (methods §3). The reference table gives 5 below 0.2 and 3 on
     ``[0.2, 0.5)``; at ``p_y >= 0.5`` the command-line gamma applies, which is 3 for "53" -- so
     3 from 0.2 on. ``gamma_i`` is a per-sample constant (a step function of ``p_y``); ``u`` is
     differentiated through ``p_y`` only.
@@ -136,7 +136,7 @@ class DualFocalWeight:
     """Dual focal loss weight ``u = (1 - p_y + p_j) ** gamma`` ([GRA] eq. 8), with ``p_j`` the
     largest probability strictly below ``p_y`` (0 if none; :func:`runner_up_probability`).
 
-    ``detach_runner_up=True`` reproduces a quirk reported for the reference "DFL-GRA" (spec
+    ``detach_runner_up=True`` reproduces a quirk reported for the reference "DFL-GRA" (methods
     §7.1): only ``p_j`` is detached, so ``u`` still carries gradient through ``p_y`` -- use it
     in "loss" mode (``DualFocalLoss(gra=False, detach_runner_up=True)``, registry name
     ``"dfl-gra-partial"``). The faithful DFL-GRA detaches the whole weight (``gra=True``, the
@@ -162,7 +162,7 @@ class DualFocalWeight:
 @dataclass(frozen=True)
 class BrierWeight:
     """Generalised Brier weight in the reference code's form: ``u = ||y - p||_norm ** gamma``
-    (the ``norm``-norm over classes of the one-hot residual, raised to ``gamma``; spec §7.1).
+    (the ``norm``-norm over classes of the one-hot residual, raised to ``gamma``; methods §7.1).
 
     The paper's eq. 3 writes ``sum_k |p_k - y_k| ** gamma`` (a per-class power); the two agree
     only when ``gamma == norm`` -- e.g. ``gamma = 4, norm = 2`` here is the *squared* Brier

@@ -20,7 +20,7 @@ name            block       blocks/stage    parameters (10 classes)
 ``resnet110``   bottleneck  3, 4, 26, 3     45,864,522 (see below)
 ==============  ==========  ==============  =============================
 
-**"ResNet-110" is the code bases' definition** (spec §7.2): a *bottleneck* ResNet with blocks
+**"ResNet-110" is the code bases' definition** (methods §7.2): a *bottleneck* ResNet with blocks
 ``[3, 4, 26, 3]`` (the ``resnet101`` layout with three more blocks in stage 3), not the classic
 3-stage CIFAR ResNet-110 of He et al. (``6n + 2``, 1.7M parameters). [GRA]'s ResNet-110
 numbers were produced with this network, so we reproduce it.

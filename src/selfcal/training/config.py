@@ -23,7 +23,7 @@ class TrainConfig:
     """Everything :func:`~selfcal.training.fit` needs besides the model, data and loss.
 
     The defaults are the [BO4SC] "Standard" protocol: Adam, full batch, plain mean CE. The
-    papers' CIFAR protocol (spec §0) is ``TrainConfig(epochs=350, optimizer="sgd", lr=0.1,
+    papers' CIFAR protocol (methods §0) is ``TrainConfig(epochs=350, optimizer="sgd", lr=0.1,
     momentum=0.9, weight_decay=5e-4, batch_size=128, milestones=(150, 250), grad_clip=2.0)``
     with ``loss_fn=torch.nn.CrossEntropyLoss(reduction="sum")``.
 

@@ -1,4 +1,4 @@
-"""γ-Net (spec §6.1): initial γ ≡ 1, γ ≥ 0, shapes, parameter count, the formula."""
+"""γ-Net (methods §6.1): initial γ ≡ 1, γ ≥ 0, shapes, parameter count, the formula."""
 
 import numpy as np
 import pytest

@@ -1,9 +1,9 @@
 """Smooth (kernel / soft-binned) calibration errors, all differentiable in torch: one module per
 estimator, each replicating its own reference.
 
-* :func:`sece` -- SECE of the meta-regularization paper (methods spec §6.3);
+* :func:`sece` -- SECE of the meta-regularization paper (methods §6.3);
   :mod:`selfcal.metrics.smooth.kernel`.
-* :func:`dece` -- DECE of Meta-Calibration (methods spec §5.1), soft bins + soft accuracy;
+* :func:`dece` -- DECE of Meta-Calibration (methods §5.1), soft bins + soft accuracy;
   :mod:`selfcal.metrics.smooth.soft_binning`.
 * :func:`kde_ece` -- top-label KDE-ECE of Zhang, Kailkhura & Han (2020, "Mix-n-Match");
   :mod:`selfcal.metrics.smooth.kde`.

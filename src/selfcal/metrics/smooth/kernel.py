@@ -1,5 +1,5 @@
-"""SECE, the smooth ECE of the meta-regularization paper (methods spec §6.3, eqs. 5-7, 12), and
-its soft accuracy (Qin et al. 2010 soft ranking; methods spec §5.1 step 3).
+"""SECE, the smooth ECE of the meta-regularization paper (methods §6.3, eqs. 5-7, 12), and
+its soft accuracy (Qin et al. 2010 soft ranking; methods §5.1 step 3).
 
 Two algorithms for the same kernel sums: the exact all-pairs kernel up to
 :data:`SECE_EXACT_MAX_N` samples, above that a grid (linear binning + FFT convolution, see
@@ -32,7 +32,7 @@ SECE_KERNEL_RADIUS = 12.0
 
 
 def soft_accuracy(probs: torch.Tensor, labels: torch.Tensor, t_a: float = 100.0) -> torch.Tensor:
-    """All-pairs soft accuracy (Qin et al. 2010 soft ranking; methods spec §5.1 step 3).
+    """All-pairs soft accuracy (Qin et al. 2010 soft ranking; methods §5.1 step 3).
 
     ``r_ik = 0.5 + sum_l sigmoid(t_a (p_il - p_ik))`` (the ``l = k`` term gives 0.5, so
     ``r_ik = 1 + sum_{l != k} ...``; rank 1 is best) and ``a_i = relu(2 - r_{i, y_i})``:
@@ -108,7 +108,7 @@ def sece(
     t_a: float = 100.0,
     method: str = "auto",
 ) -> torch.Tensor:
-    """Smooth ECE of the meta-regularization paper (methods spec §6.3, eqs. 5-7, 12).
+    """Smooth ECE of the meta-regularization paper (methods §6.3, eqs. 5-7, 12).
 
     With top-label confidences ``z_i``, soft accuracies ``pi_i`` (:func:`soft_accuracy`,
     scale ``t_a``) and the Gaussian kernel ``K_ij = exp(-(z_i - z_j)^2 / (2 h^2))``:

@@ -1,4 +1,4 @@
-"""DECE, the differentiable ECE of Meta-Calibration (Bohdal et al.; methods spec §5.1): soft
+"""DECE, the differentiable ECE of Meta-Calibration (Bohdal et al.; methods §5.1): soft
 bin membership (DNDT-style soft binning, with the Meta-Calibration code's smoothing quirk) and
 the soft accuracy of :mod:`selfcal.metrics.smooth.kernel`.
 """
@@ -21,7 +21,7 @@ def soft_bin_membership(
     confidence: torch.Tensor, n_bins: int = 15, t_b: float = 0.01, eps: float = DECE_EPS
 ) -> torch.Tensor:
     """Soft membership ``o_im`` of confidences in ``M`` equal-width bins (DNDT-style soft
-    binning, methods spec §5.1 step 1).
+    binning, methods §5.1 step 1).
 
     ``h_im = (m c_i - m (m - 1) / (2M)) / t_b`` for ``m = 1..M`` (consecutive logits differ by
     ``(c_i - m/M) / t_b``, so the soft boundaries sit at ``1/M, ..., (M-1)/M``),
@@ -47,7 +47,7 @@ def dece(
     t_a: float = 100.0,
     t_b: float = 0.01,
 ) -> torch.Tensor:
-    """Differentiable ECE of Meta-Calibration (Bohdal et al.; methods spec §5.1).
+    """Differentiable ECE of Meta-Calibration (Bohdal et al.; methods §5.1).
 
     ``o_im`` = :func:`soft_bin_membership` of the confidences ``c_i`` (``M = n_bins``,
     temperature ``t_b``), ``a_i`` = :func:`~selfcal.metrics.smooth.kernel.soft_accuracy` (scale

@@ -2,7 +2,7 @@
 SGD recipe and its regimes, data loading, the CIFAR rows that join when the data is present,
 evaluation before and after temperature scaling, and the per-epoch curves.
 
-Recipe (spec §0 and §7.2, the [FLC] / [GRA] / [MC] code bases): SGD with momentum 0.9, weight
+Recipe (methods §0 and §7.2, the [FLC] / [GRA] / [MC] code bases): SGD with momentum 0.9, weight
 decay 5e-4, learning rate 0.1, batch 128, **sum**-reduced losses, global gradient-norm clipping
 at 2, MultiStepLR x0.1 at the regime's milestones (the scheduler steps after each epoch).
 

@@ -1,5 +1,5 @@
 """[BO4SC] Table 1 (Sanguin et al., AICS 2024): test ECE and accuracy, fractions; single runs,
-no seeds reported (methods spec §4.6)."""
+no seeds reported (methods §4.6)."""
 
 PAPER_DATASETS = ("blobs-1.3", "blobs-1.7", "spiral-2.5", "spiral-3.5", "bac")
 PUBLISHED: dict[str, dict[str, dict[str, float]]] = {

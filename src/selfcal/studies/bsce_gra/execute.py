@@ -105,7 +105,7 @@ def last_layer_gradient_norms(
     per-sample Brier score ``sum_k (p_k - y_k)^2``.
 
     Since ``d loss_i / d W = (d loss_i / d z_i) h_i^T``, the norm is ``||d loss_i/d z_i|| *
-    ||h_i||`` ([GRA] Fig. 4; spec §9). ``d loss_i / d z_i`` is the gradient of the summed loss
+    ||h_i||`` ([GRA] Fig. 4; methods §9). ``d loss_i / d z_i`` is the gradient of the summed loss
     with respect to the logits (each sample's loss depends on its own logits only), so the same
     code serves every per-sample loss -- for GRA losses autograd sees the detached weight."""
     was_training = model.training

@@ -1,5 +1,5 @@
 """[GRA] published numbers (Lin et al., "Uncertainty Weighted Gradients for Model Calibration"),
-transcribed from the paper's Tables 1-5 (methods spec §7.3). Percent; each cell ``pre/post``
+transcribed from the paper's Tables 1-5 (methods §7.3). Percent; each cell ``pre/post``
 temperature scaling (accuracy: one number); mean over 3 seeds. Printed beside our runs, never
 compared as if they were the same experiment (different data and networks).
 """

@@ -1,6 +1,6 @@
 """[GRA]'s toy study: do sample-wise uncertainty metrics track the true calibration error?
 
-Setup (spec §8.5, following the authors' notebook where the paper is vague):
+Setup (methods §8.5, following the authors' notebook where the paper is vague):
 
 * 5 classes, class ``k`` is ``N(mu_k, I)`` in 2-D with ``mu_k ~ U[-10, 10]^2`` (seeded);
   10,000 training, 1,000 validation and 1,000 test points per class, equal priors.

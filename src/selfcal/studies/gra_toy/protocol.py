@@ -1,4 +1,4 @@
-"""The toy study's protocol: the [GRA] notebook's setup (spec §8.5) plus a validation draw on
+"""The toy study's protocol: the [GRA] notebook's setup (methods §8.5) plus a validation draw on
 which each metric's exponent is selected."""
 
 from __future__ import annotations

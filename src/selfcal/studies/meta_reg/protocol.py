@@ -33,7 +33,7 @@ METHODS = image_methods(
 ``"meta"``: ``fit_meta`` (one-step lookahead of the head, Adam on the meta module). "FLγ" (the
 paper's Table 2 ablation, "γ-Net without SECE") is γ-Net meta-trained on the mean
 cross-entropy of the meta-validation batch: the paper does not state its meta-objective, so
-this is our reading (spec §6.6 item 8)."""
+this is our reading (methods §6.6 item 8)."""
 META = tuple(m for m, (kind, _, _) in METHODS.items() if kind == "meta")
 GAMMA_NETS = ("flg", "flg-dece", "flg-sece")
 LABELS = {

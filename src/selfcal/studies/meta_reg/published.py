@@ -1,6 +1,6 @@
 """[MetaReg] published numbers (Wang & Golebiowski, "Towards Unbiased Calibration using
 Meta-Regularization", TMLR 2024), transcribed from the paper's Table 1 (CIFAR-10 / CIFAR-100,
-ResNet-18) and the Table 2 "FLγ" (γ-Net without SECE) rows (methods spec §6.5). Each cell
+ResNet-18) and the Table 2 "FLγ" (γ-Net without SECE) rows (methods §6.5). Each cell
 ``mean±std`` over 5 seeds; Error, ECE, MCE, ACE in %, NLL raw, classwise ECE x100 -- the units
 of our Table 1 analogue. Printed beside our CIFAR runs, never compared as if they were the
 same experiment.
