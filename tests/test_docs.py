@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -82,21 +81,8 @@ def cited_keys() -> set[str]:
     }
 
 
-@pytest.fixture
-def single_thread() -> Iterator[None]:
-    """One torch thread while the snippets run (fast on a busy two-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 # ----------------------------------------------------------------------------- quickstart
-def test_quickstart_snippets_run_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, single_thread: None
-) -> None:
+def test_quickstart_snippets_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every ```python block of the quickstart, in order, in one namespace, in a scratch folder
     (the reproduce step writes its store and report there). A snippet that no longer matches
     the API fails here -- it is never skipped."""

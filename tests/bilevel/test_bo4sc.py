@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from bilevel_helpers import classification_data, params_of, tanh_net
+from helpers.bilevel import classification_data, mlp, noisy_blobs, params_of, tanh_net
 from torch import nn
 from torch.func import vmap
 
@@ -170,28 +170,6 @@ def test_functional_core_under_vmap_equals_loop():
 
 
 # ------------------------------------------------------------------- estimator face
-def noisy_blobs(n_train=200, n_val=150, noise=0.2, seed=0):
-    """3 well-separated blobs; a fraction ``noise`` of the training labels is flipped."""
-    rng = np.random.default_rng(seed)
-    centres = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
-
-    def sample(n):
-        y = rng.integers(0, 3, n)
-        return (centres[y] + rng.normal(size=(n, 2))).astype(np.float32), y
-
-    (x_train, y_train), (x_val, y_val) = sample(n_train), sample(n_val)
-    flipped = rng.random(n_train) < noise
-    y_train[flipped] = (y_train[flipped] + rng.integers(1, 3, flipped.sum())) % 3
-    return x_train, y_train, x_val, y_val, flipped
-
-
-def mlp(seed=0):
-    torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 3)
-    )
-
-
 def test_label_noise_gets_low_weight_and_the_outer_loss_falls():
     x_train, y_train, x_val, y_val, flipped = noisy_blobs()
     fitted = BO4SC(outer_iterations=40, weight_lr=10.0).fit(

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from bilevel_helpers import central_differences, classification_data, params_of, tanh_net
-from test_bo4sc import mlp, noisy_blobs
+from helpers.bilevel import (
+    central_differences,
+    classification_data,
+    mlp,
+    noisy_blobs,
+    params_of,
+    tanh_net,
+)
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 

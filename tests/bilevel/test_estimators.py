@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from bilevel_helpers import (
+from helpers.bilevel import (
     central_differences,
     classification_data,
     params_of,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from image_fakes import write_cifar10
+from helpers.image_fakes import write_cifar10
 
 from selfcal.data import load_dataset
 from selfcal.data.augment import black_fill, random_crop_flip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from data_helpers import all_labels, all_raw, cached
+from helpers.data import all_labels, all_raw, cached
 
 from selfcal.data import load_dataset
 from selfcal.data.blobs import (

@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from image_fakes import CIFAR10_FOLDER, cifar_pickle_bytes, write_cifar10, write_cifar100
+from helpers.image_fakes import CIFAR10_FOLDER, cifar_pickle_bytes, write_cifar10, write_cifar100
 
 from selfcal.data import load_dataset
 from selfcal.data.augment import black_fill

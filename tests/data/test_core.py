@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from data_helpers import ALL_DATASETS, cached
+from helpers.data import ALL_DATASETS, cached
 from sklearn.preprocessing import StandardScaler
 
 from selfcal.data import DataSplits, Split

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import requests
 import torch
-from data_helpers import cached
+from helpers.data import cached
 
 from selfcal.data import DataSplits, load_dataset
 from selfcal.data.core import channel_standardization_stats, splits_from_parts

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from data_helpers import ALL_DATASETS, SKLEARN, SYNTHETIC, all_labels, all_raw, cached
+from helpers.data import ALL_DATASETS, SKLEARN, SYNTHETIC, all_labels, all_raw, cached
 
 from selfcal.data import DataSplits, dataset_names, load_dataset, register_dataset
 from selfcal.data.registry import _DATASETS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from data_helpers import all_labels, cached
+from helpers.data import all_labels, cached
 from scipy.integrate import quad
 from sklearn.neighbors import KNeighborsClassifier
 

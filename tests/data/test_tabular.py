@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from data_helpers import all_labels, all_raw, cached
+from helpers.data import all_labels, all_raw, cached
 from sklearn import datasets
 
 from selfcal.data import load_dataset

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from image_fakes import WNIDS, write_tiny_imagenet
+from helpers.image_fakes import WNIDS, write_tiny_imagenet
 from PIL import Image
 
 from selfcal.data import load_dataset

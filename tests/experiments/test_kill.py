@@ -14,19 +14,23 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-import experiments_helpers as helpers
 import numpy as np
 import pytest
-from experiments_helpers import expected, make_specs
+from helpers import experiments as sweep_helpers
+from helpers.experiments import expected, make_specs
 
 from selfcal.experiments import ResultsStore, run_sweep
 
+TESTS = Path(__file__).resolve().parents[1]
+"""``tests/``: the helpers' folder, on the sweeps' ``PYTHONPATH`` (as pytest puts it on ours)."""
+HELPERS_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+}
 N_RUNS = 40
 SPEC_ARGS = {"n": N_RUNS, "study": "kill", "sleep": 0.05, "size": 4000}
 SWEEP = """
-import sys
-sys.path.insert(0, {helpers!r})
-import experiments_helpers as h
+from helpers import experiments as h
 from selfcal.experiments import ResultsStore, run_sweep
 specs = h.make_specs(**{spec_args!r})
 run_sweep(specs, h.execute, store=ResultsStore({db!r}), progress=False)
@@ -46,8 +50,10 @@ def count(db: Path, sql: str) -> int:
 def kill_after_some_runs(db: Path, at_least: int = 3, timeout_s: float = 60.0) -> int:
     """Start the sweep in a fresh interpreter, SIGKILL it once ``at_least`` runs are stored;
     return how many were stored then."""
-    code = SWEEP.format(helpers=str(Path(helpers.__file__).parent), spec_args=SPEC_ARGS, db=str(db))
-    process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    code = SWEEP.format(spec_args=SPEC_ARGS, db=str(db))
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stderr=subprocess.PIPE, env=HELPERS_ENV
+    )
     deadline = time.monotonic() + timeout_s
     while count(db, "SELECT COUNT(*) FROM runs") < at_least:
         if process.poll() is not None or time.monotonic() > deadline:
@@ -69,9 +75,9 @@ def test_sigkill_then_rerun_stores_every_run_exactly_once(tmp_path: Path) -> Non
     with ResultsStore(db) as store:
         before = store.keys(status=None)
         assert len(before) == stored_at_kill and before <= {s.key for s in specs}
-        helpers.CALLS.clear()
-        summary = run_sweep(specs, helpers.execute, store=store, progress=False)
-        executed = [key for group in helpers.CALLS for key in group]
+        sweep_helpers.CALLS.clear()
+        summary = run_sweep(specs, sweep_helpers.execute, store=store, progress=False)
+        executed = [key for group in sweep_helpers.CALLS for key in group]
         assert sorted(executed) == sorted(s.key for s in specs if s.key not in before)
         assert (summary.done, summary.skipped, summary.failed) == (
             N_RUNS - stored_at_kill,
@@ -105,9 +111,7 @@ def test_sigkill_then_rerun_stores_every_run_exactly_once(tmp_path: Path) -> Non
 
 
 PARALLEL_SWEEP = """
-import sys
-sys.path.insert(0, {helpers!r})
-import experiments_helpers as h
+from helpers import experiments as h
 from selfcal.experiments import ResultsStore, run_sweep
 specs = h.make_specs(2, study="orphans", sleep=600, pid_dir={pid_dir!r})
 run_sweep(specs, h.pid_then_sleep_execute, store=ResultsStore({db!r}), workers=2,
@@ -129,13 +133,12 @@ def test_sigkill_of_a_parallel_sweep_leaves_no_worker_alive(tmp_path: Path) -> N
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     code = PARALLEL_SWEEP.format(
-        helpers=str(Path(helpers.__file__).parent),
         pid_dir=str(pid_dir),
         db=str(tmp_path / "o.sqlite"),
     )
     log = tmp_path / "stderr.txt"
     with log.open("wb") as stderr:  # not a pipe: the workers inherit it
-        process = subprocess.Popen([sys.executable, "-c", code], stderr=stderr)
+        process = subprocess.Popen([sys.executable, "-c", code], stderr=stderr, env=HELPERS_ENV)
     deadline = time.monotonic() + 60
     while len(list(pid_dir.glob("*.pid"))) < 2:  # both workers are inside their groups
         if process.poll() is not None or time.monotonic() > deadline:

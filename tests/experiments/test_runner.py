@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import experiments_helpers as helpers
 import numpy as np
 import pytest
-from experiments_helpers import expected, make_specs
+from helpers import experiments as helpers
+from helpers.experiments import expected, make_specs
 
 from selfcal.experiments import ResultsStore, RunSpec, SweepSummary, environment, run_sweep
 

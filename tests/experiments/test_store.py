@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from experiments_helpers import expected, make_specs
+from helpers.experiments import expected, make_specs
 
 from selfcal.experiments import ResultsStore, RunResult, RunSpec
 

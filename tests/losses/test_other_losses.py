@@ -8,7 +8,7 @@ import pytest
 import scipy.stats
 import torch
 import torch.nn.functional as F
-from loss_helpers import as_torch, brier_np, ce_np, make_batch, softmax_np
+from helpers.losses import as_torch, brier_np, ce_np, make_batch, softmax_np
 
 from selfcal.losses import (
     BrierLoss,

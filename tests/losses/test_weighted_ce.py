@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from loss_helpers import (
+from helpers.losses import (
     as_torch,
     brier_weight_np,
     ce_np,

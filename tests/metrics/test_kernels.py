@@ -13,6 +13,7 @@ import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
 import torch
+from helpers.cases import case_kwargs, make_case
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +22,6 @@ from selfcal import Predictions
 from selfcal.metrics import adaece, classwise_ece, debiased_ece, ece, mce
 from selfcal.metrics.binning import bin_statistics, order_statistics, uniform_edges
 from selfcal.predictions import _check_rows, _top_label_pass
-
-from ..conftest import case_kwargs, make_case
 
 cpu = pytest.importorskip("selfcal._kernels.cpu", reason="numba is not installed")
 

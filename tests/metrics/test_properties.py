@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.metrics import problems
 from hypothesis import given, settings
-from metrics_helpers import problems
 
 import selfcal.metrics as M
 from selfcal import Predictions

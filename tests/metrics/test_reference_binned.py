@@ -14,11 +14,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers.cases import case_kwargs, case_probs, make_case
 
 from selfcal import Predictions
 from selfcal.metrics import adaece, classwise_ece, ece, mce
-
-from ..conftest import case_kwargs, case_probs, make_case
 
 pytestmark = pytest.mark.reference
 M = 15

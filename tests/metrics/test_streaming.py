@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.metrics import problems
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from metrics_helpers import problems
 
 import selfcal.metrics as M
 from selfcal import Predictions

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from posthoc_helpers import make_logits
+from helpers.posthoc import make_logits
 
 from selfcal.exceptions import NotFittedError
 from selfcal.posthoc import (

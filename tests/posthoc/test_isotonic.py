@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.posthoc import make_logits, softmax
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from posthoc_helpers import make_logits, softmax
 
 from selfcal.metrics.binning import bin_index, uniform_edges
 from selfcal.posthoc import HistogramBinning, IsotonicCalibration, OneVsRestIsotonic

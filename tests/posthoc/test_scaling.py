@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from posthoc_helpers import make_logits, softmax
+from helpers.posthoc import make_logits, softmax
 
 from selfcal.posthoc import MatrixScaling, PlattScaling, TemperatureScaling, VectorScaling
 

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.posthoc import make_logits, softmax
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from posthoc_helpers import make_logits, softmax
 
 from selfcal.posthoc import TemperatureScaling
 from selfcal.posthoc import temperature as ts_module

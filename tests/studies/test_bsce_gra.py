@@ -48,11 +48,7 @@ def test_cifar_run_plumbing_on_a_fake_cifar(tmp_path, monkeypatch):
     """A CIFAR row end to end on a fake CIFAR-10 folder (the official pickle format), with the
     schedule and the network shrunk so it runs in seconds: crop + flip augmentation, the paper's
     settings for the loss, pre/post-TS metrics and the snapshots."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "data"))
-    from image_fakes import write_cifar10
+    from helpers.image_fakes import write_cifar10
 
     write_cifar10(tmp_path, n_per_batch=10, n_test=20)
     monkeypatch.setenv("SELFCAL_DATA", str(tmp_path))

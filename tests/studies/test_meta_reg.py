@@ -92,17 +92,14 @@ def test_cifar_rows_on_a_fake_cifar_and_the_published_numbers(tmp_path, monkeypa
     """CIFAR rows end to end on a fake CIFAR-10 folder with the schedule shrunk to 2 epochs:
     the 8:1:1 reference split, crop + flip on the training batches only; then the report,
     whose CIFAR section carries the paper's Table 1 and Table 2 numbers."""
-    import sys
-    from pathlib import Path
+
+    from helpers.image_fakes import write_cifar10
 
     from selfcal.experiments import ResultsStore
     from selfcal.experiments.report import write_report
     from selfcal.experiments.selection import Grid
     from selfcal.experiments.study import StudyResults, get_study, run_study
     from selfcal.studies.meta_reg.protocol import PROTOCOLS, MetaRegProtocol
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "data"))
-    from image_fakes import write_cifar10
 
     write_cifar10(tmp_path / "data", n_per_batch=4, n_test=10)
     monkeypatch.setenv("SELFCAL_DATA", str(tmp_path / "data"))

@@ -6,8 +6,8 @@ meta-objectives."""
 import pytest
 import torch
 import torch.nn.functional as F
-from bilevel_helpers import META_LR_STEP as LR
-from bilevel_helpers import meta_batch_for, tiny_meta_setup
+from helpers.bilevel import META_LR_STEP as LR
+from helpers.bilevel import meta_batch_for, tiny_meta_setup
 
 from selfcal.bilevel import (
     AutogradLookahead,

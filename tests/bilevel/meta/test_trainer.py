@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from bilevel_helpers import META_LR_STEP as LR
-from bilevel_helpers import tiny_meta_setup
+from helpers.bilevel import META_LR_STEP as LR
+from helpers.bilevel import tiny_meta_setup
 
 from selfcal.bilevel import GammaNet, MetaStep, MetaTrainer, fit_meta, meta_objective
 from selfcal.losses import focal_loss

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from smooth_helpers import grad_inputs, random_logits
+from helpers.smooth import grad_inputs, random_logits
 
 from selfcal.metrics.smooth import dece, kde_ece, sece, smooth_ece
 from selfcal.predictions import Predictions

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.signal
-from smooth_helpers import random_logits
+from helpers.smooth import random_logits
 
 from selfcal.metrics.smooth import kde_ece
 from selfcal.predictions import Predictions

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from smooth_helpers import grad_inputs, random_logits, spec_soft_accuracy
+from helpers.smooth import grad_inputs, random_logits, spec_soft_accuracy
 
 from selfcal.metrics.smooth import sece, soft_accuracy
 from selfcal.metrics.smooth.kernel import SECE_EXACT_MAX_N, sece_method

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from smooth_helpers import random_logits
+from helpers.smooth import random_logits
 
 from selfcal.metrics.smooth import smooth_ece
 from selfcal.predictions import Predictions

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from smooth_helpers import random_logits, spec_soft_accuracy
+from helpers.smooth import random_logits, spec_soft_accuracy
 
 from selfcal.metrics.smooth import dece, soft_bin_membership
 from selfcal.predictions import Predictions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -99,3 +100,27 @@ def meta_batch_for(model, train, meta_val, with_meta_features=True):
         features = model.features(train[0])
         meta_features = model.features(meta_val[0]) if with_meta_features else None
     return MetaBatch(*train, features, *meta_val, meta_features)
+
+
+# ----------------------------------------------------------------------------- BO4SC estimator
+def noisy_blobs(n_train=200, n_val=150, noise=0.2, seed=0):
+    """3 well-separated blobs; a fraction ``noise`` of the training labels is flipped."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
+
+    def sample(n):
+        y = rng.integers(0, 3, n)
+        return (centres[y] + rng.normal(size=(n, 2))).astype(np.float32), y
+
+    (x_train, y_train), (x_val, y_val) = sample(n_train), sample(n_val)
+    flipped = rng.random(n_train) < noise
+    y_train[flipped] = (y_train[flipped] + rng.integers(1, 3, flipped.sum())) % 3
+    return x_train, y_train, x_val, y_val, flipped
+
+
+def mlp(seed=0):
+    """A 2-32-32-3 ReLU MLP, seeded."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 3)
+    )

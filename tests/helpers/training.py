@@ -1,19 +1,9 @@
-"""Shared fixtures and small data sets for the training-loop tests."""
+"""Small data sets and parameter comparisons for the training-loop tests."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny tensors: one intra-op thread is faster and avoids contention on shared CPUs."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def xor_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,19 +30,3 @@ def identical(a: nn.Module | list, b: nn.Module | list) -> bool:
     a = parameters(a) if isinstance(a, nn.Module) else a
     b = parameters(b) if isinstance(b, nn.Module) else b
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
-
-
-@pytest.fixture
-def make_blobs():
-    return blobs
-
-
-@pytest.fixture
-def make_xor():
-    return xor_data
-
-
-@pytest.fixture
-def same_params():
-    """``same_params(a, b)``: bit-identical parameters (modules or lists of tensors)."""
-    return identical
