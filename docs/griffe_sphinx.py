@@ -18,8 +18,9 @@ extension rewrites, in every docstring of the loaded packages:
   the colon is prose, not a type), and a closing paragraph that is no item moved in front of
   the section, where it belongs;
 * a bibliography key (``[GRA]``, ``[BO4SC]``, ...) into a link to its entry on the
-  references page, and a citation of the methods reference (``methods §6.1``) into a link to that numbered section -- both through mkdocs-autorefs, so a
-  key or a section number the site does not define fails the strict build.
+  references page, and a citation of the methods reference (``methods §6.1``) into a link to
+  that numbered section -- both through mkdocs-autorefs, so a key or a section number the
+  site does not define fails the strict build.
 
 Double-backtick literals need nothing: Markdown reads ````x```` as inline code.
 """

@@ -7,9 +7,9 @@ Resamples: by default :func:`default_resamples` picks ``min(1000, max(10, 5e6 //
 Each resample costs every metric time linear in ``N`` plus a fixed part (the grid-based smooth
 metrics, ``kde_ece`` and ``smece``, cost about as much as ``2e4`` rows per resample whatever
 ``N``), so this keeps one evaluation near 5e6 "row-resamples" per metric: 240 resamples at
-``N = 720`` (the digits example, a few seconds), 41 at ``1e5``, and the floor of 10 from
-``N = 5e5`` on (10 resamples of ``1e6`` rows: about 7 s for all twelve metrics on two CPU cores,
-``benchmarks/bench_evaluate.py``). The interval
+``N = 720`` (the digits example), 41 at ``1e5``, and the floor of 10 from ``N = 5e5`` on (the
+time of ``1e6`` rows is measured by ``benchmarks/bench_evaluate.py``, in
+``benchmarks/results/evaluate.md``). The interval
 width shrinks as ``1/sqrt(N)`` regardless; fewer resamples only make its end points noisier
 (with 10 the 95% percentile interval is close to the resamples' range). Pass ``n_resamples``
 to override.

@@ -191,7 +191,7 @@ def _ordered(columns: dict[int | None, str], kind: str) -> list[str]:
         if len(columns) > 1:
             raise ValueError(f"mix of indexed and unindexed {kind} columns")
         return [columns[None]]
-    idx = sorted(columns)
+    idx = sorted(k for k in columns if k is not None)
     if idx != list(range(len(idx))):
         raise ValueError(
             f"{kind} columns must be numbered 0..{len(idx) - 1} without gaps; got indices "
@@ -305,8 +305,10 @@ def save_probs(path: str | Path, probs: Any, labels: Any = None) -> Path:
     fmt = _format_of(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "npz":
-        arrays = {"probs": p} if y is None else {"probs": p, "labels": y}
-        np.savez(path, **arrays)
+        if y is None:
+            np.savez(path, probs=p)
+        else:
+            np.savez(path, probs=p, labels=y)
     elif fmt == "npy":
         if not path.name.endswith(".probs.npy"):
             raise ValueError(f"{path}: name the output NAME.probs.npy")

@@ -30,7 +30,7 @@ _jit = numba.njit(nogil=True, cache=True)
 
 # ------------------------------------------------------------------------ the top-label pass
 @_jit
-def _top_label_probs(p, atol, conf, pred):
+def _top_label_probs(p: np.ndarray, atol: float, conf: np.ndarray, pred: np.ndarray) -> int:
     """Max, first argmax, and the contract of each probability row; returns the first row
     that breaks it (a value outside [0, 1], NaN, or ``|sum - 1| > atol``), else -1."""
     n, c = p.shape
@@ -55,7 +55,7 @@ def _top_label_probs(p, atol, conf, pred):
 
 
 @_jit
-def _top_label_logits(z, atol, conf, pred):
+def _top_label_logits(z: np.ndarray, atol: float, conf: np.ndarray, pred: np.ndarray) -> int:
     """Softmax maximum ``1 / sum_k exp(z_k - max z)`` and first argmax of each logit row;
     returns the first row with a non-finite logit, else -1. ``atol`` is unused."""
     n, c = z.shape
@@ -78,14 +78,14 @@ def _top_label_logits(z, atol, conf, pred):
 
 
 @_jit
-def _matches(a, b, out):
+def _matches(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     for i in range(a.shape[0]):
         out[i] = 1.0 if a[i] == b[i] else 0.0
 
 
 # ------------------------------------------------------------------------------- bin sums
 @_jit
-def _uniform_sums(values, targets, n_bins, out):
+def _uniform_sums(values: np.ndarray, targets: np.ndarray, n_bins: int, out: np.ndarray) -> None:
     """Count, value sum and target sum per equal-width bin, the bin found as
     :func:`selfcal.metrics.binning._uniform_index` finds it (``ceil(M c)`` corrected
     against the float64 edges ``m / M``)."""
@@ -103,7 +103,7 @@ def _uniform_sums(values, targets, n_bins, out):
 
 
 @_jit
-def _edge_table(inner, low, scale, cells):
+def _edge_table(inner: np.ndarray, low: float, scale: float, cells: int) -> np.ndarray:
     """``table[k]``: how many inner edges lie in cells before cell ``k`` of ``[low, ...]``
     (cell ``floor((x - low) * scale)``, capped at the last)."""
     per_cell = np.zeros(cells + 1, dtype=np.int64)
@@ -114,7 +114,14 @@ def _edge_table(inner, low, scale, cells):
 
 
 @_jit
-def _edge_sums(values, targets, inner, table, scale, out):
+def _edge_sums(
+    values: np.ndarray,
+    targets: np.ndarray,
+    inner: np.ndarray,
+    table: np.ndarray,
+    scale: float,
+    out: np.ndarray,
+) -> None:
     """Same sums for sorted inner edges: the bin is the number of inner edges ``< v``.
 
     The cell is a non-decreasing function of the value, so edges in earlier cells are below
@@ -140,7 +147,7 @@ def _edge_sums(values, targets, inner, table, scale, out):
 
 # ----------------------------------------------------------------------- order statistics
 @_jit
-def _cell_counts(values, low, scale, counts):
+def _cell_counts(values: np.ndarray, low: float, scale: float, counts: np.ndarray) -> None:
     """Histogram over cells ``floor((v - low) * scale)``, a non-decreasing function of ``v``
     (rounded arithmetic is monotone), so a smaller cell never holds a larger value."""
     last = counts.shape[0] - 1
@@ -150,7 +157,14 @@ def _cell_counts(values, low, scale, counts):
 
 
 @_jit
-def _gather_cells(values, low, scale, slot, cursor, out):
+def _gather_cells(
+    values: np.ndarray,
+    low: float,
+    scale: float,
+    slot: np.ndarray,
+    cursor: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """Copy the values whose cell has a slot (``slot[cell] >= 0``) to ``out`` at that slot's
     cursor."""
     last = slot.shape[0] - 1

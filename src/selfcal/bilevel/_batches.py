@@ -30,7 +30,7 @@ class Rows:
         self.n_classes: int | None = None
 
     def __len__(self) -> int:
-        return len(self.x)  # type: ignore[arg-type]
+        return len(self.x)
 
     def take(
         self, idx: torch.Tensor, device: torch.device, dtype: torch.dtype
@@ -44,6 +44,7 @@ class Rows:
         if self.is_dataset:
             if not bool(torch.isfinite(x).all()):
                 raise ValueError(f"{self.name} contains NaN or infinite features")
+            assert self.n_classes is not None, "n_classes is set before any row is taken"
             y = validate_labels(y, x.shape[0], self.n_classes, device)
         return x, torch.as_tensor(y).to(device)
 

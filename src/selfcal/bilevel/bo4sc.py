@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -300,7 +300,9 @@ def bo4sc_minibatch_step(
 
 
 @torch.no_grad()
-def update_running_stats(model: nn.Module, params: Params, batches: torch.Tensor) -> None:
+def update_running_stats(
+    model: nn.Module, params: Params, batches: torch.Tensor | Sequence[torch.Tensor]
+) -> None:
     """The BatchNorm running statistics after a training-mode forward pass of each batch in
     ``batches`` (``[T, B, ...]``) with parameters ``params`` (no gradients; nothing to do for a
     model without BatchNorm). The model is left in training mode."""

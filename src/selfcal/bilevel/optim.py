@@ -19,7 +19,7 @@ added to the gradient, no Nesterov, no dampening, no AMSGrad).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import torch
 
@@ -73,7 +73,8 @@ class SGDState(NamedTuple):
 def clip_grad_norm(grads: Params, max_norm: Hyper) -> Params:
     """``g * min(1, max_norm / (||g|| + 1e-6))`` with ``||g||`` the global 2-norm over every
     tensor: ``torch.nn.utils.clip_grad_norm_``, out of place and differentiable."""
-    norm = torch.sqrt(sum(torch.sum(g * g) for g in grads.values()))
+    squares = cast(torch.Tensor, sum(torch.sum(g * g) for g in grads.values()))
+    norm = torch.sqrt(squares)
     coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
     return {k: g * coef for k, g in grads.items()}
 

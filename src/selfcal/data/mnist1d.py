@@ -1,4 +1,4 @@
-"""MNIST-1D (Greydanus & Steinbach, 2020/2024): ten 1-D digit templates, procedurally distorted.
+"""MNIST-1D (Greydanus 2020; Greydanus & Kobak, ICML 2024): ten 1-D digit templates, distorted.
 
 Generated with the ``mnist1d`` package's own generator (``mnist1d.data.make_dataset``, imported
 only when the dataset is loaded). The package can also download a pickled copy; that path
@@ -17,8 +17,8 @@ default). With ``sizes=(train, val, test)`` the generator instead draws exactly 
 (their sum must be a multiple of 10: the generator makes equal classes) and all of them are split
 stratified by seed: the package's own train/test cut is a cut of one shuffled i.i.d. draw, so
 pooling it loses nothing, and validation and test sets can be as large as a study needs (e.g.
-2,000 and 10,000 rows, where 400 and 1,000 cannot separate methods). Generating is slow (about
-0.6 ms a signal), so draws are cached in the process (:data:`CACHE_DRAWS` most recent).
+2,000 and 10,000 rows, where 400 and 1,000 cannot separate methods). Generating is slow next to
+training on the signals, so draws are cached in the process (:data:`CACHE_DRAWS` most recent).
 
 The package already centres and scales all the signals with one global mean / std; we
 standardise again with TRAINING statistics, one mean / std over all 40 positions (the signals

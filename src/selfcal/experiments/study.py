@@ -39,7 +39,7 @@ import json
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 
@@ -87,6 +87,10 @@ class StudyProtocol:
         return {k: v for k, v in asdict(self).items() if k not in UNFINGERPRINTED}
 
 
+P = TypeVar("P", bound=StudyProtocol)
+"""A study's protocol type."""
+
+
 @functools.lru_cache(maxsize=256)
 def _fingerprint(protocol: StudyProtocol, version: int, extras: str) -> str:
     return settings_fingerprint(
@@ -94,7 +98,7 @@ def _fingerprint(protocol: StudyProtocol, version: int, extras: str) -> str:
     )
 
 
-class Study:
+class Study(Generic[P]):
     """Base class of every study (module doc). Subclasses set the class attributes and
     implement :meth:`specs`, :meth:`execute` and the report methods."""
 
@@ -150,10 +154,10 @@ class Study:
         hparams.update(hp(config or {}))
         return RunSpec(self.name, dataset, method, seed, hparams, model or {})
 
-    def specs(self, protocol: StudyProtocol) -> list[RunSpec]:
+    def specs(self, protocol: P) -> list[RunSpec]:
         raise NotImplementedError
 
-    def execute(self, protocol: StudyProtocol, group: list[RunSpec]) -> list[RunResult]:
+    def execute(self, protocol: P, group: list[RunSpec]) -> list[RunResult]:
         """Results for a group of specs: the folder's ``execute.execute``."""
         return self.part("execute").execute(protocol, group)
 
@@ -161,14 +165,14 @@ class Study:
         """Specs with equal ids run in one executor call (default: one spec a call)."""
         return spec.key
 
-    def protocol(self, name: str | None = None) -> StudyProtocol:
+    def protocol(self, name: str | None = None) -> P:
         """The protocol ``name`` (default: :attr:`default_protocol`)."""
         name = self.default_protocol if name is None else name
         if name not in self.protocols:
             raise ValueError(f"--protocol must be one of {', '.join(self.protocols)}; got {name!r}")
-        return self.protocols[name]
+        return cast(P, self.protocols[name])
 
-    def protocol_of(self, spec: RunSpec) -> StudyProtocol:
+    def protocol_of(self, spec: RunSpec) -> P:
         """The protocol a stored spec was made with; a spec of another version of it (another
         fingerprint) is an error rather than a silent mix of results."""
         protocol = self.protocol(str(spec.hparams["protocol"]))
@@ -188,21 +192,21 @@ class Study:
         return self.selection
 
     # ------------------------------------------------------------------ report
-    def sections(self, results: StudyResults) -> list[str]:
+    def sections(self, results: StudyResults[P]) -> list[str]:
         """The report's body (Markdown lines): the folder's ``report.sections``."""
         return self.part("report").sections(results)
 
-    def figures(self, results: StudyResults) -> Mapping[str, Any]:
+    def figures(self, results: StudyResults[P]) -> Mapping[str, Any]:
         """``{file name: matplotlib figure or None}`` (``None``: not drawable from these
         runs): the folder's ``figures.figures``, if it has one."""
         module = self.part("figures")
         return {} if module is None else module.figures(results)
 
-    def summary(self, results: StudyResults) -> list[str]:
+    def summary(self, results: StudyResults[P]) -> list[str]:
         """What ``selfcal reproduce NAME`` prints after the sweep: ``report.summary``."""
         return self.part("report").summary(results)
 
-    def payload(self, results: StudyResults) -> Mapping[str, Any]:
+    def payload(self, results: StudyResults[P]) -> Mapping[str, Any]:
         """Study-specific additions to the ``--json`` object: ``report.payload``, if any."""
         extra = getattr(self.part("report"), "payload", None)
         return {} if extra is None else extra(results)
@@ -213,7 +217,10 @@ _STUDIES: Registry[Callable[[], Study]] = Registry("study")
 _discovered = False
 
 
-def register_study(cls: type[Study]) -> type[Study]:
+StudyClass = TypeVar("StudyClass", bound=type[Study[Any]])
+
+
+def register_study(cls: StudyClass) -> StudyClass:
     """Class decorator: register a :class:`Study` under its ``name``."""
     for attribute in ("name", "title", "help", "version", "protocols"):
         if not hasattr(cls, attribute):
@@ -309,16 +316,16 @@ def run_study(
 
 # ----------------------------------------------------------------------------- results
 @dataclass
-class StudyResults:
+class StudyResults(Generic[P]):
     """A protocol's runs as its report reads them: every done candidate (:attr:`records`), the
     validation-selected ones (:attr:`selected`), their aggregates and the failures."""
 
-    study: Study
-    protocol: StudyProtocol
+    study: Study[P]
+    protocol: P
     store: ResultsStore
 
     @classmethod
-    def load(cls, study: Study, protocol: StudyProtocol, store: ResultsStore) -> StudyResults:
+    def load(cls, study: Study[P], protocol: P, store: ResultsStore) -> StudyResults[P]:
         return cls(study, protocol, store)
 
     @cached_property

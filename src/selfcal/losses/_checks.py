@@ -55,8 +55,8 @@ def check_logits_labels(logits: object, labels: object) -> torch.Tensor:
         )
     if labels.dtype not in _INTEGER_DTYPES:
         raise ValueError(f"labels must hold integer class indices, got dtype {labels.dtype}")
-    low, high = torch.aminmax(labels)
-    low, high, n_classes = int(low), int(high), logits.shape[1]
+    extremes = torch.aminmax(labels)
+    low, high, n_classes = int(extremes.min), int(extremes.max), logits.shape[1]
     if low < 0 or high >= n_classes:
         raise ValueError(
             f"labels must lie in [0, {n_classes}), found label {low if low < 0 else high}"

@@ -20,18 +20,20 @@ import torch
 from selfcal._validation import check_fraction
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import Weights
-from selfcal.predictions import Predictions, as_predictions
+from selfcal.predictions import ArrayLike, Predictions, as_predictions
 
 EULER_GAMMA = 0.5772156649015329
 
 
-def _groups(pred: Predictions, weights: Weights):
+def _groups(pred: Predictions, weights: Weights) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Tie groups in decreasing confidence: thresholds ``(G,)``, sizes and error counts
     ``(G,)`` or ``(B, G)`` (weighted)."""
     return tie_groups(pred.confidence, pred.correct, weights)
 
 
-def tie_groups(confidence: torch.Tensor, correct: torch.Tensor, weights: Weights = None):
+def tie_groups(
+    confidence: torch.Tensor, correct: torch.Tensor, weights: Weights = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`_groups` on raw float64 ``(N,)`` confidences and correctness indicators."""
     conf, order = torch.sort(confidence, descending=True, stable=True)
     thresholds, group = torch.unique_consecutive(conf, return_inverse=True)
@@ -80,7 +82,12 @@ class RiskCoverage:
 
 
 def risk_coverage_curve(
-    predictions: Predictions | None = None, /, *, labels=None, logits=None, probs=None
+    predictions: Predictions | None = None,
+    /,
+    *,
+    labels: ArrayLike | None = None,
+    logits: ArrayLike | None = None,
+    probs: ArrayLike | None = None,
 ) -> RiskCoverage:
     """Selective risk and coverage at every distinct confidence threshold, and the AURC."""
     pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)

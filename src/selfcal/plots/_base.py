@@ -57,7 +57,9 @@ def get_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Axes, Figur
     if ax is None:
         fig, ax = pyplot().subplots(figsize=figsize, layout="constrained")
         return ax, fig
-    return ax, ax.get_figure(root=True)
+    fig = ax.get_figure(root=True)
+    assert fig is not None  # an axes is always in a figure
+    return ax, fig
 
 
 def to_numpy(x: torch.Tensor | np.ndarray | float) -> np.ndarray:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 import torch
@@ -283,6 +283,6 @@ def class_colors(labels: np.ndarray) -> np.ndarray:
     pyplot()
     import matplotlib
 
-    palette = np.asarray(matplotlib.colormaps[CLASS_CMAP].colors)
+    palette = np.asarray(cast(Any, matplotlib.colormaps[CLASS_CMAP]).colors)  # a ListedColormap
     rgb = palette[labels % len(palette)]
     return np.column_stack([rgb, np.ones(len(labels))])

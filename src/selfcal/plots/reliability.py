@@ -204,7 +204,9 @@ class ReliabilityDiagramDisplay(PredictionsDisplay):
         self._decorate(ax)
 
     @staticmethod
-    def _draw_gaps(ax: Axes, left, width, acc, conf) -> dict[str, Any]:
+    def _draw_gaps(
+        ax: Axes, left: np.ndarray, width: np.ndarray, acc: np.ndarray, conf: np.ndarray
+    ) -> dict[str, Any]:
         """Gap bars between accuracy and confidence, coloured by its sign."""
         over = acc < conf
         gaps = {}

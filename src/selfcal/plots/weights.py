@@ -110,8 +110,9 @@ class WeightTrajectoryDisplay(Display):
         """Training epochs after each outer iteration: ``j * epoch_unit``, ``j = 0..iterations``."""
         return np.arange(self.history.shape[0]) * float(self.epoch_unit)
 
-    def segments(self, mask: np.ndarray) -> np.ndarray:
-        """``(k, iterations + 1, 2)`` polylines ``(epoch, w_i)`` of the samples in ``mask``."""
+    def segments(self, mask: np.ndarray) -> Any:
+        """``(k, iterations + 1, 2)`` polylines ``(epoch, w_i)`` of the samples in ``mask`` (an
+        array; ``LineCollection`` takes it as a sequence of polylines)."""
         weights = self.history[:, mask].T
         epochs = np.broadcast_to(self.epochs, weights.shape)
         return np.stack([epochs, weights], axis=-1)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
@@ -73,7 +73,7 @@ class Calibrator:
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
         labels: ArrayLike | None = None,
-    ) -> Calibrator:
+    ) -> Self:
         """Fit on validation scores and labels; returns ``self``."""
         pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
         self._validate_hyperparameters()
@@ -158,7 +158,12 @@ class Calibrator:
                 f"probs=..., labels=...) first (missing {', '.join(missing)})"
             )
 
-    def _prepare(self, predictions, logits, probs) -> Predictions:
+    def _prepare(
+        self,
+        predictions: Predictions | None,
+        logits: ArrayLike | None,
+        probs: ArrayLike | None,
+    ) -> Predictions:
         self._check_fitted()
         pred = as_predictions(predictions, logits=logits, probs=probs, need_labels=False)
         if pred.n_classes != self.n_classes_:
@@ -185,8 +190,8 @@ class Calibrator:
         return f"{type(self).__name__}({args})"
 
 
-def _subclasses(cls: type) -> list[type]:
-    out = []
+def _subclasses(cls: type[Calibrator]) -> list[type[Calibrator]]:
+    out: list[type[Calibrator]] = []
     for sub in cls.__subclasses__():
         out.append(sub)
         out.extend(_subclasses(sub))

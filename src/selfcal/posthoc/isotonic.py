@@ -7,12 +7,14 @@ constant beyond the ends -- exactly scikit-learn's ``predict`` with ``out_of_bou
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from selfcal.posthoc._base import Calibrator, as_tensor, interp, renormalise
 from selfcal.posthoc.registry import register_calibrator
-from selfcal.predictions import Predictions
+from selfcal.predictions import ArrayLike, Predictions
 
 
 def fit_isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -61,8 +63,13 @@ class IsotonicCalibration(Calibrator):
         return interp(conf, xp, fp)
 
     def predict_confidence(
-        self, predictions: Predictions | None = None, /, *, logits=None, probs=None
-    ):
+        self,
+        predictions: Predictions | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+    ) -> Any:
         """Calibrated top-label confidence ``f(max_k p_k)``, ``(N,)`` float64."""
         pred = self._prepare(predictions, logits, probs)
         return pred.output(self._map(pred.confidence))
@@ -106,7 +113,7 @@ class OneVsRestIsotonic(Calibrator):
         self.y_thresholds_ = np.concatenate([k[1] for k in knots])
         self.knot_counts_ = np.array([len(k[0]) for k in knots], dtype=np.int64)
 
-    def _maps(self, like: torch.Tensor):
+    def _maps(self, like: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         xs = as_tensor(self.x_thresholds_, like).split(self.knot_counts_.tolist())
         ys = as_tensor(self.y_thresholds_, like).split(self.knot_counts_.tolist())
         return list(zip(xs, ys))

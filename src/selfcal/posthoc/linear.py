@@ -4,6 +4,7 @@ and Platt scaling (Platt, 1999) for binary problems."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -14,7 +15,9 @@ from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
 
-def _minimise(loss_fn, theta0: np.ndarray, device: torch.device) -> np.ndarray:
+def _minimise(
+    loss_fn: Callable[[torch.Tensor], torch.Tensor], theta0: np.ndarray, device: torch.device
+) -> np.ndarray:
     """Minimise a smooth float64 torch loss of a flat parameter vector with scipy's L-BFGS-B
     (gradients by autograd), to tight tolerances."""
     from scipy.optimize import minimize

@@ -232,7 +232,7 @@ class MetaTrainer:
         ``meta_val``); returns ``self``. Raises
         :class:`~selfcal.exceptions.TrainingDiverged` on NaN/inf."""
         step = MetaStep(meta_val, **asdict(self.options))
-        hooks = {"on_epoch": self.on_epoch, "batch_transform": self.batch_transform}
+        hooks: dict[str, Any] = {"on_epoch": self.on_epoch, "batch_transform": self.batch_transform}
         history = fit(model, train, val, config=self.config, step=step, **hooks)
         assert isinstance(history, MetaHistory)
         self.history_, self.meta_module_ = history, step.meta_module

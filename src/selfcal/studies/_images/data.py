@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from selfcal.studies._images.recipe import CIFAR, CIFAR_FOLDERS, ImageProtocol
+
+
+class Sized(Protocol):
+    """A protocol with MNIST-1D's sizes (the image studies' and the benchmark's)."""
+
+    @property
+    def mnist1d_sizes(self) -> tuple[int, int, int]: ...
 
 
 def available_cifar() -> tuple[str, ...]:
@@ -28,7 +35,7 @@ def sweep_datasets(protocol: ImageProtocol) -> tuple[str, ...]:
     return tuple(protocol.datasets) + (available_cifar() if protocol.name == "full" else ())
 
 
-def load(protocol: ImageProtocol, dataset: str, seed: int, **options: Any) -> Any:
+def load(protocol: Sized, dataset: str, seed: int, **options: Any) -> Any:
     """The dataset with the protocol's options (MNIST-1D's sizes)."""
     from selfcal.data import load_dataset
 
@@ -43,15 +50,15 @@ def meta_split(data: Any, seed: int) -> tuple[tuple, tuple]:
 
     y = data.train.y.numpy()
     n_meta = round(len(y) / 9)
-    keep, meta, _ = stratified_split_indices(
+    kept, held_out, _ = stratified_split_indices(
         y, (len(y) - n_meta, n_meta, 0), child_rngs(seed, 2)[1]
     )
-    keep, meta = torch.from_numpy(np.sort(keep)), torch.from_numpy(np.sort(meta))
+    keep, meta = torch.from_numpy(np.sort(kept)), torch.from_numpy(np.sort(held_out))
     x = data.train.x
     return (x[keep], data.train.y[keep]), (x[meta], data.train.y[meta])
 
 
-def load_splits(protocol: ImageProtocol, dataset: str, seed: int) -> tuple[Any, tuple, tuple]:
+def load_splits(protocol: Sized, dataset: str, seed: int) -> tuple[Any, tuple, tuple]:
     """``(data, train, meta_val)``: the loader's splits and a meta-validation set carved from
     the training split (a stratified, seeded 1/9 of it: the 8:1:1 of the meta-learning papers
     between train and meta-validation); every method of a study trains on the same reduced

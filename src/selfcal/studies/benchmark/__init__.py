@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
 from selfcal.studies.benchmark.protocol import (
@@ -22,7 +23,7 @@ from selfcal.studies.benchmark.protocol import (
 
 
 @register_study
-class Benchmark(Study):
+class Benchmark(Study[BenchmarkProtocol]):
     name = "benchmark"
     title = "Benchmark: every method of the three papers on the same data, one leaderboard"
     help = (
@@ -36,10 +37,10 @@ class Benchmark(Study):
     protocols = PROTOCOLS
     selection = SELECTION
 
-    def fingerprint_extras(self):
+    def fingerprint_extras(self) -> dict[str, object]:
         return {"methods": METHODS, "recipes": {k: repr(v) for k, v in RECIPES.items()}}
 
-    def specs(self, protocol: BenchmarkProtocol):
+    def specs(self, protocol: BenchmarkProtocol) -> list[RunSpec]:
         datasets = tuple(protocol.datasets) + (
             _images.available_cifar() if protocol.name == "full" else ()
         )
@@ -52,7 +53,7 @@ class Benchmark(Study):
             for r in REGIMES
         ]
 
-    def batch_by(self, spec) -> Hashable:
+    def batch_by(self, spec: RunSpec) -> Hashable:
         """Both regimes of one (dataset, method, candidate, seed) come from one run."""
         hp = tuple(sorted((k, v) for k, v in spec.hparams.items() if k != "regime"))
         return spec.dataset, spec.method, spec.seed, hp

@@ -17,6 +17,7 @@ class unchanged, so only top-label metrics exist). ``train_seconds`` is the trai
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -64,12 +65,15 @@ def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, 
         step = _images.method_step(METHODS[spec.method], options, meta_val)
         _images.train_as(step, model, train, None, config, checkpoint.after_epoch, transform)
     extra["train_seconds"] = time.perf_counter() - start
-    last = evaluate(protocol, model, data)
-    last.metrics.update({**extra, "hp.epochs": float(recipe.epochs)})
+    last = with_metrics(evaluate(protocol, model, data), extra, float(recipe.epochs))
     checkpoint.restore(model)
-    best = evaluate(protocol, model, data)
-    best.metrics.update({**extra, "hp.epochs": float(checkpoint.epoch + 1)})
+    best = with_metrics(evaluate(protocol, model, data), extra, float(checkpoint.epoch + 1))
     return {"memorise": last, "early-stop": best}
+
+
+def with_metrics(result: RunResult, extra: dict[str, float], epochs: float) -> RunResult:
+    """``result`` with the training's ``extra`` metrics and the epochs it trained."""
+    return dataclasses.replace(result, metrics={**result.metrics, **extra, "hp.epochs": epochs})
 
 
 def build(recipe: Recipe, data: Any, seed: int) -> torch.nn.Module:
@@ -133,7 +137,8 @@ class BestCheckpoint:
 
     def __init__(self, x_val: torch.Tensor, y_val: torch.Tensor) -> None:
         self.x, self.y = x_val, y_val
-        self.nll, self.epoch, self.state = math.inf, -1, None
+        self.nll, self.epoch = math.inf, -1
+        self.state: dict[str, torch.Tensor] | None = None
 
     def after_epoch(self, epoch: int, model: torch.nn.Module, _: Any = None) -> bool:
         self.offer(epoch, model)

@@ -39,6 +39,8 @@ def ece_vs_error(results: StudyResults, dataset: str, regime: str) -> Any:
                 results.get(dataset, m, "error", regime),
                 results.get(dataset, m, metric, regime),
             )
+            if err is None or ece is None:  # an entry has both (entries() reads them)
+                continue
             ax.errorbar(
                 100 * err.mean,
                 100 * ece.mean,

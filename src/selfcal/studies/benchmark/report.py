@@ -70,8 +70,12 @@ def entries(results: StudyResults, dataset: str, regime: str) -> list[Entry]:
             for _, mine, theirs in RIVALS
         )
         out.append(Entry(m, rank[m], diffs, time_ratio(results, dataset, m, regime)))
-    mean = {m: results.get(dataset, m, "ece_ts", regime) for m in methods}
-    return sorted(out, key=lambda e: mean[e.method].mean if mean[e.method] else float("inf"))
+
+    def ece_ts(entry: Entry) -> float:
+        found = results.get(dataset, entry.method, "ece_ts", regime)
+        return found.mean if found is not None else float("inf")
+
+    return sorted(out, key=ece_ts)
 
 
 def time_ratio(results: StudyResults, dataset: str, method: str, regime: str) -> float | None:

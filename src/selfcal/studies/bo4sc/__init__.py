@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from selfcal.experiments.selection import Criterion
+from selfcal.experiments.spec import RunSpec
+from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies.bo4sc import execute as experiment
 from selfcal.studies.bo4sc.protocol import METHODS, PROTOCOLS, Bo4scProtocol
 
 
 @register_study
-class Bo4sc(Study):
+class Bo4sc(Study[Bo4scProtocol]):
     name = "bo4sc"
     title = "BO4SC reproduction (Sanguin et al., AICS 2024, Table 1 and Figures 1-3)"
     help = (
@@ -26,8 +29,8 @@ class Bo4sc(Study):
     version = 3
     protocols = PROTOCOLS
 
-    def specs(self, protocol: Bo4scProtocol):
-        out = []
+    def specs(self, protocol: Bo4scProtocol) -> list[RunSpec]:
+        out: list[RunSpec] = []
         for r in protocol.regimes:
             for method in METHODS:
                 configs = (
@@ -41,10 +44,10 @@ class Bo4sc(Study):
                 ]
         return sorted(out, key=lambda s: s.method != "bo4sc")  # the longest groups first
 
-    def batch_by(self, spec) -> Hashable:
+    def batch_by(self, spec: RunSpec) -> Hashable:
         return experiment.group_of(self.protocol_of(spec), spec)
 
-    def criterion(self, record):
+    def criterion(self, record: RunRecord) -> Criterion:
         from selfcal.experiments.selection import regime
 
         protocol = self.protocol_of(record.spec)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -45,6 +45,9 @@ from selfcal.experiments import RunResult, RunSpec
 from selfcal.experiments.selection import grid
 from selfcal.studies.bo4sc.protocol import Bo4scProtocol, Regime
 from selfcal.training import fit_batched
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from selfcal.bilevel.bo4sc import BO4SCConfig, BO4SCInfo, BO4SCState
 
 BATCHES = (("blobs-1.3", "blobs-1.7"), ("spiral-2.5", "spiral-3.5"))
 """Datasets with the same shapes (inputs, classes, split sizes), trained in one vmap."""
@@ -173,7 +176,9 @@ def checkpoint_scores(
 ) -> dict[str, np.ndarray]:
     """Validation NLL and accuracy ``(problems, checkpoints)`` of every snapshot."""
 
-    def scores(params, x, y):
+    def scores(
+        params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         z = functional_call(model, params, (x,))
         return F.cross_entropy(z, y), (z.argmax(1) == y).float().mean()
 
@@ -317,16 +322,25 @@ def trajectories(
     lr, weight_lr = problems.hyper("lr"), problems.hyper("weight_lr")
     beta = problems.hyper("beta")
 
-    def config(lr, wlr, b):
+    def config(lr: torch.Tensor, wlr: torch.Tensor, b: torch.Tensor) -> BO4SCConfig:
         return BO4SCConfig(
             estimator=Unrolled(inner_steps), inner_optimizer=Adam(lr), weight_lr=wlr, beta=b
         )
 
-    def init(theta):
+    def init(theta: dict[str, torch.Tensor]) -> BO4SCState:
         one = torch.tensor(1.0)
         return bo4sc_init(theta, x.shape[1], config(one, one, one))
 
-    def step(state, x, y, xv, yv, lr, wlr, b):
+    def step(
+        state: BO4SCState,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        xv: torch.Tensor,
+        yv: torch.Tensor,
+        lr: torch.Tensor,
+        wlr: torch.Tensor,
+        b: torch.Tensor,
+    ) -> tuple[BO4SCState, BO4SCInfo]:
         return bo4sc_step(model, state, BO4SCData(x, y, xv, yv), config(lr, wlr, b))
 
     state = vmap(init)(problems.initial_params())

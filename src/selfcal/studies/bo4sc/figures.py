@@ -210,6 +210,7 @@ class Rebuilt:
             z = self.model(x.float()).double()
         method = self.run.spec.method
         if method == "isoreg":
+            assert self.iso is not None
             return torch.as_tensor(self.iso.predict_confidence(logits=z))
         if method == "ts":
             z = z / self.run.metrics["temperature"]

@@ -6,13 +6,14 @@ validation, in a short and a long (memorising) regime, 10 seeds."""
 
 from __future__ import annotations
 
+from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images.protocol import PROTOCOLS, SELECTION, BO4SCImagesProtocol
 
 
 @register_study
-class BO4SCImages(Study):
+class BO4SCImages(Study[BO4SCImagesProtocol]):
     name = "bo4sc-images"
     title = "BO4SC on images: minibatch BO4SC against CE and CE + TS"
     help = (
@@ -25,7 +26,7 @@ class BO4SCImages(Study):
     protocols = PROTOCOLS
     selection = SELECTION
 
-    def specs(self, protocol: BO4SCImagesProtocol):
+    def specs(self, protocol: BO4SCImagesProtocol) -> list[RunSpec]:
         return _images.regime_specs(
             self, protocol, protocol.methods, _images.sweep_datasets(protocol)
         )

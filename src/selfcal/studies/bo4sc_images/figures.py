@@ -19,8 +19,12 @@ def figures(results: StudyResults) -> dict[str, Any]:
 def weight_figure(results: StudyResults, dataset: str) -> Any:
     """The first seed's selected BO4SC run in each regime (``None`` when none ran)."""
     seed = results.protocol.seeds[0]
-    runs = [(r, results.run(dataset, "bo4sc", seed, r)) for r in regimes(results, dataset)]
-    runs = [(r, run) for r, run in runs if run is not None and "train_weight" in run.artefacts]
+    runs = [
+        (r, run)
+        for r in regimes(results, dataset)
+        if (run := results.run(dataset, "bo4sc", seed, r)) is not None
+        and "train_weight" in run.artefacts
+    ]
     if not runs:
         return None
     fig = new_figure((5.0 * len(runs), 3.8))

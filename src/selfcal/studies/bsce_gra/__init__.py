@@ -6,6 +6,7 @@ and BSCE-GRA's rest point checked by training."""
 
 from __future__ import annotations
 
+from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
 from selfcal.studies.bsce_gra.protocol import (
@@ -19,7 +20,7 @@ from selfcal.studies.bsce_gra.rest_point import method_name
 
 
 @register_study
-class BsceGra(Study):
+class BsceGra(Study[BsceGraProtocol]):
     name = "bsce-gra"
     title = "BSCE-GRA reproduction (Lin et al., uncertainty-weighted gradients): Tables 1-5 and 2"
     help = (
@@ -33,7 +34,7 @@ class BsceGra(Study):
     protocols = PROTOCOLS
     selection = SELECTION
 
-    def specs(self, protocol: BsceGraProtocol):
+    def specs(self, protocol: BsceGraProtocol) -> list[RunSpec]:
         checks = [
             self.spec(protocol, REST_POINT_DATASET, method_name(g), seed)
             for g in (None, *REST_POINT_GAMMAS)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal.bilevel.meta.modules import model_features, model_head
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.studies import _images
 from selfcal.studies.bsce_gra.protocol import MODELS, REST_POINT_DATASET, BsceGraProtocol
@@ -112,8 +113,8 @@ def last_layer_gradient_norms(
     model.eval()
     try:
         with torch.no_grad():
-            h = model.features(x)
-        z = model.head(h).detach().requires_grad_(True)
+            h = model_features(model, x)
+        z = model_head(model)(h).detach().requires_grad_(True)
         value = loss(z, y)  # sum reduction, so d value / d z_i = d loss_i / d z_i
         (dz,) = torch.autograd.grad(value.sum() if value.ndim else value, z)
     finally:

@@ -14,7 +14,7 @@ from selfcal.experiments.report import (
     ranks,
 )
 from selfcal.experiments.study import StudyResults
-from selfcal.experiments.tables import aggregate
+from selfcal.experiments.tables import Aggregate, aggregate
 from selfcal.studies import _images
 from selfcal.studies._images import regimes
 from selfcal.studies.bsce_gra import published
@@ -26,6 +26,7 @@ from selfcal.studies.bsce_gra.protocol import (
     REST_POINT_GAMMAS,
     SELECTION,
     TABLE_LOSSES,
+    BsceGraProtocol,
 )
 
 COLUMNS = (("ECE", "ece"), ("AdaECE", "adaece"), ("CW-ECE", "classwise_ece"))
@@ -147,12 +148,18 @@ def verdict_lines(results: StudyResults, dataset: str, regime: str) -> list[str]
     return out
 
 
-def _verdict(results, dataset, regime, a, b) -> str | None:
+def _verdict(
+    results: StudyResults[BsceGraProtocol],
+    dataset: str,
+    regime: str,
+    a: tuple[str, str],
+    b: tuple[str, str],
+) -> str | None:
     diff = compare(results, dataset, a, b, regime)
     return None if diff is None else diff.verdict()
 
 
-def _near_one(t) -> str:
+def _near_one(t: Aggregate) -> str:
     if 1 - T_NEAR_ONE <= t.low and t.high <= 1 + T_NEAR_ONE:
         return f"≈ 1 (95% CI within 1 ± {T_NEAR_ONE}), as the paper reports"
     if t.high < 1:

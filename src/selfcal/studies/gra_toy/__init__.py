@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from selfcal.experiments.selection import Criterion, grid
+from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies.gra_toy.protocol import DATASET, METRICS, PROTOCOLS, GraToyProtocol
 
@@ -15,7 +16,7 @@ VAL_PEARSON = Criterion(
 
 
 @register_study
-class GraToy(Study):
+class GraToy(Study[GraToyProtocol]):
     name = "gra-toy"
     title = "[GRA] toy study: uncertainty metrics vs the true calibration error"
     help = (
@@ -27,7 +28,7 @@ class GraToy(Study):
     protocols = PROTOCOLS
     selection = VAL_PEARSON
 
-    def specs(self, protocol: GraToyProtocol):
+    def specs(self, protocol: GraToyProtocol) -> list[RunSpec]:
         return [
             self.spec(protocol, DATASET, metric, seed, config=config)
             for seed in protocol.seeds
@@ -35,5 +36,5 @@ class GraToy(Study):
             for config in grid(gamma=protocol.gammas)
         ]
 
-    def batch_by(self, spec) -> Hashable:
+    def batch_by(self, spec: RunSpec) -> Hashable:
         return spec.seed  # one trained model serves every candidate of a seed

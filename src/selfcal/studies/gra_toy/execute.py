@@ -30,7 +30,7 @@ Setup (methods §8.5, following the authors' notebook where the paper is vague):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -134,7 +134,9 @@ def execute(protocol: GraToyProtocol, group: list[RunSpec]) -> list[RunResult]:
     }
     results = []
     for spec in group:
-        weight = weight_function(spec.method, float(spec.hparams["hp.gamma"]), protocol)
+        weight = weight_function(
+            spec.method, float(cast(float, spec.hparams["hp.gamma"])), protocol
+        )
         u = {split: weight(probs[split], data.y[split]).numpy() for split in ("val", "test")}
         results.append(
             RunResult(

@@ -9,7 +9,7 @@ from collections import Counter
 from selfcal.experiments.report import detectable, hyperparameter_table
 from selfcal.experiments.selection import hyperparameters
 from selfcal.experiments.study import StudyResults
-from selfcal.experiments.tables import aggregate, by_seed, paired, paired_ranks
+from selfcal.experiments.tables import Difference, aggregate, by_seed, paired, paired_ranks
 from selfcal.studies.gra_toy.protocol import DATASET, LABELS, METRICS, SHORT
 from selfcal.studies.gra_toy.published import PUBLISHED
 
@@ -93,7 +93,7 @@ def verdict_lines(results: StudyResults) -> list[str]:
     return out
 
 
-def _words(diff, a: str, b: str) -> str:
+def _words(diff: Difference, a: str, b: str) -> str:
     verdict = diff.verdict(lower_is_better=False)
     return {"better": f"{a} higher", "worse": f"{b} higher", "tied": "tied (CI contains 0)"}[
         verdict

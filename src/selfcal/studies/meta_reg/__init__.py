@@ -6,13 +6,15 @@ selected per seed on validation, in a short and a long (memorising) regime."""
 
 from __future__ import annotations
 
+from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
+from selfcal.studies._images.methods import MethodSpec
 from selfcal.studies.meta_reg.protocol import METHODS, PROTOCOLS, SELECTION, MetaRegProtocol
 
 
 @register_study
-class MetaReg(Study):
+class MetaReg(Study[MetaRegProtocol]):
     name = "meta-reg"
     title = "Meta-regularization reproduction (γ-Net + SECE): Tables 1-2 and Figures 3-5"
     help = (
@@ -26,10 +28,10 @@ class MetaReg(Study):
     protocols = PROTOCOLS
     selection = SELECTION
 
-    def fingerprint_extras(self):
+    def fingerprint_extras(self) -> dict[str, dict[str, MethodSpec]]:
         return {"methods": METHODS}
 
-    def specs(self, protocol: MetaRegProtocol):
+    def specs(self, protocol: MetaRegProtocol) -> list[RunSpec]:
         return _images.regime_specs(
             self, protocol, protocol.methods, _images.sweep_datasets(protocol)
         )

@@ -98,10 +98,11 @@ def figure5(results: StudyResults, dataset: str) -> Any:
                 cells = [
                     results.get(dataset, method, f"{metric}_{b}_bins", regime) for b in BIN_COUNTS
                 ]
-                if all(cells):
+                means = [100 * c.mean for c in cells if c is not None]
+                if len(means) == len(cells):
                     ax.plot(
                         BIN_COUNTS,
-                        [100 * c.mean for c in cells],
+                        means,
                         marker="o",
                         label=LABELS[method],
                         color=colour,

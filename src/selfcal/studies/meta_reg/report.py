@@ -12,6 +12,7 @@ from selfcal.experiments.report import (
     hyperparameter_section,
     values,
 )
+from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import columns, paired, paired_ranks
 from selfcal.studies import _images
@@ -178,7 +179,7 @@ def gamma_lines(results: StudyResults, dataset: str) -> list[str]:
     return lines
 
 
-def _lr(run) -> str:
+def _lr(run: RunRecord) -> str:
     """`` (lr 1e-4)``: the run's meta learning rate when it was tuned."""
     lr = run.spec.hparams.get("hp.meta_lr")
     return "" if lr is None else f" (lr {lr:g})"
