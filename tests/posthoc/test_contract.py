@@ -74,6 +74,25 @@ def test_numpy_and_torch_agree(name):
     np.testing.assert_allclose(out_t.numpy(), out_np, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", calibrator_names())
+def test_calibrated_confidence_is_the_top_calibrated_probability(name):
+    """``predict_confidence`` is the largest calibrated probability -- except top-label
+    isotonic regression, whose confidence is its map of the model's own confidence, which the
+    renormalised probability vector need not keep as its largest entry."""
+    z, y, zt = data_for(name)
+    fitted = build_calibrator(name).fit(logits=z, labels=y)
+    confidence = fitted.predict_confidence(logits=zt)
+    assert isinstance(confidence, np.ndarray) and confidence.shape == (len(zt),)
+    assert ((0 <= confidence) & (confidence <= 1)).all()
+    if name != "isotonic":
+        np.testing.assert_array_equal(confidence, fitted.predict_proba(logits=zt).max(1))
+    else:
+        own = torch.softmax(torch.from_numpy(zt), 1).amax(1).numpy()
+        np.testing.assert_allclose(
+            confidence, np.interp(own, fitted.x_thresholds_, fitted.y_thresholds_)
+        )
+
+
 def test_bad_input_names_the_row():
     z, y, _ = data_for("ts")
     z[7, 2] = np.nan

@@ -4,17 +4,19 @@ A study is one folder under :mod:`selfcal.studies` whose package registers a :cl
 subclass with :func:`register_study`; the engine finds it (:func:`study_names` imports every
 package there), and ``selfcal reproduce NAME`` exists from then on. A study states:
 
-* ``name``, ``title`` (the report's heading), ``help`` (the CLI's), and ``version``, bumped
-  whenever its executor's computation or metrics change;
-* ``protocols``: named :class:`StudyProtocol` instances -- ``"full"`` (the default) and
-  ``"quick"`` (a small version for tests and a first look), and any variant;
+* ``title`` (the report's heading) and ``version``, bumped whenever its executor's computation
+  or metrics change;
 * ``specs(protocol)``: the runs, built with :meth:`Study.spec` -- one per (dataset, method,
   regime, hyperparameter candidate, seed);
-* ``selection``: the :class:`~selfcal.experiments.selection.Criterion` that selects a method's
-  candidates on validation (or a ``criterion(record)`` method when it depends on the run).
 
-and its folder holds the rest, found by name: ``execute.py`` with ``execute(protocol, group)``
-(results for a group of specs; ``batch_by`` forms the groups), ``report.py`` with
+and its folder holds the rest, found by name: the study's ``name`` is the folder's
+(``bo4sc_images`` is ``bo4sc-images``) and its CLI ``help`` the package docstring; ``protocol.py``
+defines ``PROTOCOLS`` -- named :class:`StudyProtocol` instances, ``"full"`` (the default) and
+``"quick"`` (a small version for tests and a first look), and any variant -- and ``SELECTION``,
+the :class:`~selfcal.experiments.selection.Criterion` that selects a method's candidates on
+validation (or the study defines a ``criterion(record)`` method when it depends on the run);
+``execute.py`` with ``execute(protocol, group)`` (results for a group of specs; ``batch_by``
+forms the groups), ``report.py`` with
 ``sections(results)`` and ``summary(results)`` (and optionally ``payload(results)``) over a
 :class:`StudyResults`, and optionally ``figures.py`` with ``figures(results)``. The engine
 writes the header, the failures, the figures, the JSON and the provenance
@@ -36,6 +38,8 @@ import functools
 import hashlib
 import importlib
 import json
+import re
+import sys
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -99,16 +103,44 @@ def _fingerprint(protocol: StudyProtocol, version: int, extras: str) -> str:
 
 
 class Study(Generic[P]):
-    """Base class of every study (module doc). Subclasses set the class attributes and
-    implement :meth:`specs`, :meth:`execute` and the report methods."""
+    """Base class of every study (module doc). Subclasses set ``title`` and ``version`` and
+    implement :meth:`specs`; ``name``, ``protocols`` and ``selection`` come from the folder
+    unless a subclass sets them."""
 
     name: ClassVar[str]
     title: ClassVar[str]
-    help: ClassVar[str]
     version: ClassVar[int]
     protocols: ClassVar[Mapping[str, StudyProtocol]]
     default_protocol: ClassVar[str] = "full"
     selection: ClassVar[Criterion | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Fill in what the folder says (module doc): the ``name`` from the package's, the
+        ``protocols`` and ``selection`` from its ``protocol.py`` (``PROTOCOLS``, ``SELECTION``)."""
+        super().__init_subclass__(**kwargs)
+        package = cls.__module__
+        if "name" not in cls.__dict__:
+            cls.name = package.rsplit(".", 1)[-1].replace("_", "-")
+        try:
+            protocol = importlib.import_module(f"{package}.protocol")
+        except ModuleNotFoundError as err:  # a study without a protocol.py sets its own
+            if err.name != f"{package}.protocol":
+                raise
+            protocol = None
+        if protocol is not None and "protocols" not in cls.__dict__:
+            cls.protocols = protocol.PROTOCOLS
+        if protocol is not None and "selection" not in cls.__dict__:
+            cls.selection = getattr(protocol, "SELECTION", None)
+
+    @property
+    def help(self) -> str:
+        """The CLI's help: the study package's docstring, without its ``selfcal reproduce NAME``
+        lead, on one line (a study may set ``help`` itself instead)."""
+        doc = sys.modules[type(self).__module__].__doc__ or self.title
+        text = re.sub(r"^``selfcal reproduce [\w-]+``:\s*", "", doc.strip())
+        text = re.sub(r"\s*\(:\w+:`[^`]*`\)|:\w+:`~?([^`]*)`", r"\1", text).replace("``", "")
+        text = " ".join(text.split())
+        return text[:1].upper() + text[1:]
 
     def part(self, name: str) -> Any:
         """Module ``name`` of the study's folder (``None`` when it has none)."""
@@ -222,7 +254,7 @@ StudyClass = TypeVar("StudyClass", bound=type[Study[Any]])
 
 def register_study(cls: StudyClass) -> StudyClass:
     """Class decorator: register a :class:`Study` under its ``name``."""
-    for attribute in ("name", "title", "help", "version", "protocols"):
+    for attribute in ("name", "title", "version", "protocols"):
         if not hasattr(cls, attribute):
             raise ValueError(f"study class {cls.__name__} has no {attribute!r}")
     missing = {"full", "quick"} - set(cls.protocols)

@@ -94,6 +94,23 @@ class Calibrator:
         pred = self._prepare(predictions, logits, probs)
         return pred.output(self._predict(pred))
 
+    def predict_confidence(
+        self,
+        predictions: Predictions | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+    ) -> Any:
+        """Calibrated top-label confidence, ``(N,)`` float64 in the caller's form: what selective
+        prediction thresholds. By default the largest calibrated probability; a calibrator
+        that maps the confidence itself (top-label isotonic regression) returns that map."""
+        pred = self._prepare(predictions, logits, probs)
+        return pred.output(self._confidence(pred))
+
+    def _confidence(self, pred: Predictions) -> torch.Tensor:
+        return self._predict(pred).amax(dim=1)
+
     def get_params(self) -> dict[str, Any]:
         """Hyperparameters as given to the constructor."""
         return {name: getattr(self, name) for name in self._hyperparameters}

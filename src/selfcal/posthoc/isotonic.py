@@ -7,14 +7,12 @@ constant beyond the ends -- exactly scikit-learn's ``predict`` with ``out_of_bou
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from selfcal.posthoc._base import Calibrator, as_tensor, interp, renormalise
 from selfcal.posthoc.registry import register_calibrator
-from selfcal.predictions import ArrayLike, Predictions
+from selfcal.predictions import Predictions
 
 
 def fit_isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -62,17 +60,9 @@ class IsotonicCalibration(Calibrator):
         xp, fp = as_tensor(self.x_thresholds_, conf), as_tensor(self.y_thresholds_, conf)
         return interp(conf, xp, fp)
 
-    def predict_confidence(
-        self,
-        predictions: Predictions | None = None,
-        /,
-        *,
-        logits: ArrayLike | None = None,
-        probs: ArrayLike | None = None,
-    ) -> Any:
-        """Calibrated top-label confidence ``f(max_k p_k)``, ``(N,)`` float64."""
-        pred = self._prepare(predictions, logits, probs)
-        return pred.output(self._map(pred.confidence))
+    def _confidence(self, pred: Predictions) -> torch.Tensor:
+        """``f(max_k p_k)``: the fitted map of the top-label confidence."""
+        return self._map(pred.confidence)
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         p = pred.probs

@@ -14,28 +14,16 @@ from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
 from selfcal.studies.benchmark.protocol import (
     METHODS,
-    PROTOCOLS,
     RECIPES,
     REGIMES,
-    SELECTION,
     BenchmarkProtocol,
 )
 
 
 @register_study
 class Benchmark(Study[BenchmarkProtocol]):
-    name = "benchmark"
     title = "Benchmark: every method of the three papers on the same data, one leaderboard"
-    help = (
-        "All 13 training methods of the three papers (CE, Brier, MMCE, label smoothing, "
-        "mixup, focal, FLSD-53, DFL, BSCE, BSCE-GRA, CE-DECE, FLγ-SECE, BO4SC) on MNIST-1D, "
-        "digits, Blobs 1.7, Spiral 3.5 and breast cancer (CIFAR when present), raw / after "
-        "TS / after isotonic regression, memorising and early-stopped, 10 seeds; a "
-        "leaderboard with paired intervals against CE and CE + TS."
-    )
     version = 1
-    protocols = PROTOCOLS
-    selection = SELECTION
 
     def fingerprint_extras(self) -> dict[str, object]:
         return {"methods": METHODS, "recipes": {k: repr(v) for k, v in RECIPES.items()}}

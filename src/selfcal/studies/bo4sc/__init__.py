@@ -13,21 +13,13 @@ from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies.bo4sc import execute as experiment
-from selfcal.studies.bo4sc.protocol import METHODS, PROTOCOLS, Bo4scProtocol
+from selfcal.studies.bo4sc.protocol import METHODS, Bo4scProtocol
 
 
 @register_study
 class Bo4sc(Study[Bo4scProtocol]):
-    name = "bo4sc"
     title = "BO4SC reproduction (Sanguin et al., AICS 2024, Table 1 and Figures 1-3)"
-    help = (
-        "BO4SC (Sanguin et al. 2024): Table 1 and Figures 1-3 -- Standard / IsoReg / "
-        "temperature scaling / BO4SC on Blobs, Spiral, BAC and two held-out sets, 5 seeds, "
-        "three regimes (NLL early stopping; the paper's selection by validation accuracy; a "
-        "larger network trained to overfit), beside the published numbers."
-    )
     version = 3
-    protocols = PROTOCOLS
 
     def specs(self, protocol: Bo4scProtocol) -> list[RunSpec]:
         out: list[RunSpec] = []

@@ -9,22 +9,13 @@ from __future__ import annotations
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
-from selfcal.studies.bo4sc_images.protocol import PROTOCOLS, SELECTION, BO4SCImagesProtocol
+from selfcal.studies.bo4sc_images.protocol import BO4SCImagesProtocol
 
 
 @register_study
 class BO4SCImages(Study[BO4SCImagesProtocol]):
-    name = "bo4sc-images"
     title = "BO4SC on images: minibatch BO4SC against CE and CE + TS"
-    help = (
-        "Minibatch BO4SC against cross-entropy (raw and temperature-scaled) on MNIST-1D and "
-        "digits (CIFAR when present), the image studies' recipe and epoch budgets, eta_w "
-        "and T selected on validation, a short and a long schedule, 10 seeds; weight "
-        "figures as [BO4SC] Fig. 3."
-    )
     version = 1
-    protocols = PROTOCOLS
-    selection = SELECTION
 
     def specs(self, protocol: BO4SCImagesProtocol) -> list[RunSpec]:
         return _images.regime_specs(

@@ -10,10 +10,8 @@ from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
 from selfcal.studies.bsce_gra.protocol import (
-    PROTOCOLS,
     REST_POINT_DATASET,
     REST_POINT_GAMMAS,
-    SELECTION,
     BsceGraProtocol,
 )
 from selfcal.studies.bsce_gra.rest_point import method_name
@@ -21,18 +19,8 @@ from selfcal.studies.bsce_gra.rest_point import method_name
 
 @register_study
 class BsceGra(Study[BsceGraProtocol]):
-    name = "bsce-gra"
     title = "BSCE-GRA reproduction (Lin et al., uncertainty-weighted gradients): Tables 1-5 and 2"
-    help = (
-        "BSCE-GRA (Lin et al.): the loss comparison of Tables 1-5 and 2 on MNIST-1D and "
-        "digits, 5 seeds, each loss's gamma / norm / lambda selected on validation, a "
-        "short and a long (memorising) schedule, pre/post temperature scaling, the rest "
-        "point of the method; the published CIFAR numbers beside (CIFAR rows run when the "
-        "data is under $SELFCAL_DATA)."
-    )
     version = 2
-    protocols = PROTOCOLS
-    selection = SELECTION
 
     def specs(self, protocol: BsceGraProtocol) -> list[RunSpec]:
         checks = [

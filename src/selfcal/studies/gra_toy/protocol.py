@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selfcal._validation import check_int, check_positive
+from selfcal.experiments.selection import Criterion
 from selfcal.experiments.study import StudyProtocol
 
 DATASET = "gaussians-5x2d"
@@ -68,3 +69,8 @@ QUICK = GraToyProtocol(
     notes=("--quick: two seeds and smaller draws; for tests, not conclusions.",),
 )
 PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
+SELECTION = Criterion(
+    "val_pearson", maximize=True, words="highest correlation with c(x) on the validation points"
+)
+"""Each weight's exponent: the one whose weights correlate best with the true calibration error
+c(x) on the validation points."""

@@ -10,23 +10,13 @@ from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies import _images
 from selfcal.studies._images.methods import MethodSpec
-from selfcal.studies.meta_reg.protocol import METHODS, PROTOCOLS, SELECTION, MetaRegProtocol
+from selfcal.studies.meta_reg.protocol import METHODS, MetaRegProtocol
 
 
 @register_study
 class MetaReg(Study[MetaRegProtocol]):
-    name = "meta-reg"
     title = "Meta-regularization reproduction (γ-Net + SECE): Tables 1-2 and Figures 3-5"
-    help = (
-        "Meta-regularization (Wang & Golebiowski): gamma-Net + SECE / DECE against CE, "
-        "focal, FLSD-53, label smoothing, mixup, MMCE and meta-calibration (CE-DECE, "
-        "CE-SECE) on MNIST-1D and digits, 5 seeds, tuned and unstated hyperparameters "
-        "(the meta learning rate included) selected on validation, a short and a long "
-        "schedule; Tables 1-2 and Figures 3-5."
-    )
     version = 2
-    protocols = PROTOCOLS
-    selection = SELECTION
 
     def fingerprint_extras(self) -> dict[str, dict[str, MethodSpec]]:
         return {"methods": METHODS}
