@@ -30,7 +30,10 @@ optimizers, are unmaintained. torchopt serves only as a benchmark peer.
 
 BO4SC (Sanguin et al., 2024) learns one weight per training sample so that a Boltzmann
 smooth-max confidence fits the correctness of validation predictions; see
-:mod:`selfcal.bilevel.bo4sc`.
+:mod:`selfcal.bilevel.bo4sc` (the functional core) and :class:`BO4SC` (the estimator).
+γ-Net meta-regularization and Meta-Calibration's unit-wise L2 learn a regulariser of the
+training loss by a one-step lookahead on a calibration meta-objective; see
+:mod:`selfcal.bilevel.meta` (:func:`fit_meta`, :class:`MetaTrainer`, :class:`MetaStep`).
 """
 
 from selfcal.bilevel.bo4sc import (
