@@ -35,6 +35,15 @@ def case(request) -> dict:
     return make_case(request.param)
 
 
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close every matplotlib figure a test left open (only where pyplot was imported)."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
+
+
 # ----------------------------------------------------------------------------- training
 @pytest.fixture
 def make_blobs():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.metrics import REPORT_KEYS
 
 import selfcal.evaluation as E
 from selfcal.evaluation import METRICS, default_resamples, evaluate, load_metric, point_estimates
@@ -12,20 +13,7 @@ from selfcal.metrics import Metric, bootstrap_ci
 from selfcal.metrics.bootstrap import Interval
 from selfcal.predictions import Predictions
 
-KEYS = [
-    "accuracy",
-    "nll",
-    "brier",
-    "ece",
-    "mce",
-    "adaece",
-    "classwise_ece",
-    "sece",
-    "kde_ece",
-    "smece",
-    "debiased_ece",
-    "aurc",
-]
+KEYS = REPORT_KEYS
 BINNED = {"ece", "mce", "adaece", "classwise_ece", "debiased_ece"}
 
 

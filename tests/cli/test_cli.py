@@ -16,25 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.metrics import REPORT_KEYS
 
 from selfcal.cli import main
 from selfcal.evaluation import METRICS, load_metric
 from selfcal.io import load_predictions, save_probs
 
-KEYS = [
-    "accuracy",
-    "nll",
-    "brier",
-    "ece",
-    "mce",
-    "adaece",
-    "classwise_ece",
-    "sece",
-    "kde_ece",
-    "smece",
-    "debiased_ece",
-    "aurc",
-]
+KEYS = REPORT_KEYS
 
 
 def make_data(n=300, c=4, seed=0, scale=3.0):

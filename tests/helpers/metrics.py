@@ -16,3 +16,21 @@ def problems(draw, max_n=60):
     z = draw(arrays(np.float64, (n, c), elements=elems))
     y = draw(arrays(np.int64, n, elements=st.integers(0, c - 1)))
     return z, y
+
+
+REPORT_KEYS = [
+    "accuracy",
+    "nll",
+    "brier",
+    "ece",
+    "mce",
+    "adaece",
+    "classwise_ece",
+    "sece",
+    "kde_ece",
+    "smece",
+    "debiased_ece",
+    "aurc",
+]
+"""What ``selfcal evaluate`` reports, in its order (written out here, independently of
+``selfcal.evaluation.METRICS``, which the tests check against it)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from selfcal.training import TrainConfig
+
 
 def xor_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """XOR of the quadrant signs with a margin of 0.1 around both axes (separable)."""
@@ -30,3 +32,17 @@ def identical(a: nn.Module | list, b: nn.Module | list) -> bool:
     a = parameters(a) if isinstance(a, nn.Module) else a
     b = parameters(b) if isinstance(b, nn.Module) else b
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def papers_recipe(epochs: int, **options: object) -> TrainConfig:
+    """The papers' SGD recipe (lr 0.1, momentum 0.9, weight decay 5e-4, batch 128, clipping at
+    2) for ``epochs`` epochs, with ``options`` on top (``seed=...``, ``milestones=...``)."""
+    recipe: dict[str, object] = {
+        "optimizer": "sgd",
+        "lr": 0.1,
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
+        "batch_size": 128,
+        "grad_clip": 2.0,
+    }
+    return TrainConfig(epochs=epochs, **{**recipe, **options})

@@ -40,12 +40,6 @@ from selfcal.plots._base import (  # noqa: E402
 )
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 @pytest.fixture(scope="module")
 def data():
     """Noisy 5-class logits with labels drawn from a sharper/flatter model than predicted."""

@@ -9,29 +9,19 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.plots import three_blobs
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from selfcal.plots import ConfidenceRegionDisplay, confidence_grid  # noqa: E402
 from selfcal.plots.regions import DEFAULT_LEVELS  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 @pytest.fixture(scope="module")
 def blobs():
-    """Three Gaussian blobs in 2-D: points ``(90, 2)`` and labels ``(90,)``."""
-    rng = np.random.default_rng(0)
-    centres = np.array([[-3.0, 0.0], [3.0, 1.0], [0.0, 4.0]])
-    y = np.repeat(np.arange(3), 30)
-    return centres[y] + rng.normal(scale=1.0, size=(90, 2)), y
+    return three_blobs()
 
 
 def radial(points: np.ndarray) -> np.ndarray:

@@ -6,32 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.plots import fake_weight_run
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from selfcal.plots import WeightMapDisplay, WeightTrajectoryDisplay  # noqa: E402
 from selfcal.plots.weights import CORRECT_COLOR, MISCLASSIFIED_COLOR  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 @pytest.fixture(scope="module")
 def weight_run():
-    """A fake BO4SC run: 40 samples, 12 outer iterations, weights in [0, 1]."""
-    rng = np.random.default_rng(1)
-    n, iters = 40, 12
-    steps = rng.uniform(0.0, 0.08, size=(iters, n))
-    history = np.clip(1.0 - np.vstack([np.zeros((1, n)), steps.cumsum(0)]), 0.0, 1.0)
-    misclassified = rng.random(n) < 0.25
-    misclassified[:2] = [True, False]
-    return history, misclassified, rng.normal(size=(n, 2))
+    return fake_weight_run()
 
 
 # ------------------------------------------------------------------------ weights

@@ -11,6 +11,7 @@ from contextlib import redirect_stdout
 
 import pytest
 import torch
+from helpers.studies import quick_args
 
 from selfcal.cli import main
 from selfcal.experiments.study import get_study
@@ -32,23 +33,7 @@ def quick(tmp_path_factory):
     root = tmp_path_factory.mktemp("benchmark")
     buffer = io.StringIO()
     with redirect_stdout(buffer):
-        assert (
-            main(
-                [
-                    "reproduce",
-                    "benchmark",
-                    "--quick",
-                    "--json",
-                    "--workers",
-                    "1",
-                    "--store",
-                    str(root / "s.sqlite"),
-                    "--out",
-                    str(root / "report"),
-                ]
-            )
-            == 0
-        )
+        assert main(quick_args("benchmark", root)) == 0
     return json.loads(buffer.getvalue()), root
 
 

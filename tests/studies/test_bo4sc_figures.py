@@ -9,10 +9,10 @@ import itertools
 
 import numpy as np
 import pytest
+from helpers.plots import fake_weight_run, three_blobs
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 from selfcal import Predictions  # noqa: E402
 from selfcal.metrics import ece  # noqa: E402
@@ -31,31 +31,14 @@ from selfcal.studies.bo4sc.figures import (  # noqa: E402
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 @pytest.fixture(scope="module")
 def blobs():
-    """Three Gaussian blobs in 2-D: points ``(90, 2)`` and labels ``(90,)``."""
-    rng = np.random.default_rng(0)
-    centres = np.array([[-3.0, 0.0], [3.0, 1.0], [0.0, 4.0]])
-    y = np.repeat(np.arange(3), 30)
-    return centres[y] + rng.normal(scale=1.0, size=(90, 2)), y
+    return three_blobs()
 
 
 @pytest.fixture(scope="module")
 def weight_run():
-    """A fake BO4SC run: 40 samples, 12 outer iterations, weights in [0, 1]."""
-    rng = np.random.default_rng(1)
-    n, iters = 40, 12
-    steps = rng.uniform(0.0, 0.08, size=(iters, n))
-    history = np.clip(1.0 - np.vstack([np.zeros((1, n)), steps.cumsum(0)]), 0.0, 1.0)
-    misclassified = rng.random(n) < 0.25
-    misclassified[:2] = [True, False]
-    return history, misclassified, rng.normal(size=(n, 2))
+    return fake_weight_run()
 
 
 def radial(points: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from helpers.studies import quick_args
 
 from selfcal.cli import main
 from selfcal.experiments import ResultsStore
@@ -35,18 +36,7 @@ def quick_runs(tmp_path_factory):
     try:
         for name in STUDIES:
             root = tmp_path_factory.mktemp(name)
-            args = [
-                "reproduce",
-                name,
-                "--quick",
-                "--json",
-                "--workers",
-                "1",
-                "--store",
-                str(root / "s.sqlite"),
-                "--out",
-                str(root / "report"),
-            ]
+            args = quick_args(name, root)
             out[name] = (args, root, _run(args))
     finally:
         torch.set_num_threads(threads)
@@ -116,20 +106,7 @@ def test_metrics_do_not_depend_on_the_callers_thread_count(quick_runs, tmp_path)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        one = _run(
-            [
-                "reproduce",
-                name,
-                "--quick",
-                "--json",
-                "--workers",
-                "1",
-                "--store",
-                str(tmp_path / "s.sqlite"),
-                "--out",
-                str(tmp_path / "r"),
-            ]
-        )
+        one = _run(quick_args(name, tmp_path, report="r"))
     finally:
         torch.set_num_threads(threads)
 

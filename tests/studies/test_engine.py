@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.studies import quick_args
 
 from selfcal.cli import main
 from selfcal.exceptions import StaleResults
@@ -24,18 +25,7 @@ def test_a_new_study_is_one_folder(tiny_study, tmp_path, capsys):
     assert "tiny" in run(["reproduce", "--help"], capsys)
     assert "lives in the test tree" in run(["reproduce", "tiny", "--help"], capsys)
     out = tmp_path / "report"
-    args = [
-        "reproduce",
-        "tiny",
-        "--quick",
-        "--json",
-        "--workers",
-        "1",
-        "--store",
-        str(tmp_path / "s.sqlite"),
-        "--out",
-        str(out),
-    ]
+    args = quick_args("tiny", tmp_path)
     payload = json.loads(run(args, capsys))
     assert len(payload["runs"]) == 3 * 4  # 3 seeds x (raw + 3 scales)
     chosen = [r for r in payload["runs"] if r["selected"]]
@@ -54,17 +44,7 @@ def test_a_new_study_is_one_folder(tiny_study, tmp_path, capsys):
 def test_a_report_of_another_version_is_stale(tiny_study, tmp_path, capsys, monkeypatch):
     out = tmp_path / "report"
     run(
-        [
-            "reproduce",
-            "tiny",
-            "--quick",
-            "--workers",
-            "1",
-            "--store",
-            str(tmp_path / "s.sqlite"),
-            "--out",
-            str(out),
-        ],
+        quick_args("tiny", tmp_path, json=False),
         capsys,
     )
     reporting.check_provenance(out)
@@ -103,17 +83,7 @@ def test_selection_ignores_the_test_metrics(tiny_study, tmp_path):
 def test_retry_failed_reruns_the_stored_failures_only(tiny_study, tmp_path, capsys, monkeypatch):
     """A run that returned a NaN is stored as failed and kept by a plain rerun; after a fix,
     ``--retry-failed`` runs it again (and only it)."""
-    args = [
-        "reproduce",
-        "tiny",
-        "--quick",
-        "--workers",
-        "1",
-        "--store",
-        str(tmp_path / "s.sqlite"),
-        "--out",
-        str(tmp_path / "report"),
-    ]
+    args = quick_args("tiny", tmp_path, json=False)
     execute = type(tiny_study).execute
 
     def broken(self, protocol, group):

@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers.bilevel import META_LR_STEP as LR
 from helpers.bilevel import tiny_meta_setup
+from helpers.training import papers_recipe
 
 from selfcal.bilevel import GammaNet, MetaStep, MetaTrainer, fit_meta, meta_objective
 from selfcal.losses import focal_loss
@@ -119,15 +120,7 @@ def test_short_training_run_on_digits(method, objective):
     data = load_dataset("digits-images", 0)
     half = len(data.val.y) // 2
     model = build_model("cnn2d", seed=0, n_classes=data.n_classes)
-    config = TrainConfig(
-        epochs=2,
-        optimizer="sgd",
-        lr=0.1,
-        momentum=0.9,
-        weight_decay=5e-4,
-        batch_size=128,
-        grad_clip=2.0,
-    )
+    config = papers_recipe(2)
     history = fit_meta(
         model,
         (data.train.x, data.train.y),
@@ -156,21 +149,11 @@ def test_gamma_net_dece_on_mnist1d_does_not_diverge():
     from selfcal.data import load_dataset
     from selfcal.models import build_model
     from selfcal.studies.meta_reg.execute import meta_split
-    from selfcal.training import TrainConfig
 
     data = load_dataset("mnist1d", 0)
     train, meta = meta_split(data, 0)
     model = build_model("cnn1d", seed=0, n_classes=10)
-    config = TrainConfig(
-        epochs=5,
-        optimizer="sgd",
-        lr=0.1,
-        momentum=0.9,
-        weight_decay=5e-4,
-        batch_size=128,
-        grad_clip=2.0,
-        seed=0,
-    )
+    config = papers_recipe(5, seed=0)
     history = fit_meta(
         model,
         train,
@@ -193,16 +176,7 @@ def test_hooks_on_epoch_and_batch_transform():
 
     data = load_dataset("digits-images", 0)
     half = len(data.val.y) // 2
-    config = TrainConfig(
-        epochs=2,
-        optimizer="sgd",
-        lr=0.1,
-        momentum=0.9,
-        weight_decay=5e-4,
-        batch_size=128,
-        grad_clip=2.0,
-        seed=3,
-    )
+    config = papers_recipe(2, seed=3)
     train_pair, val_pair = (data.train.x, data.train.y), (data.val.x[half:], data.val.y[half:])
     meta_val = (data.val.x[:half], data.val.y[:half])
 
