@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from selfcal._validation import check_choice
 from selfcal.cli._errors import errors
+from selfcal.experiments.runner import EXECUTORS
 from selfcal.experiments.store import DEFAULT_PATH
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -80,8 +82,30 @@ def _study_command(study: Study) -> Any:
         ),
         workers: Annotated[
             int,
-            typer.Option("--workers", min=0, help="Parallel processes (0: CPU cores, at most 4)."),
+            typer.Option(
+                "--workers",
+                min=0,
+                help="Groups run in parallel: worker processes, or Ray tasks in flight (and the "
+                "CPUs of a local Ray instance) with --executor ray (0: CPU cores, at most 4).",
+            ),
         ] = 0,
+        executor: Annotated[
+            str,
+            typer.Option(
+                "--executor",
+                help="What runs the sweep: 'process' (worker processes) or 'ray' (Ray tasks; "
+                'the "ray" extra: pip install "selfcal[ray]"); the results are identical.',
+            ),
+        ] = "process",
+        address: Annotated[
+            str | None,
+            typer.Option(
+                "--address",
+                help="With --executor ray: the Ray cluster to use ('auto': the one started on "
+                "this machine with 'ray start'; 'ray://host:port'). Default: a new local Ray "
+                "instance, shut down afterwards.",
+            ),
+        ] = None,
         retry_failed: Annotated[
             bool,
             typer.Option(
@@ -92,7 +116,18 @@ def _study_command(study: Study) -> Any:
         ] = False,
     ) -> None:
         with errors():
-            _reproduce(study, quick, protocol, as_json, store, out, workers, retry_failed)
+            _reproduce(
+                study,
+                quick,
+                protocol,
+                as_json,
+                store,
+                out,
+                workers,
+                retry_failed,
+                executor=executor,
+                address=address,
+            )
 
     command.__doc__ = study.help
     single = typer.Typer()
@@ -109,15 +144,22 @@ def _reproduce(
     out: Path,
     workers: int,
     retry_failed: bool = False,
+    *,
+    executor: str = "process",
+    address: str | None = None,
 ) -> None:
-    """Run the study's sweep (resuming from ``store``), write its report to ``out``, and print
-    the summary (or the JSON payload)."""
+    """Run the study's sweep (resuming from ``store``) in worker processes or as Ray tasks
+    (``executor``, ``address``), write its report to ``out``, and print the summary (or the
+    JSON payload)."""
     from selfcal.experiments import ResultsStore
     from selfcal.experiments.report import json_payload, reproduce_command, write_report
     from selfcal.experiments.study import StudyResults, run_study
 
     if quick and protocol_name not in (None, "quick"):
         raise ValueError("--quick and --protocol name different protocols")
+    check_choice("--executor", executor, EXECUTORS)
+    if address is not None and executor != "ray":
+        raise ValueError("--address is the Ray cluster's: use it with --executor ray")
     protocol = study.protocol("quick" if quick else protocol_name)
     start = time.perf_counter()
     with ResultsStore(store) as results_store:
@@ -128,6 +170,8 @@ def _reproduce(
             workers=workers or min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1),
             progress=sys.stderr.isatty() and not as_json,
             retry_failed=retry_failed,
+            executor=executor,
+            address=address,
         )
         seconds = time.perf_counter() - start
         command = reproduce_command(

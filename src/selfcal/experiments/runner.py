@@ -26,6 +26,17 @@ datasets, models or methods. Choices:
   and the ``KeyboardInterrupt`` is re-raised (a library must not swallow it); rerun to resume.
 * **No orphans.** A sweep killed outright (SIGKILL, out-of-memory killer) takes its workers
   with it: each worker exits within a second of losing its parent (:func:`_watch_parent`).
+* **Ray.** ``executor="ray"`` runs the groups as Ray tasks instead of worker processes
+  (:mod:`selfcal.experiments.ray_executor`; the optional ``ray`` extra,
+  ``pip install "selfcal[ray]"``, imported only then): on a new local Ray instance with
+  ``num_cpus=workers`` (``address=None``; shut down when the sweep ends) or on an existing
+  cluster (``address="auto"`` or ``"ray://host:port"``). Everything above holds as for
+  processes: at most ``workers`` groups in flight (one CPU each), results stored by the
+  driver as each task finishes (resumable), the same failure reasons, a task whose worker
+  dies re-run once alone before it is recorded as failed (``"WorkerCrashedError: ..."``),
+  Ctrl-C cancelling the running tasks; and the task runs the same ``_execute_group``, so the
+  results are bit-identical to a process sweep's. Without Ray installed, ``executor="ray"``
+  is an ``ImportError`` naming the extra.
 """
 
 from __future__ import annotations
@@ -47,12 +58,15 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from selfcal._validation import check_int
+from selfcal._validation import check_choice, check_int
 from selfcal.experiments.environment import environment
 from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.store import DEFAULT_PATH, ResultsStore
 
 Executor = Callable[[list[RunSpec]], list[RunResult]]
+EXECUTORS = ("process", "ray")
+"""What runs the groups: worker processes (or this process when ``workers == 1``), or Ray
+tasks."""
 Group = list[RunSpec]
 OnDone = Callable[[Group, list[RunResult]], None]
 WATCHDOG_INTERVAL_S = 0.5
@@ -91,12 +105,17 @@ def run_sweep(
     batch_by: Callable[[RunSpec], Hashable] | None = None,
     retry_failed: bool = False,
     progress: bool = True,
+    executor: str = "process",
+    address: str | None = None,
 ) -> SweepSummary:
     """Run every spec not yet stored in ``store`` (default ``ResultsStore()``, i.e.
     ``selfcal-results.sqlite`` in the working directory) and store the results.
 
     See the module docstring for the semantics of skipping, grouping, failures, worker
     processes and interruption. ``progress`` shows a rich progress bar with ETA on stderr.
+    ``executor="ray"`` runs the groups as Ray tasks, ``workers`` of them at a time, on a new
+    local Ray instance (``address=None``) or on the cluster at ``address`` (``"auto"``,
+    ``"ray://host:port"``); ``address`` is only for Ray.
 
     Examples
     --------
@@ -115,7 +134,7 @@ def run_sweep(
     ((3, 0, 3), [0.0, 1.0, 4.0])
     """
     start = time.perf_counter()
-    _check_arguments(execute, workers)
+    _check_arguments(execute, workers, executor, address)
     owned = not isinstance(store, ResultsStore)
     results_store = (
         store
@@ -125,7 +144,9 @@ def run_sweep(
     try:
         unique = _unique(specs)
         pending = _pending(unique, results_store, retry_failed)
-        tally = _run_pending(pending, execute, results_store, workers, batch_by, progress)
+        tally = _run_pending(
+            pending, execute, results_store, workers, batch_by, progress, executor, address
+        )
     finally:
         if owned:
             results_store.close()
@@ -144,6 +165,8 @@ def _run_pending(
     workers: int,
     batch_by: Callable[[RunSpec], Hashable] | None,
     progress: bool,
+    executor: str = "process",
+    address: str | None = None,
 ) -> dict[str, int]:
     """Run and record the pending specs; returns counts of done / failed / skipped (already
     stored as done by another process meanwhile)."""
@@ -161,7 +184,11 @@ def _run_pending(
                 tally[checked.status if written else "skipped"] += 1
             advance(len(group), tally["failed"])
 
-        if workers == 1:
+        if executor == "ray":
+            from selfcal.experiments.ray_executor import run_on_ray
+
+            run_on_ray(groups, execute, workers, on_done, address)
+        elif workers == 1:
             for group in groups:
                 on_done(group, _execute_group(execute, group))
         else:
@@ -170,17 +197,29 @@ def _run_pending(
 
 
 # ----------------------------------------------------------------------------- preparation
-def _check_arguments(execute: Executor, workers: int) -> None:
+def _check_arguments(
+    execute: Executor, workers: int, executor: str = "process", address: str | None = None
+) -> None:
     if not callable(execute):
         raise ValueError(f"execute must be callable, got {execute!r}")
     check_int("workers", workers)
-    if workers > 1:
+    check_choice("executor", executor, EXECUTORS)
+    if address is not None and executor != "ray":
+        raise ValueError(f"address is the Ray cluster's (executor='ray'), got {address!r}")
+    if address is not None and (not isinstance(address, str) or not address.strip()):
+        raise ValueError(f"address must be a non-empty string such as 'auto', got {address!r}")
+    if executor == "ray":
+        from selfcal.experiments.ray_executor import import_ray
+
+        import_ray()  # fail before anything runs when the extra is missing
+    if workers > 1 or executor == "ray":
+        where = "Ray tasks" if executor == "ray" else "worker processes"
         try:
             pickle.dumps(execute)
         except (pickle.PicklingError, AttributeError, TypeError) as err:
             raise ValueError(
                 f"execute must be a top-level (picklable) function to run in "
-                f"worker processes; {execute!r} is not: {err}"
+                f"{where}; {execute!r} is not: {err}"
             ) from err
 
 

@@ -332,9 +332,12 @@ def run_study(
     workers: int = 1,
     progress: bool = False,
     retry_failed: bool = False,
+    executor: str = "process",
+    address: str | None = None,
 ) -> SweepSummary:
     """Run (or resume) every spec of ``protocol`` not yet in ``store`` (nor stored as failed,
-    unless ``retry_failed``)."""
+    unless ``retry_failed``), in worker processes or as Ray tasks (``executor="ray"``, on the
+    cluster at ``address`` or a new local instance: :func:`~selfcal.experiments.run_sweep`)."""
     return run_sweep(
         study.specs(protocol),
         execute_group,
@@ -343,6 +346,8 @@ def run_study(
         batch_by=_group_id,
         progress=progress,
         retry_failed=retry_failed,
+        executor=executor,
+        address=address,
     )
 
 
