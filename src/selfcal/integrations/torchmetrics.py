@@ -1,0 +1,409 @@
+"""torchmetrics ``Metric`` classes for selfcal's binned calibration errors, NLL and Brier score.
+
+Each class keeps as its state the **additive statistics** that the one-shot selfcal metric is
+computed from, all float64, registered with ``add_state(..., dist_reduce_fx="sum")`` so that
+torchmetrics' reduction across processes is a plain sum and loses nothing:
+
+* :class:`ECE`, :class:`MCE` -- the top-label :class:`~selfcal.metrics.binning.BinStats` of
+  :func:`~selfcal.metrics.binning.top_label_bins` over ``M`` equal-width bins: ``count``,
+  ``confidence_sum`` and ``accuracy_sum``, each ``(M,)``;
+* :class:`ClasswiseECE` -- the ``(C, M)`` statistics of
+  :func:`~selfcal.metrics.binning.classwise_bins`;
+* :class:`Brier`, :class:`NLL` -- the sum of the per-sample scores and the number of samples;
+* :class:`AdaECE` -- equal-mass edges depend on the ranks of all confidences, so either every
+  confidence and correctness is kept (``mode="exact"``, ``dist_reduce_fx="cat"``) or a
+  fixed-size histogram of the confidences on a fine grid (``mode="sketch"``, ``"sum"``) from
+  which the edges are approximated with a certified error bound (below).
+
+``compute()`` applies :func:`~selfcal.metrics.binning.calibration_error` (or the mean) to the
+accumulated statistics, so it equals the one-shot selfcal metric on the concatenation of every
+batch of every process: bin counts exactly, sums up to float64 summation order
+(``tests/integrations/test_torchmetrics.py``). ``ece``, ``mce`` and ``classwise_ece`` bin
+``(e_m, e_{m+1}]`` with bin 0 closed (methods §1.1, §1.2, §1.4), ``adaece`` uses the reference
+code's equal-mass edges (methods §1.3), ``nll`` and ``brier`` are those of methods §1.5.
+
+Inputs follow selfcal's contract (:mod:`selfcal.predictions`): ``update(logits=z, labels=y)``
+or ``update(probs=p, labels=y)`` -- the scores are named, never guessed -- or a validated
+:class:`~selfcal.predictions.Predictions` as the one positional argument. Every input is
+checked (a ``ValueError`` names the problem and the first offending row). Results are float64
+0-d tensors on the metric's device; states live on that device too (``metric.to(device)``),
+so a device without float64 (Apple MPS) cannot hold them.
+
+**Where torchmetrics' own ``MulticlassCalibrationError`` differs** (pinned in
+``tests/integrations/test_torchmetrics.py``): it bins ``[lower, upper)`` with an extra bin for
+a confidence of exactly 1.0, so a confidence on an edge lands one bin higher; it casts
+confidences to float32 and sums in float32, which drifts on large inputs; and its state is
+every confidence (memory growing with the number of samples) where :class:`ECE`'s is ``3 M``
+numbers. Where no confidence sits on an edge or at 1.0, and the inputs are float32-exact, the
+two agree to 1e-6 (1e-5 beyond a few hundred samples, from its float32 sums). Its
+``BinaryCalibrationError`` scores the positive class, which is :class:`ClasswiseECE` on two
+classes, not :class:`ECE`.
+
+**The AdaECE sketch** (``AdaECE(mode="sketch")``): a histogram of the confidences on a fine
+grid, from which the equal-mass edges are rounded to the grid, with a certified bound on the
+difference from the exact AdaECE (:mod:`selfcal.integrations._sketch`, where the bound is
+derived).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from selfcal.integrations import _missing_dependency
+from selfcal.integrations._sketch import SKETCH_GRID, adaece_from_sketch
+
+try:
+    from torchmetrics import Metric
+except ImportError as error:
+    raise ImportError(
+        _missing_dependency("selfcal.integrations.torchmetrics", "torchmetrics")
+    ) from error
+
+from selfcal._validation import check_choice, check_int
+from selfcal.integrations._sketch import require_samples as _require_samples
+from selfcal.metrics.binning import (
+    BinStats,
+    bin_statistics,
+    calibration_error,
+    classwise_bins,
+    confidence_bins,
+    top_label_bins,
+    uniform_edges,
+)
+from selfcal.metrics.scores import brier, nll
+from selfcal.predictions import ArrayLike, Predictions, as_predictions
+
+__all__ = [
+    "ADAECE_MODES",
+    "ECE",
+    "MCE",
+    "NLL",
+    "SKETCH_GRID",
+    "AdaECE",
+    "Brier",
+    "ClasswiseECE",
+    "adaece_from_sketch",
+]
+
+ADAECE_MODES = ("exact", "sketch")
+"""``mode`` of :class:`AdaECE`: keep every confidence, or a fixed-size histogram of them."""
+
+_F64 = torch.float64
+
+
+class _CalibrationMetric(Metric):
+    """What every class here shares: the input contract, float64 states, no gradients.
+
+    Subclasses implement ``_accumulate(pred)`` and ``compute()``."""
+
+    is_differentiable = False
+    higher_is_better = False
+    full_state_update = False
+    plot_lower_bound = 0.0
+
+    def update(
+        self,
+        predictions: Predictions | None = None,
+        /,
+        *,
+        labels: ArrayLike | None = None,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+    ) -> None:
+        """Add one batch: ``update(logits=z, labels=y)``, ``update(probs=p, labels=y)`` or
+        ``update(pred)`` with a validated :class:`~selfcal.predictions.Predictions` (checked
+        as every selfcal input is; the scores are never guessed)."""
+        pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
+        with torch.no_grad():
+            self._accumulate(pred)
+
+    def _accumulate(self, pred: Predictions) -> None:
+        raise NotImplementedError
+
+    def _add(self, name: str, delta: torch.Tensor) -> None:
+        """``state += delta`` (out of place: states may be inference tensors under Lightning)."""
+        state = getattr(self, name)
+        setattr(self, name, state + delta.detach().to(device=state.device, dtype=_F64))
+
+
+# ----------------------------------------------------------------------- binned errors
+class _BinnedMetric(_CalibrationMetric):
+    """Bin statistics ``count``, ``confidence_sum``, ``accuracy_sum`` of shape ``shape``
+    (float64 sum states), added by :meth:`_bins` for each batch."""
+
+    count: torch.Tensor
+    confidence_sum: torch.Tensor
+    accuracy_sum: torch.Tensor
+
+    def __init__(self, n_bins: int, shape: tuple[int, ...], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.n_bins = n_bins
+        for name in ("count", "confidence_sum", "accuracy_sum"):
+            self.add_state(name, torch.zeros(shape, dtype=_F64), dist_reduce_fx="sum")
+
+    def _bins(self, pred: Predictions) -> BinStats:
+        raise NotImplementedError
+
+    def _accumulate(self, pred: Predictions) -> None:
+        stats = self._bins(pred)
+        self._add("count", stats.count)
+        self._add("confidence_sum", stats.confidence_sum)
+        self._add("accuracy_sum", stats.accuracy_sum)
+
+    @property
+    def bin_stats(self) -> BinStats:
+        """The accumulated (local, unsynchronised) bin statistics."""
+        edges = uniform_edges(self.n_bins, self.count.device)
+        return BinStats(edges, self.count, self.confidence_sum, self.accuracy_sum)
+
+
+class _TopLabelBins(_BinnedMetric):
+    """Top-label bin statistics over ``n_bins`` equal-width bins."""
+
+    def __init__(self, n_bins: int = 15, **kwargs: Any) -> None:
+        n_bins = check_int("n_bins", n_bins)
+        super().__init__(n_bins, (n_bins,), **kwargs)
+
+    def _bins(self, pred: Predictions) -> BinStats:
+        return top_label_bins(pred, self.n_bins)
+
+    def _error(self, norm: str) -> torch.Tensor:
+        _require_samples(self.count.sum())
+        return calibration_error(self.bin_stats, norm)
+
+
+class ECE(_TopLabelBins):
+    """Expected calibration error with equal-width bins, accumulated over batches and processes.
+
+    ``ECE = sum_m (|B_m| / N) |acc(B_m) - conf(B_m)|`` over ``M = n_bins`` bins ``((m-1)/M,
+    m/M]`` (bin 0 closed at 0), as :func:`selfcal.metrics.ece` (methods §1.1); ``norm="l2"``
+    gives the RMS calibration error and ``norm="max"`` the MCE. The state is the top-label bin
+    statistics (``count``, ``confidence_sum``, ``accuracy_sum``, each ``(M,)`` float64, summed
+    across processes), so ``compute()`` equals ``selfcal.metrics.ece`` on all the data.
+
+    Example: the four predictions of :func:`selfcal.metrics.ece`'s example, in two batches,
+    give its value; 1,000 predictions in four batches give the one-shot ECE:
+
+    >>> import numpy as np
+    >>> import torch
+    >>> from selfcal.integrations.torchmetrics import ECE
+    >>> from selfcal.metrics import ece
+    >>> metric = ECE(n_bins=15)
+    >>> metric.update(probs=torch.tensor([[0.9, 0.1], [0.8, 0.2]]), labels=torch.tensor([0, 1]))
+    >>> metric.update(probs=torch.tensor([[0.3, 0.7], [0.6, 0.4]]), labels=torch.tensor([1, 0]))
+    >>> round(float(metric.compute()), 4)
+    0.4
+    >>> metric.reset()
+    >>> rng = np.random.default_rng(0)
+    >>> logits, labels = 3 * rng.normal(size=(1000, 4)), rng.integers(0, 4, 1000)
+    >>> for z, y in zip(np.array_split(logits, 4), np.array_split(labels, 4)):
+    ...     metric.update(logits=torch.from_numpy(z), labels=torch.from_numpy(y))
+    >>> value = metric.compute()
+    >>> value.dtype, round(float(value), 4)
+    (torch.float64, 0.5204)
+    >>> abs(float(value) - ece(logits=logits, labels=labels)) < 1e-12
+    True
+    """
+
+    def __init__(self, n_bins: int = 15, norm: str = "l1", **kwargs: Any) -> None:
+        super().__init__(n_bins, **kwargs)
+        self.norm = check_choice("norm", norm, ("l1", "l2", "max"))
+
+    def compute(self) -> torch.Tensor:
+        return self._error(self.norm)
+
+
+class MCE(_TopLabelBins):
+    """Maximum calibration error ``max_m |acc(B_m) - conf(B_m)|`` over the non-empty
+    equal-width bins, accumulated over batches and processes (:func:`selfcal.metrics.mce`,
+    methods §1.2). Same state as :class:`ECE`."""
+
+    def compute(self) -> torch.Tensor:
+        return self._error("max")
+
+
+class ClasswiseECE(_BinnedMetric):
+    """Classwise ECE, accumulated over batches and processes: for each class ``j``, bin
+    ``p_{.j}`` into equal-width bins against ``1[y = j]``; ``(1/C) sum_j sum_b (|B_b|/N)
+    |acc_jb - conf_jb|`` (:func:`selfcal.metrics.classwise_ece`, methods §1.4; class
+    probabilities of exactly 0 are counted in bin 0).
+
+    ``num_classes`` fixes the state's shape, ``(C, M)`` float64 ``count``, ``confidence_sum``
+    and ``accuracy_sum`` (summed across processes); a batch with another number of score
+    columns is a ``ValueError``."""
+
+    def __init__(self, num_classes: int, n_bins: int = 15, norm: str = "l1", **kwargs: Any):
+        self.num_classes = check_int("num_classes", num_classes, minimum=2)
+        n_bins = check_int("n_bins", n_bins)
+        super().__init__(n_bins, (self.num_classes, n_bins), **kwargs)
+        self.norm = check_choice("norm", norm, ("l1", "l2", "max"))
+
+    def _bins(self, pred: Predictions) -> BinStats:
+        if pred.n_classes != self.num_classes:
+            raise ValueError(
+                f"the scores have {pred.n_classes} classes but num_classes={self.num_classes}"
+            )
+        return classwise_bins(pred, self.n_bins)
+
+    def compute(self) -> torch.Tensor:
+        _require_samples(self.count[0].sum())
+        return calibration_error(self.bin_stats, self.norm).mean(-1)
+
+
+# ----------------------------------------------------------------------- AdaECE
+class AdaECE(_CalibrationMetric):
+    """Adaptive (equal-mass) ECE, accumulated over batches and processes
+    (:func:`selfcal.metrics.adaece`, methods §1.3): the ECE sum over bins whose edges are
+    equal-mass quantiles of all the confidences, every sample counted once.
+
+    The edges depend on the ranks of all confidences, so there are two modes:
+
+    * ``mode="exact"`` (default) keeps every top-label confidence and correctness (two float64
+      numbers per sample, list states gathered with ``dist_reduce_fx="cat"``); ``compute()``
+      equals ``selfcal.metrics.adaece`` on all the data (same edges, sums up to float64
+      summation order);
+    * ``mode="sketch"`` keeps a histogram of the confidences on ``grid_size`` equal cells with
+      each cell's count, confidence sum and number of correct predictions (``3 grid_size``
+      float64 numbers, summed across processes); the equal-mass edges are rounded up to the
+      grid (see the module docstring) and :meth:`error_bound` gives a certified bound on
+      ``|sketch - exact|`` (L1 norm only).
+    """
+
+    confidence: list[torch.Tensor]
+    correct: list[torch.Tensor]
+    cell_count: torch.Tensor
+    cell_confidence_sum: torch.Tensor
+    cell_accuracy_sum: torch.Tensor
+
+    def __init__(
+        self,
+        n_bins: int = 15,
+        norm: str = "l1",
+        mode: str = "exact",
+        grid_size: int = SKETCH_GRID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.n_bins = check_int("n_bins", n_bins)
+        self.norm = check_choice("norm", norm, ("l1", "l2"))
+        self.mode = check_choice("mode", mode, ADAECE_MODES)
+        self.grid_size = check_int("grid_size", grid_size)
+        if self.mode == "exact":
+            self.add_state("confidence", [], dist_reduce_fx="cat")
+            self.add_state("correct", [], dist_reduce_fx="cat")
+            return
+        if self.norm != "l1":
+            raise ValueError(
+                "mode='sketch' needs norm='l1' (its error bound is derived for the L1 norm); "
+                f"got norm={norm!r}"
+            )
+        for name in ("cell_count", "cell_confidence_sum", "cell_accuracy_sum"):
+            self.add_state(name, torch.zeros(self.grid_size, dtype=_F64), dist_reduce_fx="sum")
+
+    def _accumulate(self, pred: Predictions) -> None:
+        if self.mode == "exact":
+            self.confidence.append(pred.confidence.detach().to(_F64))
+            self.correct.append(pred.correct.to(_F64))
+            return
+        edges = uniform_edges(self.grid_size, pred.device)
+        cells = bin_statistics(pred.confidence.detach(), pred.correct, edges)
+        self._add("cell_count", cells.count)
+        self._add("cell_confidence_sum", cells.confidence_sum)
+        self._add("cell_accuracy_sum", cells.accuracy_sum)
+
+    @property
+    def sketch(self) -> BinStats:
+        """The accumulated (local, unsynchronised) grid cells of ``mode="sketch"``."""
+        if self.mode != "sketch":
+            raise ValueError("only mode='sketch' keeps a histogram of the confidences")
+        edges = uniform_edges(self.grid_size, self.cell_count.device)
+        return BinStats(edges, self.cell_count, self.cell_confidence_sum, self.cell_accuracy_sum)
+
+    def compute(self) -> torch.Tensor:
+        if self.mode == "sketch":
+            return adaece_from_sketch(self.sketch, self.n_bins)[0]
+        conf, correct = _cat(self.confidence), _cat(self.correct)
+        _require_samples(torch.tensor(conf.shape[0]))
+        return calibration_error(confidence_bins(conf, correct, self.n_bins, "quantile"), self.norm)
+
+    def sync(
+        self,
+        dist_sync_fn: Callable[..., Any] | None = None,
+        process_group: Any | None = None,
+        should_sync: bool = True,
+        distributed_available: Callable[..., Any] | None = None,
+    ) -> None:
+        """torchmetrics' synchronisation, after giving an empty list state (a process that
+        received no batch) an empty float64 tensor: torchmetrics would gather an empty tensor
+        of its default dtype (float32) there, and the gather needs one dtype on every
+        process."""
+        if self.mode == "exact":
+            for state in (self.confidence, self.correct):
+                if isinstance(state, list) and not state:
+                    state.append(torch.empty(0, dtype=_F64, device=self.device))
+        super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
+
+    def error_bound(self) -> torch.Tensor:
+        """A bound on ``|compute() - exact AdaECE|``: 0 in ``mode="exact"``; in
+        ``mode="sketch"`` the certified bound of the module docstring, from the sketch of every
+        process (synchronised as ``compute()`` is)."""
+        if self.mode == "exact":
+            return torch.zeros((), dtype=_F64, device=self.device)
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self.sync_on_compute):
+            return adaece_from_sketch(self.sketch, self.n_bins)[1]
+
+
+def _cat(state: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+    """A list state, concatenated (after a synchronisation it is already one tensor)."""
+    if isinstance(state, torch.Tensor):
+        return state.to(_F64)
+    return torch.cat(state).to(_F64) if state else torch.empty(0, dtype=_F64)
+
+
+# ----------------------------------------------------------------------- proper scores
+class _MeanScore(_CalibrationMetric):
+    """A per-sample score's sum and the number of samples (float64 sum states)."""
+
+    higher_is_better = False
+    total: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_state("total", torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
+        self.add_state("count", torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
+
+    def _batch_mean(self, pred: Predictions) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _accumulate(self, pred: Predictions) -> None:
+        n = pred.n_samples
+        self._add("total", self._batch_mean(pred) * n)
+        self._add("count", torch.tensor(float(n), dtype=_F64))
+
+    def compute(self) -> torch.Tensor:
+        _require_samples(self.count)
+        return self.total / self.count
+
+
+class Brier(_MeanScore):
+    """Multi-class Brier score ``(1/N) sum_i sum_k (p_ik - 1[y_i = k])^2``, accumulated over
+    batches and processes (:func:`selfcal.metrics.brier`, methods §1.5: summed over classes,
+    so twice scikit-learn's ``brier_score_loss`` on a binary problem). State: the sum of the
+    per-sample scores and the number of samples (float64, summed across processes)."""
+
+    def _batch_mean(self, pred: Predictions) -> torch.Tensor:
+        return brier.core(pred)
+
+
+class NLL(_MeanScore):
+    """Negative log-likelihood ``-(1/N) sum_i log p_{i, y_i}`` (natural log), accumulated over
+    batches and processes (:func:`selfcal.metrics.nll`, methods §1.5; a zero true-class
+    probability given as ``probs=`` is clamped to the smallest float64). State: the sum of the
+    per-sample losses and the number of samples (float64, summed across processes)."""
+
+    def _batch_mean(self, pred: Predictions) -> torch.Tensor:
+        return nll.core(pred)
