@@ -67,6 +67,16 @@ def test_intervals_are_those_of_bootstrap_ci_on_the_same_draws(
         assert report[key] == alone, key
 
 
+def test_keys_pick_metrics_in_their_order_on_the_same_draws(
+    pred: Predictions, report: dict[str, Interval]
+) -> None:
+    some = evaluate(pred, n_bins=7, n_resamples=12, seed=3, keys=["brier", "ece"])
+    assert list(some) == ["brier", "ece"]
+    assert all(some[k] == report[k] for k in some)
+    with pytest.raises(ValueError, match="keys must be one of"):
+        evaluate(pred, keys=["smooth_ece"])
+
+
 def test_n_bins_reaches_exactly_the_metrics_that_take_bins(
     pred: Predictions, report: dict[str, Interval]
 ) -> None:

@@ -17,8 +17,9 @@ to override.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from selfcal._validation import check_choice
 from selfcal.metrics import (
     Metric,
     accuracy,
@@ -88,9 +89,11 @@ def evaluate(
     seed: int = 0,
     interval: str = "percentile",
     progress: Progress | None = None,
+    keys: Sequence[str] | None = None,
 ) -> dict[str, Interval]:
     """Point estimate and bootstrap interval (``interval``: ``"percentile"`` or ``"basic"``, see
-    :mod:`selfcal.metrics.bootstrap`) of every metric in :data:`METRICS`.
+    :mod:`selfcal.metrics.bootstrap`) of every metric in :data:`METRICS` (or of those named
+    by ``keys``, in that order).
 
     ``pred`` must carry labels. ``n_bins`` goes to every metric that takes a bin count;
     ``n_resamples=None`` uses :func:`default_resamples`. Every metric sees the same resamples
@@ -103,8 +106,9 @@ def evaluate(
     if n_resamples is None:
         n_resamples = default_resamples(pred.n_samples)
     resamples = Resamples(pred.n_samples, n_resamples, seed, pred.device)
+    chosen = list(METRICS) if keys is None else [check_choice("keys", k, METRICS) for k in keys]
     out: dict[str, Interval] = {}
-    for key in METRICS:
+    for key in chosen:
         metric = load_metric(key)
         out[key] = bootstrap_ci(
             metric,

@@ -1,4 +1,6 @@
-"""Reading predictions from files and writing calibrated probabilities.
+"""Reading predictions from files and writing calibrated probabilities; the one reader and
+writer of ``.csv`` / ``.parquet`` columns (:func:`read_columns`, :func:`write_table`) that the
+feature tables of ``selfcal train`` use too.
 
 Supported formats (the kind of scores -- logits or probabilities -- always comes from a name,
 never from the values):
@@ -24,7 +26,9 @@ Row numbers in error messages count data rows from 0 (a CSV header line is not a
 
 from __future__ import annotations
 
+import csv
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,45 +121,74 @@ def _read_npy(path: Path, kind: str | None) -> tuple[str, np.ndarray, np.ndarray
     return file_kind, scores, labels
 
 
-def _require_pyarrow(what: str) -> Any:
+_NEEDS_PYARROW = "{} needs pyarrow: pip install pyarrow (or selfcal[full])"
+
+
+def read_columns(path: str | Path) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The column names of a ``.csv`` / ``.parquet`` file, in file order, and each column as
+    a numpy array: integers and floats as numbers (a missing value in a numeric column as NaN),
+    booleans as 0 / 1, anything else as an object array of Python values (``None`` where
+    missing). Read with pyarrow; without it a CSV is read by Python's ``csv`` module (the same
+    values), a parquet file cannot be. Duplicate column names are an error."""
+    path = Path(path)
+    parquet = _format_of(path) == "parquet"
     try:
-        import pyarrow
-    except ImportError:
-        raise ValueError(
-            f"reading {what} needs pyarrow: pip install pyarrow (or selfcal[full])"
-        ) from None
-    return pyarrow
-
-
-def _read_table(path: Path, fmt: str) -> Any:
-    """A pyarrow Table for ``.parquet`` / ``.csv``, or ``(header, 2-D array)`` for CSV without
-    pyarrow."""
-    if fmt == "parquet":
-        _require_pyarrow(".parquet files")
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path)
-    try:
+        import pyarrow as pa
         import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
     except ImportError:
-        return _read_csv_numpy(path)
+        if parquet:
+            raise ValueError(_NEEDS_PYARROW.format("reading .parquet files")) from None
+        return _csv_columns(path)
     try:
-        return pacsv.read_csv(path)
+        table = pq.read_table(path) if parquet else pacsv.read_csv(path)
     except Exception as exc:  # pyarrow.lib.ArrowInvalid and friends
-        raise ValueError(f"{path}: cannot parse CSV: {str(exc).splitlines()[0]}") from None
+        what = "read parquet" if parquet else "parse CSV"
+        raise ValueError(f"{path}: cannot {what}: {str(exc).splitlines()[0]}") from None
+    names = [str(n) for n in table.column_names]
+    _check_unique(names, path)
+    return names, {name: _arrow_array(table.column(name), pa) for name in names}
 
 
-def _read_csv_numpy(path: Path) -> tuple[list[str], np.ndarray]:
-    """Fallback CSV reader: header line plus ``numpy.loadtxt`` of the numeric body."""
-    with open(path, encoding="utf-8") as fh:
-        header = [c.strip().strip('"') for c in fh.readline().rstrip("\r\n").split(",")]
-        try:
-            body = np.loadtxt(fh, delimiter=",", dtype=np.float64, ndmin=2)
-        except ValueError as exc:
-            raise ValueError(f"{path}: cannot parse CSV: {exc}") from None
-    if body.shape[1] != len(header) and body.size:
-        raise ValueError(f"{path}: {len(header)} header columns but {body.shape[1]} data columns")
-    return header, body.reshape(-1, len(header))
+def _arrow_array(col: Any, pa: Any) -> np.ndarray:
+    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+        return (col.cast(pa.float64()) if col.null_count else col).to_numpy()
+    if pa.types.is_boolean(col.type) and not col.null_count:
+        return col.to_numpy(zero_copy_only=False).astype(np.int64)
+    if pa.types.is_null(col.type):
+        return np.full(len(col), np.nan)
+    return np.asarray(col.to_pylist(), dtype=object)
+
+
+def _check_unique(names: list[str], path: Path) -> None:
+    if len(set(names)) != len(names):
+        raise ValueError(f"{path}: duplicate column names")
+
+
+def _csv_columns(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Fallback CSV reader (no pyarrow): numbers where every cell parses, else strings."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        raise ValueError(f"{path}: empty file")
+    names, body = [c.strip() for c in rows[0]], [r for r in rows[1:] if r]
+    _check_unique(names, path)
+    for i, row in enumerate(body):
+        if len(row) != len(names):
+            raise ValueError(f"{path}: row {i} has {len(row)} fields, the header {len(names)}")
+    return names, {n: _parse_column([r[j] for r in body]) for j, n in enumerate(names)}
+
+
+def _parse_column(cells: list[str]) -> np.ndarray:
+    stripped = [c.strip() for c in cells]
+    try:
+        return np.asarray([int(c) for c in stripped], dtype=np.int64)
+    except ValueError:
+        pass
+    try:
+        return np.asarray([float(c) if c else np.nan for c in stripped], dtype=np.float64)
+    except ValueError:
+        return np.asarray([c if c else None for c in stripped], dtype=object)
 
 
 def _score_columns(names: list[str], label_column: str, kind: str | None) -> tuple[str, list[str]]:
@@ -200,37 +233,20 @@ def _ordered(columns: dict[int | None, str], kind: str) -> list[str]:
     return [columns[i] for i in idx]
 
 
-def _column_array(table: Any, name: str) -> np.ndarray:
-    """One pyarrow column as a numpy array (nulls become NaN); rejects non-numeric columns."""
-    import pyarrow as pa
-
-    col = table.column(name)
-    if not (
-        pa.types.is_integer(col.type)
-        or pa.types.is_floating(col.type)
-        or pa.types.is_boolean(col.type)
-        or pa.types.is_null(col.type)
-    ):
-        raise ValueError(f"column {name!r} must be numeric, got {col.type}")
-    if col.null_count or pa.types.is_null(col.type):
-        col = col.cast(pa.float64())
-    return col.to_numpy()
+def _numeric(columns: dict[str, np.ndarray], name: str) -> np.ndarray:
+    values = columns[name]
+    if values.dtype.kind not in "biuf":
+        raise ValueError(f"column {name!r} must be numeric, got {values.dtype}")
+    return values
 
 
 def _read_tabular(
-    path: Path, fmt: str, kind: str | None, label_column: str
+    path: Path, kind: str | None, label_column: str
 ) -> tuple[str, np.ndarray, np.ndarray | None]:
-    data = _read_table(path, fmt)
-    if isinstance(data, tuple):  # numpy CSV fallback
-        header, body = data
-        kind, cols = _score_columns(header, label_column, kind)
-        scores = body[:, [header.index(c) for c in cols]]
-        labels = body[:, header.index(label_column)] if label_column in header else None
-        return kind, scores, labels
-    names = list(data.column_names)
+    names, columns = read_columns(path)
     kind, cols = _score_columns(names, label_column, kind)
-    scores = np.column_stack([_column_array(data, c) for c in cols])
-    labels = _column_array(data, label_column) if label_column in names else None
+    scores = np.column_stack([_numeric(columns, c) for c in cols])
+    labels = _numeric(columns, label_column) if label_column in names else None
     return kind, scores, labels
 
 
@@ -251,7 +267,7 @@ def read_arrays(
         return _read_npz(path, kind)
     if fmt == "npy":
         return _read_npy(path, kind)
-    return _read_tabular(path, fmt, kind, label_column)
+    return _read_tabular(path, kind, label_column)
 
 
 def load_predictions(
@@ -316,33 +332,40 @@ def save_probs(path: str | Path, probs: Any, labels: Any = None) -> Path:
         if y is not None:
             np.save(path.with_name(path.name.removesuffix(".probs.npy") + ".labels.npy"), y)
     else:
-        _save_table(path, fmt, p, y)
+        columns = {f"prob_{j}": p[:, j] for j in range(p.shape[1])}
+        write_table(path, columns if y is None else {**columns, "label": y})
     return path
 
 
-def _save_table(path: Path, fmt: str, p: np.ndarray, y: np.ndarray | None) -> None:
-    """CSV / parquet writer for :func:`save_probs` (pyarrow; numpy fallback for CSV)."""
-    names = [f"prob_{j}" for j in range(p.shape[1])]
+def write_table(path: str | Path, columns: Mapping[str, Any]) -> Path:
+    """Write named 1-D columns to ``.csv`` or ``.parquet`` (pyarrow; without it a CSV through
+    Python's ``csv`` module, floats written with ``repr``, which round-trips). Returns the
+    path written."""
+    path = Path(path)
+    if _format_of(path) not in ("csv", "parquet"):
+        raise ValueError(f"{path}: write a table as .csv or .parquet")
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         import pyarrow as pa
-    except ImportError:
-        if fmt == "parquet":
-            _require_pyarrow(".parquet files")
-        cols = [p] if y is None else [p, y[:, None].astype(np.float64)]
-        header = ",".join(names + ([] if y is None else ["label"]))
-        fmts = ["%.17g"] * p.shape[1] + ([] if y is None else ["%d"])
-        np.savetxt(path, np.hstack(cols), delimiter=",", header=header, comments="", fmt=fmts)
-        return
-    arrays = [pa.array(p[:, j]) for j in range(p.shape[1])]
-    if y is not None:
-        arrays.append(pa.array(y))
-        names = names + ["label"]
-    table = pa.table(arrays, names=names)
-    if fmt == "parquet":
+        import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
-
+    except ImportError:
+        if _format_of(path) == "parquet":
+            raise ValueError(_NEEDS_PYARROW.format("writing .parquet files")) from None
+        _write_csv_plain(path, columns)
+        return path
+    table = pa.table({name: pa.array(np.asarray(values)) for name, values in columns.items()})
+    if _format_of(path) == "parquet":
         pq.write_table(table, path)
     else:
-        import pyarrow.csv as pacsv
-
         pacsv.write_csv(table, path)
+    return path
+
+
+def _write_csv_plain(path: Path, columns: Mapping[str, Any]) -> None:
+    names = list(columns)
+    values = [np.asarray(columns[n]).tolist() for n in names]
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(names)
+        writer.writerows(zip(*values))

@@ -1,5 +1,6 @@
 """The benchmark study: one training run gives both regimes, the early-stopped checkpoint is the
-lowest validation NLL offered, BO4SC offers one checkpoint per epoch, the candidates are the
+lowest validation NLL offered (its rule: tests/training/test_checkpoint.py), BO4SC offers one
+checkpoint per epoch, the candidates are the
 protocol's, and ``--quick --json`` lists every method with raw and post-TS ECE."""
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import math
 from contextlib import redirect_stdout
 
 import pytest
-import torch
 from helpers.studies import quick_args
 
 from selfcal.cli import main
 from selfcal.experiments.study import get_study
 from selfcal.models import build_model
+from selfcal.pipeline.fitting import train_method
 from selfcal.studies import _images
 from selfcal.studies.benchmark import execute
 from selfcal.studies.benchmark.protocol import (
@@ -26,6 +27,7 @@ from selfcal.studies.benchmark.protocol import (
     REUSED,
     image_recipe,
 )
+from selfcal.training import BestCheckpoint
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +86,8 @@ def test_the_early_stopped_record_is_the_runs_best_validation_nll(quick):
 
 def test_a_group_is_trained_once(monkeypatch):
     calls = []
-    train_as = _images.train_as
-    monkeypatch.setattr(_images, "train_as", lambda *a, **k: calls.append(1) or train_as(*a, **k))
+    train = execute.train_method
+    monkeypatch.setattr(execute, "train_method", lambda *a, **k: calls.append(1) or train(*a, **k))
     study = get_study("benchmark")
     group = [s for s in study.specs(QUICK) if s.method == "focal" and s.seed == 0]
     assert [s.hparams["regime"] for s in group] == list(REGIMES)
@@ -95,40 +97,6 @@ def test_a_group_is_trained_once(monkeypatch):
     assert results[0].metrics["hp.epochs"] == QUICK.tabular.epochs
 
 
-def test_best_checkpoint_keeps_the_lowest_finite_validation_nll():
-    torch.manual_seed(0)
-    x, y = torch.randn(40, 2), torch.randint(0, 3, (40,))
-    model = torch.nn.Linear(2, 3)
-    checkpoint = execute.BestCheckpoint(x, y)
-    states, nlls = [], []
-    for epoch in range(4):
-        with torch.no_grad():
-            model.weight.mul_(3.0 if epoch == 2 else 0.5)  # epoch 2 is a bad one
-        checkpoint.after_epoch(epoch, model)
-        states.append({k: v.clone() for k, v in model.state_dict().items()})
-        with torch.no_grad():
-            nlls.append(float(torch.nn.functional.cross_entropy(model(x).double(), y)))
-    best = min(range(4), key=nlls.__getitem__)
-    assert checkpoint.epoch == best and checkpoint.nll == pytest.approx(nlls[best])
-    with torch.no_grad():
-        model.weight.fill_(float("nan"))
-    checkpoint.after_epoch(4, model)  # a NaN NLL is never kept
-    checkpoint.restore(model)
-    assert all(torch.equal(model.state_dict()[k], states[best][k]) for k in states[best])
-    params = {k: v + 1.0 for k, v in model.state_dict().items()}  # functional parameters
-    shifted = execute.BestCheckpoint(x, y)
-    shifted.offer(0, model, params)
-    assert shifted.nll == pytest.approx(
-        float(
-            torch.nn.functional.cross_entropy(
-                torch.func.functional_call(model, params, (x,)).double(), y
-            )
-        )
-    )
-    with pytest.raises(RuntimeError, match="no checkpoint"):
-        execute.BestCheckpoint(x, y).restore(model)
-
-
 def test_bo4sc_offers_one_checkpoint_per_epoch_with_the_recipes_budget():
     recipe = image_recipe("cnn2d", epochs=3, milestones=(2,))
     data, train, meta_val = _images.load_splits(QUICK, "digits-images", 0)
@@ -136,24 +104,25 @@ def test_bo4sc_offers_one_checkpoint_per_epoch_with_the_recipes_budget():
 
     offered = []
 
-    class Counting(execute.BestCheckpoint):
+    class Counting(BestCheckpoint):
         def offer(self, epoch, model, params=None):
             offered.append(epoch)
             super().offer(epoch, model, params)
 
-    checkpoint = Counting(data.val.x, data.val.y)
-    summary = execute.train_bo4sc(
-        QUICK,
+    checkpoint, epochs = Counting(data.val.x, data.val.y), []
+    summary = train_method(
+        METHODS["bo4sc"],
+        {"weight_lr": 30.0, "inner_steps": 4, "beta": 20.0},
         recipe,
         model,
         train,
         meta_val,
-        {"weight_lr": 30.0, "inner_steps": 4, "beta": 20.0},
-        None,
-        0,
         checkpoint,
+        seed=0,
+        val_batch_size=QUICK.val_batch_size,
+        on_epochs=epochs.append,
     )
-    assert offered == [0, 1, 2]
+    assert offered == [0, 1, 2] and sum(epochs) == 3
     assert 0.0 < summary["weight_mean"] < 1.0 and math.isfinite(checkpoint.nll)
 
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from selfcal.models import build_model
+from selfcal.pipeline.recipe import mean_loss_sgd
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images import execute
 from selfcal.studies.bo4sc_images.protocol import QUICK
@@ -23,9 +24,7 @@ def test_inner_steps_on_the_mean_equal_the_recipe_on_the_sum():
     theirs = torch.optim.SGD(
         model.parameters(), lr=QUICK.lr, momentum=QUICK.momentum, weight_decay=QUICK.weight_decay
     )
-    ours = _images.mean_loss_sgd(
-        QUICK.lr, QUICK.momentum, QUICK.weight_decay, QUICK.grad_clip, batch
-    )
+    ours = mean_loss_sgd(QUICK.lr, QUICK.momentum, QUICK.weight_decay, QUICK.grad_clip, batch)
     params = {k: p.detach().clone() for k, p in model.named_parameters()}
     state = ours.init(params)
 

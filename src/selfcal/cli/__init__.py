@@ -1,4 +1,5 @@
-"""The ``selfcal`` command line: ``evaluate``, ``calibrate``, ``reproduce`` and ``example-path``.
+"""The ``selfcal`` command line: ``evaluate``, ``calibrate``, ``train``, ``predict``,
+``reproduce`` and ``example-path``.
 
 Input files are read by :mod:`selfcal.io` (``.npz``, ``NAME.logits.npy``/``NAME.probs.npy`` +
 ``NAME.labels.npy``, ``.csv``, ``.parquet``); ``example:NAME`` names a bundled example, e.g.
@@ -10,9 +11,10 @@ rerun with ``SELFCAL_DEBUG=1`` (which lets the traceback through).
 
 One module per concern: :mod:`~selfcal.cli._errors` (the one-line errors and exit codes),
 :mod:`~selfcal.cli._common` (shared options, consoles, reading inputs, ``example-path``),
-:mod:`~selfcal.cli._evaluate`, :mod:`~selfcal.cli._calibrate` and
-:mod:`~selfcal.cli._reproduce` (one command each); this module assembles :data:`app` and runs
-it (:func:`main`, the console script; ``python -m selfcal.cli`` too).
+:mod:`~selfcal.cli._evaluate`, :mod:`~selfcal.cli._calibrate`, :mod:`~selfcal.cli._train`,
+:mod:`~selfcal.cli._predict` and :mod:`~selfcal.cli._reproduce` (one command each); this
+module assembles :data:`app` and runs it (:func:`main`, the console script;
+``python -m selfcal.cli`` too).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from selfcal.cli._calibrate import CALIBRATE_KEYS, calibrate
 from selfcal.cli._common import example_path
 from selfcal.cli._errors import ERROR_EXIT, USAGE_EXIT, fail
 from selfcal.cli._evaluate import PROGRESS_MIN_ROWS, evaluate
+from selfcal.cli._predict import predict
 from selfcal.cli._reproduce import REPORT_ROOT, reproduce_app
+from selfcal.cli._train import train
 
 app = typer.Typer(
     name="selfcal",
@@ -55,6 +59,8 @@ def _root(
 
 app.command()(evaluate)
 app.command()(calibrate)
+app.command()(train)
+app.command()(predict)
 app.command("example-path")(example_path)
 app.add_typer(reproduce_app, name="reproduce")
 
@@ -88,5 +94,7 @@ __all__ = [
     "evaluate",
     "example_path",
     "main",
+    "predict",
     "reproduce_app",
+    "train",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -31,6 +31,21 @@ def stdout() -> Console:
 
 def stderr() -> Console:
     return Console(file=sys.stderr, highlight=False)
+
+
+def rich_bar() -> Any:
+    """The commands' progress bar on stderr (a ``rich.progress.Progress``): description, bar,
+    ``done/total`` and elapsed time; it disappears when done."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=stderr(),
+        transient=True,
+    )
 
 
 def fmt(x: float) -> str:

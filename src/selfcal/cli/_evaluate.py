@@ -15,7 +15,17 @@ import typer
 from rich.table import Table
 
 from selfcal._validation import check_choice, check_real
-from selfcal.cli._common import BinsOpt, KindOpt, LabelOpt, check_kind, fmt, read, stderr, stdout
+from selfcal.cli._common import (
+    BinsOpt,
+    KindOpt,
+    LabelOpt,
+    check_kind,
+    fmt,
+    read,
+    rich_bar,
+    stderr,
+    stdout,
+)
 from selfcal.cli._errors import errors
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -37,17 +47,7 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None] | Non
     if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=stderr(),
-        transient=True,
-    )
-    with bar:
+    with rich_bar() as bar:
         task = bar.add_task("metrics", total=total)
         yield lambda key: bar.update(task, advance=1, description=f"metrics ({key} done)")
 

@@ -231,6 +231,24 @@ def stratified_split_indices(
     return rng.permutation(train), rng.permutation(val), rng.permutation(test)
 
 
+META_FRACTION = 9
+"""The meta-validation set is ``round(n / 9)`` of the training rows (the meta-learning papers'
+8:1:1 between train and meta-validation)."""
+
+
+def meta_split_indices(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ``(kept, held_out)`` indices of the training rows: a stratified, seeded
+    ``round(n / 9)`` held out as the meta-validation set that CE-DECE, FLγ-SECE and BO4SC
+    learn from (:func:`stratified_split_indices` on ``child_rngs(seed, 2)[1]``); the split of
+    the benchmark, the image studies and ``selfcal train``."""
+    n = len(labels)
+    n_meta = round(n / META_FRACTION)
+    kept, held_out, _ = stratified_split_indices(
+        np.asarray(labels), (n - n_meta, n_meta, 0), child_rngs(seed, 2)[1]
+    )
+    return np.sort(kept), np.sort(held_out)
+
+
 def standardization_stats(
     x_train: np.ndarray, standardized: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -9,9 +9,11 @@ loss(z, y[pi])``), or a meta-learned regulariser (:class:`selfcal.bilevel.MetaSt
 :func:`selfcal.bilevel.fit_meta` uses). A ``batch_transform(x, generator)`` (data
 augmentation) transforms the training minibatches. :func:`fit_batched` trains many
 independent full-batch Adam problems at once with ``torch.func.vmap`` (the same steps).
+:class:`BestCheckpoint` keeps the lowest-validation-NLL parameters beside a run that goes on.
 """
 
 from selfcal.training.batched import fit_batched
+from selfcal.training.checkpoint import BestCheckpoint
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History
 from selfcal.training.loop import (
@@ -25,6 +27,7 @@ from selfcal.training.steps import LossStep, MixupStep, Run, TrainStep
 
 __all__ = [
     "BatchTransform",
+    "BestCheckpoint",
     "History",
     "LossStep",
     "MixupStep",

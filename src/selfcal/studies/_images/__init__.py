@@ -34,14 +34,7 @@ from selfcal.studies._images.evaluation import (
     logits,
     scores,
 )
-from selfcal.studies._images.methods import (
-    IMAGE_METHODS,
-    METHOD_ALIASES,
-    MethodSpec,
-    image_methods,
-    method_step,
-    train_as,
-)
+from selfcal.studies._images.methods import image_methods, train_as
 from selfcal.studies._images.recipe import (
     CIFAR,
     CIFAR_FOLDERS,
@@ -50,13 +43,9 @@ from selfcal.studies._images.recipe import (
     PAPER,
     SHORT,
     ImageProtocol,
-    Recipe,
     Regime,
     augmentation,
     device_for,
-    mean_loss_sgd,
-    recipe_bo4sc,
-    train_config,
 )
 from selfcal.studies._images.report import (
     curve_figure,
@@ -74,15 +63,11 @@ __all__ = [
     "CIFAR_FOLDERS",
     "CURVE_POINTS",
     "EVAL_CHUNK",
-    "IMAGE_METHODS",
     "LONG",
-    "METHOD_ALIASES",
     "PAPER",
     "SHORT",
     "Curves",
     "ImageProtocol",
-    "MethodSpec",
-    "Recipe",
     "Regime",
     "augmentation",
     "available_cifar",
@@ -95,11 +80,8 @@ __all__ = [
     "load",
     "load_splits",
     "logits",
-    "mean_loss_sgd",
     "meta_split",
-    "method_step",
     "quick_fields",
-    "recipe_bo4sc",
     "regime_sections",
     "regime_specs",
     "regime_summary",
@@ -108,5 +90,4 @@ __all__ = [
     "study_texts",
     "sweep_datasets",
     "train_as",
-    "train_config",
 ]

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 from selfcal.studies._images.recipe import CIFAR, CIFAR_FOLDERS, ImageProtocol
@@ -45,15 +44,12 @@ def load(protocol: Sized, dataset: str, seed: int, **options: Any) -> Any:
 
 
 def meta_split(data: Any, seed: int) -> tuple[tuple, tuple]:
-    """``(train, meta_val)``: a stratified, seeded 1/9 of the training split held out."""
-    from selfcal.data.core import child_rngs, stratified_split_indices
+    """``(train, meta_val)``: a stratified, seeded 1/9 of the training split held out
+    (:func:`selfcal.data.core.meta_split_indices`)."""
+    from selfcal.data.core import meta_split_indices
 
-    y = data.train.y.numpy()
-    n_meta = round(len(y) / 9)
-    kept, held_out, _ = stratified_split_indices(
-        y, (len(y) - n_meta, n_meta, 0), child_rngs(seed, 2)[1]
-    )
-    keep, meta = torch.from_numpy(np.sort(kept)), torch.from_numpy(np.sort(held_out))
+    kept, held_out = meta_split_indices(data.train.y.numpy(), seed)
+    keep, meta = torch.from_numpy(kept), torch.from_numpy(held_out)
     x = data.train.x
     return (x[keep], data.train.y[keep]), (x[meta], data.train.y[meta])
 

@@ -8,17 +8,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal.pipeline.fitting import network_logits as logits
 from selfcal.studies._images.recipe import ImageProtocol
-
-EVAL_CHUNK = 1000
-"""Rows per forward pass when scoring."""
-
-
-def logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Eval-mode logits in float64 on the CPU."""
-    from selfcal.training import predict_logits
-
-    return predict_logits(model, x, batch_size=EVAL_CHUNK).double().cpu()
+from selfcal.training.checkpoint import EVAL_CHUNK
 
 
 def scores(pred: Any, n_bins: int) -> dict[str, float]:

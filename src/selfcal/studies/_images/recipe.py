@@ -1,11 +1,9 @@
-"""The papers' SGD recipe and its regimes (the :mod:`selfcal.studies._images` package doc), a
-training recipe of any study (:class:`Recipe`) and what is built from one: its
-:class:`~selfcal.training.TrainConfig`, and minibatch BO4SC with the recipe's optimizer as its
-inner step."""
+"""The papers' SGD recipe and its regimes (the :mod:`selfcal.studies._images` package doc), as
+a :class:`selfcal.pipeline.recipe.Recipe` (the one recipe type of ``selfcal train`` and every
+study, with its :class:`~selfcal.training.TrainConfig` and minibatch BO4SC)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -14,9 +12,8 @@ import torch
 
 from selfcal.experiments.selection import Grid, candidates
 from selfcal.experiments.study import StudyProtocol
+from selfcal.pipeline.recipe import Recipe, train_config
 
-DECAY = 0.1
-"""The learning-rate factor at each milestone (MultiStepLR's ``gamma``)."""
 CURVE_POINTS = 12
 """Per-epoch curves are recorded at about this many epochs of a regime (each point costs a
 test-set pass and a temperature fit, about as much as an epoch on MNIST-1D)."""
@@ -100,47 +97,10 @@ class ImageProtocol(StudyProtocol):
         )
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """How a method trains on a dataset: the backbone (``hidden``: the MLP's widths) and
-    the optimizer and schedule (:class:`selfcal.training.TrainConfig`'s fields;
-    ``batch_size=None``: full batch)."""
-
-    model: str
-    epochs: int
-    optimizer: str
-    lr: float
-    batch_size: int | None
-    milestones: tuple[int, ...] = ()
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    grad_clip: float | None = None
-    hidden: tuple[int, ...] | None = None
-
-
 def device_for(dataset: str) -> str:
     """CIFAR on the GPU when there is one; the CPU datasets stay on the CPU, so their runs are
     reproduced bit for bit."""
     return "cuda" if dataset in CIFAR and torch.cuda.is_available() else "cpu"
-
-
-def train_config(recipe: Recipe, seed: int, device: str = "cpu", **extra: Any) -> Any:
-    """The :class:`~selfcal.training.TrainConfig` of ``recipe`` for one seed on ``device``."""
-    from selfcal.training import TrainConfig
-
-    return TrainConfig(
-        epochs=recipe.epochs,
-        optimizer=recipe.optimizer,  # type: ignore[arg-type]
-        lr=recipe.lr,
-        momentum=recipe.momentum,
-        weight_decay=recipe.weight_decay,
-        batch_size=recipe.batch_size,
-        milestones=recipe.milestones,
-        grad_clip=recipe.grad_clip,
-        seed=seed,
-        device=device,
-        **extra,
-    )
 
 
 def augmentation(data: Any, dataset: str) -> Any:
@@ -151,65 +111,3 @@ def augmentation(data: Any, dataset: str) -> Any:
     from selfcal.data.augment import black_fill, random_crop_flip
 
     return partial(random_crop_flip, padding=4, fill=black_fill(data))
-
-
-def mean_loss_sgd(
-    lr: float, momentum: float, weight_decay: float, grad_clip: float | None, rows: int
-) -> Any:
-    """The recipe's SGD step on a loss summed over ``rows`` rows, rewritten for the mean of that
-    loss (BO4SC's inner loss): learning rate ``rows lr``, weight decay ``wd / rows`` and clipping
-    at ``c / rows`` give the same step (a differentiable :class:`selfcal.bilevel.SGD`)."""
-    from selfcal.bilevel import SGD
-
-    return SGD(
-        lr * rows,
-        momentum=momentum,
-        weight_decay=weight_decay / rows,
-        max_norm=None if grad_clip is None else grad_clip / rows,
-    )
-
-
-def recipe_bo4sc(
-    recipe: Recipe,
-    n_train: int,
-    options: dict[str, Any],
-    *,
-    val_batch_size: int | None,
-    transform: Any,
-    seed: int,
-    **extra: Any,
-) -> Any:
-    """Minibatch (or, with ``batch_size=None``, full-batch) BO4SC with the recipe's optimizer as
-    its inner step and the recipe's budget of ``epochs x steps per epoch`` inner steps, ``T``
-    (``options["inner_steps"]``) per outer iteration; ``options`` also give ``weight_lr`` and
-    ``beta``. The recipe's losses are sums over a batch of ``B`` rows and BO4SC's is the mean,
-    so SGD's learning rate, weight decay and clipping norm become ``B lr``, ``wd / B`` and
-    ``c / B`` (:func:`mean_loss_sgd`: the same step; Adam is invariant to the loss scale). The
-    inner learning rate drops x0.1 at the recipe's milestones, counted in outer iterations.
-    ``extra``: further :class:`~selfcal.bilevel.BO4SC` arguments. Returns the unfitted
-    estimator."""
-    from selfcal.bilevel import BO4SC, Adam, Unrolled
-
-    steps = int(options["inner_steps"])
-    rows = n_train if recipe.batch_size is None else recipe.batch_size
-    per_epoch = n_train // rows
-    milestones = [m * per_epoch // steps for m in recipe.milestones]
-    inner: Any = (
-        Adam(recipe.lr, weight_decay=recipe.weight_decay)
-        if recipe.optimizer == "adam"
-        else mean_loss_sgd(recipe.lr, recipe.momentum, recipe.weight_decay, recipe.grad_clip, rows)
-    )
-    schedule: Callable[[int], float] = lambda i: DECAY ** sum(i >= m for m in milestones)  # noqa: E731
-    return BO4SC(
-        batch_size=recipe.batch_size,
-        val_batch_size=val_batch_size,
-        estimator=Unrolled(steps),
-        inner_optimizer=inner,
-        outer_iterations=recipe.epochs * per_epoch // steps,
-        weight_lr=float(options["weight_lr"]),
-        beta=float(options["beta"]),
-        inner_lr_schedule=schedule,
-        batch_transform=transform,
-        seed=seed,
-        **extra,
-    )

@@ -18,7 +18,6 @@ class unchanged, so only top-label metrics exist). ``train_seconds`` is the trai
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Any
 
@@ -29,11 +28,12 @@ import selfcal.metrics as M
 from selfcal import Predictions
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.metrics.binning import top_label_bins
-from selfcal.models import build_model
+from selfcal.pipeline.fitting import train_method
+from selfcal.pipeline.recipe import build_network
 from selfcal.posthoc import IsotonicCalibration, TemperatureScaling
 from selfcal.studies import _images
-from selfcal.studies._images import Recipe
 from selfcal.studies.benchmark.protocol import METHODS, BenchmarkProtocol
+from selfcal.training import BestCheckpoint
 
 # Everything is imported at the top, so no training clock pays an import (a worker's first run
 # would, and its time relative to CE would be off).
@@ -48,22 +48,26 @@ def execute(protocol: BenchmarkProtocol, group: list[RunSpec]) -> list[RunResult
 def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, RunResult]:
     recipe = protocol.recipe(spec.dataset)
     data, train, meta_val = _images.load_splits(protocol, spec.dataset, spec.seed)
-    model = build(recipe, data, spec.seed)
+    model = build_network(recipe, data.n_classes, spec.seed, data.n_features)
     device = _images.device_for(spec.dataset)
     model.to(device)
     checkpoint = BestCheckpoint(data.val.x.to(device), data.val.y.to(device))
     options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
     transform = _images.augmentation(data, spec.dataset)
     start = time.perf_counter()
-    extra: dict[str, float] = {}
-    if spec.method == "bo4sc":
-        extra = train_bo4sc(
-            protocol, recipe, model, train, meta_val, options, transform, spec.seed, checkpoint
-        )
-    else:
-        config = _images.train_config(recipe, spec.seed, device)
-        step = _images.method_step(METHODS[spec.method], options, meta_val)
-        _images.train_as(step, model, train, None, config, checkpoint.after_epoch, transform)
+    extra = train_method(
+        METHODS[spec.method],
+        options,
+        recipe,
+        model,
+        train,
+        meta_val,
+        checkpoint,
+        seed=spec.seed,
+        device=device,
+        transform=transform,
+        val_batch_size=protocol.val_batch_size,
+    )
     extra["train_seconds"] = time.perf_counter() - start
     last = with_metrics(evaluate(protocol, model, data), extra, float(recipe.epochs))
     checkpoint.restore(model)
@@ -74,103 +78,6 @@ def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, 
 def with_metrics(result: RunResult, extra: dict[str, float], epochs: float) -> RunResult:
     """``result`` with the training's ``extra`` metrics and the epochs it trained."""
     return dataclasses.replace(result, metrics={**result.metrics, **extra, "hp.epochs": epochs})
-
-
-def build(recipe: Recipe, data: Any, seed: int) -> torch.nn.Module:
-    """The recipe's backbone, initialised from ``seed``."""
-    if recipe.model == "mlp":
-        return build_model(
-            "mlp",
-            seed=seed,
-            n_features=data.n_features,
-            n_classes=data.n_classes,
-            hidden=recipe.hidden,
-        )
-    return build_model(recipe.model, seed=seed, n_classes=data.n_classes)
-
-
-# ----------------------------------------------------------------------------- BO4SC
-def train_bo4sc(
-    protocol: BenchmarkProtocol,
-    recipe: Recipe,
-    model: torch.nn.Module,
-    train: tuple,
-    meta_val: tuple,
-    options: dict[str, Any],
-    transform: Any,
-    seed: int,
-    checkpoint: BestCheckpoint,
-) -> dict[str, float]:
-    """BO4SC with the recipe's optimizer as its inner step and budget
-    (:func:`selfcal.studies._images.recipe_bo4sc`); the checkpoint is offered after the outer
-    iteration that completes each epoch. Returns the weights' summaries."""
-    steps, n = int(options["inner_steps"]), len(train[0])
-    per_epoch = n // (n if recipe.batch_size is None else recipe.batch_size)
-
-    def offer(iteration: int, params: Any) -> bool:
-        done, before = (iteration + 1) * steps // per_epoch, iteration * steps // per_epoch
-        if done > before:
-            checkpoint.offer(done - 1, model, params)
-        return False
-
-    val_size = protocol.val_batch_size
-    fitted = _images.recipe_bo4sc(
-        recipe,
-        n,
-        options,
-        val_batch_size=None if recipe.batch_size is None else min(len(meta_val[0]), val_size),
-        transform=transform,
-        seed=seed,
-        record_weights=False,
-        callback=offer,
-    ).fit(model, train, meta_val)
-    w = fitted.weights_.detach().double().cpu()
-    return {"weight_mean": float(w.mean()), "weight_below_half": float((w < 0.5).double().mean())}
-
-
-# ----------------------------------------------------------------------------- checkpoint
-class BestCheckpoint:
-    """The state with the lowest validation NLL offered so far (the first of equals; a
-    non-finite NLL is never kept): early stopping with unlimited patience, without stopping.
-    ``after_epoch`` is :func:`selfcal.training.fit`'s callback; :meth:`offer` takes functional
-    parameters too (BO4SC's ``theta``, with the module's buffers)."""
-
-    def __init__(self, x_val: torch.Tensor, y_val: torch.Tensor) -> None:
-        self.x, self.y = x_val, y_val
-        self.nll, self.epoch = math.inf, -1
-        self.state: dict[str, torch.Tensor] | None = None
-
-    def after_epoch(self, epoch: int, model: torch.nn.Module, _: Any = None) -> bool:
-        self.offer(epoch, model)
-        return False
-
-    def offer(self, epoch: int, model: torch.nn.Module, params: Any = None) -> None:
-        nll = float(torch.nn.functional.cross_entropy(self._logits(model, params).double(), self.y))
-        if nll < self.nll:
-            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            state.update({k: v.detach().clone() for k, v in (params or {}).items()})
-            self.nll, self.epoch, self.state = nll, epoch, state
-
-    def restore(self, model: torch.nn.Module) -> None:
-        if self.state is None:
-            raise RuntimeError("no checkpoint had a finite validation NLL")
-        model.load_state_dict(self.state)
-
-    def _logits(self, model: torch.nn.Module, params: Any) -> torch.Tensor:
-        from torch.func import functional_call
-
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                return torch.cat(
-                    [
-                        model(c) if params is None else functional_call(model, params, (c,))
-                        for c in self.x.split(_images.EVAL_CHUNK)
-                    ]
-                )
-        finally:
-            model.train(was_training)
 
 
 # ----------------------------------------------------------------------------- evaluation

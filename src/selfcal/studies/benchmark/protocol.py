@@ -9,7 +9,9 @@ from typing import Any
 
 from selfcal.experiments.selection import VAL_ECE, Candidates, Grid
 from selfcal.experiments.study import StudyProtocol
-from selfcal.studies._images import CIFAR, Recipe, image_methods
+from selfcal.pipeline.methods import get_method
+from selfcal.pipeline.recipe import TABULAR, Recipe
+from selfcal.studies._images import CIFAR, image_methods
 
 METHODS = image_methods(
     "ce",
@@ -27,10 +29,9 @@ METHODS = image_methods(
     "bo4sc",
 )
 """method -> (kind, loss or meta method, fixed options), as
-:func:`selfcal.studies._images.method_step` reads it, from the image studies' one catalogue
-(:data:`selfcal.studies._images.IMAGE_METHODS`: ``label-smoothing``, ``flsd-53`` and
-``flγ-sece`` are its ``ls``, ``flsd53`` and ``flg-sece``); ``"bo4sc"``: minibatch (or
-full-batch) :class:`selfcal.bilevel.BO4SC` with the recipe's optimizer as its inner step."""
+:func:`selfcal.pipeline.methods.method_step` reads it, from the one catalogue
+(:data:`selfcal.pipeline.methods.METHODS`); ``"bo4sc"``: minibatch (or full-batch)
+:class:`selfcal.bilevel.BO4SC` with the recipe's optimizer as its inner step."""
 LABELS = {
     "ce": "CE",
     "brier": "Brier",
@@ -66,9 +67,6 @@ def image_recipe(model: str, epochs: int = 105, milestones: tuple[int, ...] = (4
     return Recipe(model, epochs, "sgd", 0.1, 128, milestones, 0.9, 5e-4, 2.0)
 
 
-TABULAR = Recipe("mlp", 400, "adam", 1e-2, None, hidden=(64, 64, 64))
-"""The BO4SC study's ``overfit`` regime: a 3 x 64 MLP, full-batch Adam at 1e-2 for 400 epochs
-(where Standard over-fits Blobs 1.7 and Spiral 3.5; results/bo4sc)."""
 RECIPES = {
     "mnist1d": image_recipe("cnn1d"),
     "digits-images": image_recipe("cnn2d"),
@@ -136,24 +134,25 @@ PAPER_VALUES = {
 }
 """CIFAR (350 GPU epochs a candidate): the papers' stated values (the reference code's for
 BSCE, DFL and MMCE), Meta-Calibration's meta learning rate, and bo4sc-images' CIFAR point."""
-GAMMAS = (1.0, 3.0, 5.0)
-BO4SC_PILOT = Candidates("bo4sc", [{"beta": 10.0, "inner_steps": 10, "weight_lr": 100.0}])
-"""BO4SC's one candidate on the tabular sets: the BO4SC study's pilot point for this network
-(results/bo4sc)."""
-META_LRS = (1e-5, 1e-4, 1e-3)
-TABULAR_GRIDS = (
-    Grid("focal", gamma=(1.0, 2.0, 3.0)),
-    Grid("label-smoothing", eps=(0.05, 0.1)),
-    Grid("mmce", lam=(1.0, 2.0, 4.0)),
-    Grid("dfl", gamma=GAMMAS),
-    Grid("bsce", gamma=GAMMAS, norm=(1, 2)),
-    Grid("bsce-gra", gamma=GAMMAS, norm=(1, 2)),
-    Grid("ce-dece", meta_lr=META_LRS),
-    Grid("flγ-sece", meta_lr=META_LRS),
-    BO4SC_PILOT,
+TABULAR_GRIDS = tuple(
+    grid
+    for m in (
+        "focal",
+        "label-smoothing",
+        "mmce",
+        "dfl",
+        "bsce",
+        "bsce-gra",
+        "ce-dece",
+        "flγ-sece",
+        "bo4sc",
+    )
+    if (grid := get_method(m).candidates) is not None
 )
-"""The tabular sets' candidates (:data:`CANDIDATES_DOC`): meta-reg's grids, bsce-gra's thinned
-to γ ∈ {1, 3, 5}, and the BO4SC study's pilot point for this network (results/bo4sc)."""
+"""The tabular sets' candidates (:data:`CANDIDATES_DOC`): the catalogue's
+(:data:`selfcal.pipeline.methods.METHODS`, ``selfcal train``'s defaults) -- meta-reg's grids,
+bsce-gra's thinned to γ ∈ {1, 3, 5}, and the BO4SC study's pilot point for this network."""
+BO4SC_PILOT = TABULAR_GRIDS[-1]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from selfcal.experiments import RunResult, RunSpec
+from selfcal.pipeline.recipe import recipe_bo4sc
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images.protocol import MODELS, BO4SCImagesProtocol
 
@@ -82,9 +83,9 @@ def train_bo4sc(
     transform: Any,
 ) -> Any:
     """Minibatch BO4SC with the recipe's steps (module doc,
-    :func:`selfcal.studies._images.recipe_bo4sc`); ``options``: ``weight_lr``,
+    :func:`selfcal.pipeline.recipe.recipe_bo4sc`); ``options``: ``weight_lr``,
     ``inner_steps``, ``beta``."""
-    estimator = _images.recipe_bo4sc(
+    estimator = recipe_bo4sc(
         protocol.recipe(regime),
         len(train[0]),
         options,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
+from selfcal.pipeline.methods import MethodSpec
 from selfcal.studies import _images
-from selfcal.studies._images.methods import MethodSpec
 from selfcal.studies.meta_reg.protocol import METHODS, MetaRegProtocol
 
 

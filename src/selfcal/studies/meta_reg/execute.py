@@ -18,6 +18,7 @@ import torch
 
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.experiments.study import TEST_LABELS, TEST_LOGITS
+from selfcal.pipeline.methods import method_step
 from selfcal.studies import _images
 from selfcal.studies._images import load_splits, meta_split  # noqa: F401  (the study's splits)
 from selfcal.studies.meta_reg.protocol import BIN_COUNTS, METHODS, MODELS, MetaRegProtocol
@@ -69,9 +70,10 @@ def train_method(
     curves: _images.Curves | None = None,
     batch_transform: Any = None,
 ) -> Any:
-    """Train ``model`` in place as ``METHODS[method]`` (:func:`selfcal.studies._images.method_step`)
-    with the candidate's ``options``, recording ``curves``; the history."""
-    step = _images.method_step(METHODS[method], options, meta_val)
+    """Train ``model`` in place as ``METHODS[method]``
+    (:func:`selfcal.pipeline.methods.method_step`) with the candidate's ``options``, recording
+    ``curves``; the history."""
+    step = method_step(METHODS[method], options, meta_val)
     if curves is not None:
         curves.follow(step)
     on_epoch = None if curves is None else curves.after_epoch

@@ -1,0 +1,61 @@
+"""``selfcal predict``: apply a model folder written by ``selfcal train`` to new rows
+(:func:`selfcal.pipeline.predict`): calibrated probabilities, the predicted label, the
+confidence and an abstain flag from a threshold chosen on the validation set."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from selfcal.cli._common import stdout
+from selfcal.cli._errors import errors
+
+
+def predict(
+    folder: Annotated[Path, typer.Argument(help="Model folder written by selfcal train.")],
+    data: Annotated[str, typer.Argument(help="Rows to predict (.csv, .parquet, .npz).")],
+    out: Annotated[Path, typer.Option("--out", help="Output file (.csv, .parquet, .npz).")],
+    target_accuracy: Annotated[
+        float | None,
+        typer.Option(
+            "--target-accuracy",
+            help="Abstain below the smallest threshold whose selective accuracy on the "
+            "validation set is at least this (default 0.95).",
+        ),
+    ] = None,
+    target_coverage: Annotated[
+        float | None,
+        typer.Option(
+            "--target-coverage",
+            help="Abstain below the threshold that keeps this share of the validation set.",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the threshold and counts as one JSON object.")
+    ] = False,
+) -> None:
+    """Predict DATA with the model in FOLDER: per row the calibrated probability of each
+    class, the predicted label, its confidence and whether to abstain."""
+    with errors():
+        from selfcal.pipeline import predict as run
+
+        result = run(
+            folder, data, out, target_accuracy=target_accuracy, target_coverage=target_coverage
+        )
+        n, abstained = len(result.abstain), int(result.abstain.sum())
+        if as_json:
+            payload = {
+                "out": str(result.path),
+                "rows": n,
+                "abstained": abstained,
+                "threshold": result.threshold.to_json(),
+            }
+            sys.stdout.write(json.dumps(payload) + "\n")
+            return
+        console = stdout()
+        console.print(f"abstention, {result.threshold.describe()}")
+        console.print(f"wrote {result.path}: {n} rows, {abstained} abstained")

@@ -1,0 +1,291 @@
+"""``selfcal train``: train a self-calibrated classifier on one's own data
+(:func:`selfcal.pipeline.train`), with the hyperparameters selected on validation, a post-hoc
+calibrator and abstention thresholds fitted there, and a calibration report."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import typer
+from rich.table import Table
+
+from selfcal.cli._common import LabelOpt, fmt, rich_bar, stdout
+from selfcal.cli._errors import errors
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from selfcal.pipeline import Progress
+
+
+def method_help() -> str:
+    """``--method``'s help: every method with its one-line summary, one paragraph each."""
+    from selfcal.pipeline.methods import METHODS
+
+    lines = [f"{name}: {m.summary}" for name, m in METHODS.items()]
+    return "\n\n".join(["Training method (hyperparameters selected on VAL):", *lines])
+
+
+def calibrate_help() -> str:
+    from selfcal.posthoc import calibrator_names
+
+    return "Post-hoc calibrator fitted on VAL, or 'none': " + ", ".join(calibrator_names()) + "."
+
+
+def parse_hidden(text: str) -> tuple[int, ...]:
+    """``"64,64"`` -> ``(64, 64)``; ``""`` or ``"none"``: no hidden layer (logistic
+    regression)."""
+    if text.strip().lower() in ("", "none"):
+        return ()
+    try:
+        widths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--hidden must be widths like 64,64, got {text!r}") from None
+    if any(w < 1 for w in widths):
+        raise ValueError(f"--hidden widths must be positive, got {text!r}")
+    return widths
+
+
+def parse_batch_size(text: str) -> int | Literal["auto"] | None:
+    """``"auto"``, ``"full"`` (``None``) or a positive integer."""
+    if text in ("auto", "full"):
+        return None if text == "full" else "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"--batch-size must be 'auto', 'full' or a positive integer, got {text!r}")
+    return value
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--grid values must be numbers, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"--grid values must be finite, got {text!r}")
+    return value
+
+
+def parse_grid(items: list[str], method: str) -> dict[str, tuple[int | float, ...]]:
+    """``["gamma=1,3", "norm=2"]`` -> ``{"gamma": (1.0, 3.0), "norm": (2,)}``: each value
+    takes the type (int or float) of the method's own values for that hyperparameter."""
+    from selfcal.pipeline import get_method
+
+    axes = get_method(method).axes()
+    out: dict[str, tuple[int | float, ...]] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not values.strip():
+            raise ValueError(f"--grid takes NAME=V1,V2,..., got {item!r}")
+        parsed = tuple(_number(v.strip()) for v in values.split(","))
+        like = axes.get(name, ())
+        if like and all(isinstance(v, float) for v in like):
+            parsed = tuple(float(v) for v in parsed)
+        out[name] = parsed
+    return out
+
+
+def rich_progress(bar: Any) -> Progress:
+    """A :class:`selfcal.pipeline.Progress` drawing on the rich progress ``bar``: one task
+    over the candidates, one over the current candidate's epochs."""
+    from selfcal.pipeline import Progress
+
+    class RichProgress(Progress):
+        def __init__(self) -> None:
+            self.grid = bar.add_task("candidates", total=None)
+            self.epochs = bar.add_task("epochs", total=None)
+
+        def candidate(self, index: int, total: int, label: str, epochs: int) -> None:
+            description = f"candidate {index + 1}/{total}"
+            bar.update(self.grid, total=total, completed=index, description=description)
+            bar.reset(self.epochs, total=epochs, description=f"  {label}: epochs")
+
+        def epochs_done(self, epochs: int) -> None:
+            bar.advance(self.epochs, epochs)
+
+    return RichProgress()
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Progress | None]:
+    """A rich progress bar on stderr when ``enabled`` (stderr is a terminal), else ``None``."""
+    if not enabled:
+        yield None
+        return
+    with rich_bar() as bar:
+        yield rich_progress(bar)
+
+
+def _summary_table(report: dict[str, Any]) -> Table:
+    table = Table(title="calibration (95% bootstrap CI)")
+    table.add_column("split")
+    table.add_column("metric")
+    from selfcal.pipeline.report import COLUMN_TITLES, REPORT_KEYS
+
+    columns = list(report["metrics"]["validation"])
+    for name in columns:
+        table.add_column(COLUMN_TITLES.get(name, name), justify="right")
+    for split, cols in report["metrics"].items():
+        for key in REPORT_KEYS:
+            cells = []
+            for name in columns:
+                value, (lo, hi) = cols[name][key]["value"], cols[name][key]["ci"]
+                cells.append(f"{_fmt(value)} [{_fmt(lo)}, {_fmt(hi)}]")
+            table.add_row(split, key, *cells)
+    return table
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else fmt(x)
+
+
+def train(
+    data: Annotated[str, typer.Argument(help="Training file (.csv, .parquet, .npz).")],
+    val: Annotated[
+        str, typer.Option("--val", help="Validation file: selection, calibration, threshold.")
+    ],
+    method: Annotated[str, typer.Option("--method", help=method_help())],
+    out: Annotated[Path, typer.Option("--out", help="Model folder to write.")],
+    test: Annotated[
+        str | None, typer.Option("--test", help="Test file, scored in the report only.")
+    ] = None,
+    label_column: LabelOpt = "label",
+    hidden: Annotated[
+        str, typer.Option("--hidden", help="MLP hidden widths, e.g. 64,64 ('none': linear).")
+    ] = "64,64,64",
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")] = 400,
+    lr: Annotated[float, typer.Option("--lr", help="Adam learning rate.")] = 1e-2,
+    batch_size: Annotated[
+        str,
+        typer.Option(
+            "--batch-size",
+            help="'auto' (full batch up to 4096 training rows, else 512), 'full' or a number.",
+        ),
+    ] = "auto",
+    grid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grid", help="Replace a hyperparameter's candidates: NAME=V1,V2 (repeatable)."
+        ),
+    ] = None,
+    calibrate: Annotated[str, typer.Option("--calibrate", help=calibrate_help())] = "ts",
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of every candidate.")] = 0,
+    resamples: Annotated[
+        int | None,
+        typer.Option("--resamples", min=1, help="Bootstrap resamples of the report's intervals."),
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="Torch device for training.")] = "cpu",
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the model in a non-empty --out.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report (report.json) as one JSON object.")
+    ] = False,
+) -> None:
+    """Train a self-calibrated classifier on DATA (features + a label column): every
+    hyperparameter candidate of --method, selected on --val, then calibrated on it; writes
+    the model, its calibrator, abstention thresholds and a calibration report to --out."""
+    with errors():
+        from selfcal.pipeline import TrainSettings
+        from selfcal.pipeline import train as run
+
+        settings = TrainSettings(
+            method=method,
+            hidden=parse_hidden(hidden),
+            epochs=epochs,
+            lr=lr,
+            batch_size=parse_batch_size(batch_size),
+            grid=parse_grid(grid or [], method),
+            calibrate=None if calibrate == "none" else calibrate,
+            seed=seed,
+            n_resamples=resamples,
+            device=device,
+        )
+        given = {
+            "--test": test,
+            "--label-column": label_column,
+            "--hidden": hidden,
+            "--epochs": epochs,
+            "--lr": lr,
+            "--batch-size": batch_size,
+            "--calibrate": calibrate,
+            "--seed": seed,
+            "--resamples": resamples,
+            "--device": device,
+        }
+        command = _command(data, val, method, out, given, grid or [])
+        with progress_bar(sys.stderr.isatty() and not as_json) as progress:
+            result = run(
+                data,
+                val,
+                out,
+                settings,
+                test=test,
+                label_column=label_column,
+                overwrite=overwrite,
+                progress=progress,
+                command=command,
+            )
+        if as_json:
+            sys.stdout.write(json.dumps(result.report) + "\n")
+            return
+        _print_summary(result.report, result.folder)
+
+
+DEFAULTS: dict[str, object] = {
+    "--test": None,
+    "--label-column": "label",
+    "--hidden": "64,64,64",
+    "--epochs": 400,
+    "--lr": 1e-2,
+    "--batch-size": "auto",
+    "--calibrate": "ts",
+    "--seed": 0,
+    "--resamples": None,
+    "--device": "cpu",
+}
+"""The options' defaults: the report's command line names only the others."""
+
+
+def _command(
+    data: str, val: str, method: str, out: Path, given: Mapping[str, object], grid: list[str]
+) -> str:
+    """The command line that trains this model again (options at their default left out)."""
+    words = ["selfcal", "train", data, "--val", val, "--method", method, "--out", str(out)]
+    for option, value in given.items():
+        if value != DEFAULTS[option]:
+            words += [option, str(value)]
+    for item in grid:
+        words += ["--grid", item]
+    return shlex.join(words)
+
+
+def _print_summary(report: dict[str, Any], folder: Path) -> None:
+    from selfcal.pipeline.fitting import describe
+    from selfcal.pipeline.selective import Threshold
+
+    console = stdout()
+    model = report["model"]
+    n = len(report["candidates"])
+    console.print(
+        f"{model['method']}: selected {describe(model['hyperparameters'])} of {n} "
+        f"candidate(s) by {model['criterion']}; checkpoint epoch {model['checkpoint_epoch']}; "
+        f"calibrator {model['calibrator'] or 'none'}"
+    )
+    console.print(_summary_table(report))
+    for t in report["selective"]:
+        console.print("abstention, " + Threshold.from_json(t).describe())
+    console.print(f"wrote {folder} (report: {folder / 'report.md'})")

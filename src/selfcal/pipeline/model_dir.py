@@ -1,0 +1,244 @@
+"""The folder ``selfcal train`` writes and ``selfcal predict`` reads. Nothing is pickled.
+
+=====================  ==================================================================
+``model.safetensors``  the network's parameters (float32, safetensors)
+``config.json``        format and versions (selfcal, torch), the architecture, method,
+                       selected hyperparameters and criterion, recipe, seed, feature columns
+                       with the standardisation (mean, std), label column and classes
+``calibrator.json``    the post-hoc calibrator fitted on VAL (the :mod:`selfcal.posthoc` JSON
+                       format); absent with ``--calibrate none``
+``selective.json``     the abstention thresholds chosen on VAL for the default targets
+``validation.npz``     VAL's calibrated confidences and correctness (arrays ``confidence``,
+                       ``correct``), from which a threshold for any other target is chosen
+``report.md/.json``    the calibration report (:mod:`selfcal.pipeline.report`)
+=====================  ==================================================================
+
+A folder is read only if its ``config.json`` says ``format: selfcal-model`` with
+``format_version`` :data:`FORMAT_VERSION`: a folder of another layout version is refused with
+a message naming both versions (the selfcal and torch versions that wrote it are recorded, not
+checked). Predictions are computed on the CPU: standardise in float64, cast to float32, the
+network's logits, in float64 the calibrator's probabilities -- the same code path at training
+time (for the validation confidences, the threshold and the report) as in ``selfcal predict``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from selfcal.models import build_model
+from selfcal.pipeline.fitting import network_logits
+from selfcal.pipeline.prepare import LabelMap, Standardizer, aligned_features
+from selfcal.pipeline.selective import Threshold, choose_threshold
+from selfcal.pipeline.tables import FeatureTable
+from selfcal.posthoc import Calibrator
+from selfcal.predictions import Predictions
+
+FORMAT = "selfcal-model"
+FORMAT_VERSION = 1
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+CALIBRATOR = "calibrator.json"
+SELECTIVE = "selective.json"
+VALIDATION = "validation.npz"
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+FILES = (WEIGHTS, CONFIG, CALIBRATOR, SELECTIVE, VALIDATION, REPORT_MD, REPORT_JSON)
+"""Every file a model folder may hold."""
+
+
+def _safetensors() -> Any:
+    try:
+        import safetensors.torch as st
+    except ImportError:
+        raise ValueError(
+            "model files are safetensors: pip install safetensors (or selfcal[full])"
+        ) from None
+    return st
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """JSON with floats written by ``repr`` (exact round trip); NaN and infinity refused."""
+    path.write_text(json.dumps(doc, indent=1, allow_nan=False, ensure_ascii=False) + "\n")
+
+
+def save_weights(folder: Path, state: dict[str, torch.Tensor]) -> None:
+    """The network's parameters as ``model.safetensors``."""
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    _safetensors().save_file(tensors, str(folder / WEIGHTS))
+
+
+def read_config(folder: str | Path) -> dict[str, Any]:
+    """``config.json`` of a model folder, checked for format and version."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such model folder")
+    path = folder / CONFIG
+    if not path.exists():
+        raise ValueError(f"{folder}: not a selfcal model folder (no {CONFIG})")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a selfcal model configuration")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{folder} was written by selfcal {doc.get('selfcal_version', '?')} in model format "
+            f"version {doc.get('format_version')!r}; this selfcal reads version {FORMAT_VERSION}: "
+            "train it again"
+        )
+    return doc
+
+
+@dataclass(eq=False)
+class TrainedModel:
+    """A trained model as ``selfcal predict`` uses it: the network (CPU, float32), the
+    feature columns and their standardisation, the label mapping and the calibrator (or
+    ``None``), with the folder's ``config``."""
+
+    config: dict[str, Any]
+    network: nn.Module
+    columns: tuple[str, ...]
+    standardizer: Standardizer
+    labels: LabelMap
+    calibrator: Calibrator | None
+
+    @property
+    def label_column(self) -> str:
+        return str(self.config["labels"]["column"])
+
+    @classmethod
+    def load(cls, folder: str | Path) -> TrainedModel:
+        """Read a model folder written by :func:`selfcal.pipeline.train`."""
+        folder = Path(folder)
+        config = read_config(folder)
+        model = cls.without_calibrator(folder, config)
+        spec = config.get("calibrator")
+        if spec is not None:
+            path = folder / str(spec["file"])
+            if not path.exists():
+                raise ValueError(f"{folder}: {CALIBRATOR} is missing (config.json names one)")
+            model.calibrator = Calibrator.load(path)
+        return model
+
+    @classmethod
+    def without_calibrator(cls, folder: Path, config: dict[str, Any]) -> TrainedModel:
+        """The folder's network, features and labels (``calibrator`` ``None``)."""
+        try:
+            arch = config["architecture"]
+            features, labels = config["features"], config["labels"]
+            columns = tuple(str(c) for c in features["columns"])
+            standardizer = Standardizer(
+                np.asarray(features["mean"], dtype=np.float64),
+                np.asarray(features["std"], dtype=np.float64),
+            )
+            label_map = LabelMap.from_json(list(labels["classes"]))
+            n_features, n_classes = int(arch["n_features"]), int(arch["n_classes"])
+            hidden = tuple(int(h) for h in arch["hidden"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{folder / CONFIG}: incomplete configuration ({exc})") from None
+        if (len(columns), label_map.n_classes) != (n_features, n_classes):
+            raise ValueError(f"{folder / CONFIG}: columns or classes disagree with the network")
+        network = build_model("mlp", n_features=n_features, n_classes=n_classes, hidden=hidden)
+        weights = folder / WEIGHTS
+        if not weights.exists():
+            raise ValueError(f"{folder}: {WEIGHTS} is missing")
+        try:
+            network.load_state_dict(_safetensors().load_file(str(weights)), strict=True)
+        except (RuntimeError, OSError) as exc:
+            first = str(exc).splitlines()[0]
+            raise ValueError(f"{weights} does not fit the network of {CONFIG}: {first}") from None
+        network.eval()
+        return cls(config, network, columns, standardizer, label_map, None)
+
+    # ----------------------------------------------------------------- predictions
+    def features(self, table: FeatureTable) -> np.ndarray:
+        """``table``'s features in the trained order, checked (columns, finiteness)."""
+        return aligned_features(table, self.columns)
+
+    def logits(self, x_raw: np.ndarray) -> torch.Tensor:
+        """``(N, C)`` float64 logits of raw (un-standardised) features, on the CPU."""
+        return network_logits(self.network, self.standardizer.transform(x_raw))
+
+    def calibrate(self, logits: torch.Tensor) -> torch.Tensor:
+        """``(N, C)`` float64 probabilities: the calibrator's, or the softmax without one."""
+        if self.calibrator is None:
+            return torch.softmax(logits.double(), dim=1)
+        probs: torch.Tensor = self.calibrator.predict_proba(logits=logits)
+        return probs.double()
+
+    def predict_proba(self, x_raw: np.ndarray) -> np.ndarray:
+        """Calibrated ``(N, C)`` float64 probabilities of raw features."""
+        return self.calibrate(self.logits(x_raw)).numpy()
+
+
+def confidence_and_prediction(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(max_k p_k, argmax_k p_k)`` of each row (first index on ties), float64 and int64."""
+    pred = Predictions.from_probs(torch.from_numpy(np.asarray(probs, dtype=np.float64)))
+    return pred.confidence.numpy(), pred.predicted.numpy()
+
+
+# ----------------------------------------------------------------------------- thresholds
+def save_selective(
+    folder: Path,
+    confidence: np.ndarray,
+    correct: np.ndarray,
+    defaults: list[Threshold],
+    default: Threshold,
+) -> None:
+    """``validation.npz`` and ``selective.json`` (the default targets' thresholds)."""
+    np.savez(
+        folder / VALIDATION,
+        confidence=np.asarray(confidence, dtype=np.float64),
+        correct=np.asarray(correct, dtype=bool),
+    )
+    write_json(
+        folder / SELECTIVE,
+        {
+            "default": {"kind": default.kind, "target": default.target},
+            "thresholds": [t.to_json() for t in defaults],
+        },
+    )
+
+
+def stored_thresholds(folder: str | Path) -> tuple[list[Threshold], tuple[str, float]]:
+    """The thresholds stored at training time and the default ``(kind, target)``."""
+    path = Path(folder) / SELECTIVE
+    if not path.exists():
+        raise ValueError(f"{folder}: {SELECTIVE} is missing")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    default = doc["default"]
+    return [Threshold.from_json(t) for t in doc["thresholds"]], (
+        str(default["kind"]),
+        float(default["target"]),
+    )
+
+
+def threshold_for(
+    folder: str | Path, kind: str | None = None, target: float | None = None
+) -> Threshold:
+    """The abstention threshold for ``(kind, target)`` (default: the folder's default
+    target): the stored one when training chose it, else chosen now from the stored
+    validation confidences by the same rule
+    (:func:`selfcal.pipeline.selective.choose_threshold`)."""
+    stored, (default_kind, default_target) = stored_thresholds(folder)
+    if kind is None:
+        kind, target = default_kind, default_target
+    if target is None:
+        raise ValueError("a target needs a value")
+    for t in stored:
+        if (t.kind, t.target) == (kind, float(target)):
+            return t
+    path = Path(folder) / VALIDATION
+    if not path.exists():
+        raise ValueError(f"{folder}: {VALIDATION} is missing")
+    with np.load(path, allow_pickle=False) as data:
+        confidence, correct = data["confidence"], data["correct"]
+    return choose_threshold(confidence, correct, kind=kind, target=float(target))

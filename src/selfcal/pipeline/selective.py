@@ -1,0 +1,133 @@
+"""The abstention threshold, chosen on the validation set.
+
+A prediction is accepted when its calibrated confidence ``c = max_k p_k`` is at least the
+threshold ``t`` and abstained on when ``c < t`` -- the convention of
+:func:`selfcal.metrics.risk_coverage_curve` ("accept ``conf >= t``"). On validation, the
+candidate thresholds are the distinct confidences (:func:`selfcal.metrics.selective.tie_groups`:
+rows with equal confidence are accepted or refused together, so no tie is broken):
+
+* ``target_accuracy = a``: the **smallest** threshold whose selective accuracy (the accuracy
+  of the accepted rows) is at least ``a`` -- the largest validation coverage that keeps the
+  accuracy target. Selective accuracy need not fall monotonically as ``t`` falls, so every
+  threshold is scanned. When no threshold reaches ``a`` (even the most confident rows miss
+  it), the threshold is ``None``: abstain on every row.
+* ``target_coverage = q``: the **largest** threshold accepting at least ``ceil(q N)`` of the
+  ``N`` validation rows (:func:`selfcal.metrics.accuracy_at_coverage`'s count); with distinct
+  confidences exactly that many are accepted, with ties at the threshold a few more.
+
+Each choice records the threshold with its validation coverage and selective accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import numpy as np
+import torch
+
+from selfcal._validation import check_choice, check_fraction
+from selfcal.metrics.selective import tie_groups
+
+TargetKind = Literal["accuracy", "coverage"]
+TARGET_KINDS: tuple[str, ...] = ("accuracy", "coverage")
+DEFAULT_TARGET_ACCURACY = 0.95
+DEFAULT_TARGET_COVERAGE = 0.8
+ACCURACY_TOLERANCE = 1e-12
+"""An accuracy within this of the target meets it (as
+:func:`selfcal.metrics.coverage_at_accuracy` does)."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A chosen threshold (``None``: abstain on everything) with the validation coverage and
+    selective accuracy it gives (``accuracy`` is ``None`` when nothing is accepted)."""
+
+    kind: TargetKind
+    target: float
+    threshold: float | None
+    coverage: float
+    accuracy: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "threshold": self.threshold,
+            "coverage": self.coverage,
+            "accuracy": self.accuracy,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Threshold:
+        threshold = doc.get("threshold")
+        accuracy = doc.get("accuracy")
+        return cls(
+            target_kind(doc.get("kind")),
+            float(doc["target"]),
+            None if threshold is None else float(threshold),
+            float(doc["coverage"]),
+            None if accuracy is None else float(accuracy),
+        )
+
+    def abstain(self, confidence: np.ndarray) -> np.ndarray:
+        """The abstain flags of ``confidence``: ``c < threshold`` (every row without one)."""
+        if self.threshold is None:
+            return np.ones(confidence.shape, dtype=bool)
+        return np.asarray(confidence < self.threshold)
+
+    def describe(self) -> str:
+        t = "none (abstain on every row)" if self.threshold is None else f"{self.threshold:.6g}"
+        acc = "n/a" if self.accuracy is None else f"{self.accuracy:.4f}"
+        return (
+            f"target {self.kind} {self.target:g}: threshold {t}, validation coverage "
+            f"{self.coverage:.4f}, selective accuracy {acc}"
+        )
+
+
+def target_kind(value: object) -> TargetKind:
+    """``value`` checked to be ``"accuracy"`` or ``"coverage"``."""
+    return cast(TargetKind, check_choice("kind", value, TARGET_KINDS))
+
+
+def choose_threshold(confidence: Any, correct: Any, *, kind: str, target: float) -> Threshold:
+    """The threshold meeting ``target`` on validation (module doc). ``confidence``: ``(N,)``
+    calibrated top-label confidences; ``correct``: ``(N,)`` 0/1 (or booleans) saying whether
+    each prediction is right."""
+    which = target_kind(kind)
+    target = check_fraction(f"target {kind}", target)
+    conf = torch.as_tensor(np.asarray(confidence, dtype=np.float64))
+    right = torch.as_tensor(np.asarray(correct, dtype=np.float64))
+    if conf.ndim != 1 or conf.shape != right.shape or conf.shape[0] == 0:
+        raise ValueError("confidence and correct must be non-empty (N,) arrays of one length")
+    thresholds, size, errs = tie_groups(conf, right)
+    accepted = size.cumsum(0)
+    accuracy = 1 - errs.cumsum(0) / accepted
+    n = conf.shape[0]
+    if which == "coverage":
+        needed = math.ceil(target * n - 1e-9)
+        g = int(torch.searchsorted(accepted, torch.tensor([float(needed)], dtype=torch.float64)))
+        return _at(which, target, thresholds, accepted, accuracy, min(g, len(accepted) - 1), n)
+    ok = torch.nonzero(accuracy >= target - ACCURACY_TOLERANCE).flatten()
+    if ok.numel() == 0:
+        return Threshold("accuracy", target, None, 0.0, None)
+    return _at("accuracy", target, thresholds, accepted, accuracy, int(ok[-1]), n)
+
+
+def _at(
+    kind: TargetKind,
+    target: float,
+    thresholds: torch.Tensor,
+    accepted: torch.Tensor,
+    accuracy: torch.Tensor,
+    g: int,
+    n: int,
+) -> Threshold:
+    return Threshold(
+        kind,
+        target,
+        float(thresholds[g]),
+        float(accepted[g]) / n,
+        float(accuracy[g]),
+    )
