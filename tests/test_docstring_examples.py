@@ -3,7 +3,8 @@
 Each object's ``__doc__`` is parsed and run with :mod:`doctest` explicitly (a metric is an
 object, which ``doctest.testmod``'s finder would skip), so an example that drifts from the code
 fails here: ``ece``, ``TemperatureScaling``, ``BO4SC``, ``uncertainty_weighted_ce``,
-``fit_meta`` and ``run_sweep`` (the faces a newcomer reads first), and ``CalibrationAccumulator``.
+``fit_meta`` and ``run_sweep`` (the faces a newcomer reads first), ``CalibrationAccumulator`` and
+the streaming ``ECE`` of :mod:`selfcal.integrations.torchmetrics`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from selfcal.bilevel import BO4SC, fit_meta
 from selfcal.experiments import run_sweep
+from selfcal.integrations.torchmetrics import ECE
 from selfcal.losses import uncertainty_weighted_ce
 from selfcal.metrics import CalibrationAccumulator, ece
 from selfcal.posthoc import TemperatureScaling
@@ -26,6 +28,7 @@ EXAMPLES = {
     "uncertainty_weighted_ce": uncertainty_weighted_ce,
     "fit_meta": fit_meta,
     "run_sweep": run_sweep,
+    "integrations.torchmetrics.ECE": ECE,
 }
 
 

@@ -231,6 +231,7 @@ def test_the_abstain_flag_meets_its_target_on_the_validation_set(
         )
     assert payload["threshold"]["coverage"] == kept.mean()
     assert payload["abstained"] == int(abstain.sum())
+    assert payload["accepted_accuracy"] == correct[kept].mean()
 
 
 def test_the_stored_default_threshold_is_the_one_recomputed_from_validation(trained):
@@ -456,3 +457,25 @@ def test_a_run_that_fails_late_leaves_the_folder_as_it_was(capsys, files, traine
         assert "binary" in err
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+
+
+# ----------------------------------------------------------------------------- selfcal dataset
+@pytest.mark.parametrize("fmt", ["csv", "npz"])
+def test_dataset_writes_the_loaders_raw_splits(capsys, tmp_path, fmt):
+    code, stdout, _ = run(
+        capsys, "dataset", "wine", "--out", tmp_path, "--seed", 3, "--format", fmt
+    )
+    assert code == 0 and stdout.count("wrote") == 3
+    data = load_dataset("wine", 3)
+    for split in ("train", "val", "test"):
+        table = read_table(tmp_path / f"{split}.{fmt}")
+        assert table.columns == data.feature_names
+        assert np.array_equal(table.x, data.raw(split).numpy())
+        assert np.array_equal(table.labels, data.split(split).y.numpy())
+
+
+def test_dataset_refuses_what_is_not_a_table(capsys, tmp_path):
+    code, _, err = run(capsys, "dataset", "digits-images", "--out", tmp_path)
+    assert code == 2 and "is not tabular" in err
+    code, _, err = run(capsys, "dataset", "wine", "--out", tmp_path, "--format", "xlsx")
+    assert code == 2 and "--format must be one of" in err

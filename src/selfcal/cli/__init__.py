@@ -1,5 +1,5 @@
 """The ``selfcal`` command line: ``evaluate``, ``calibrate``, ``train``, ``predict``,
-``reproduce`` and ``example-path``.
+``reproduce``, ``dataset`` and ``example-path``.
 
 Input files are read by :mod:`selfcal.io` (``.npz``, ``NAME.logits.npy``/``NAME.probs.npy`` +
 ``NAME.labels.npy``, ``.csv``, ``.parquet``); ``example:NAME`` names a bundled example, e.g.
@@ -12,7 +12,8 @@ rerun with ``SELFCAL_DEBUG=1`` (which lets the traceback through).
 One module per concern: :mod:`~selfcal.cli._errors` (the one-line errors and exit codes),
 :mod:`~selfcal.cli._common` (shared options, consoles, reading inputs, ``example-path``),
 :mod:`~selfcal.cli._evaluate`, :mod:`~selfcal.cli._calibrate`, :mod:`~selfcal.cli._train`,
-:mod:`~selfcal.cli._predict` and :mod:`~selfcal.cli._reproduce` (one command each); this
+:mod:`~selfcal.cli._predict`, :mod:`~selfcal.cli._reproduce` and :mod:`~selfcal.cli._dataset`
+(one command each); this
 module assembles :data:`app` and runs it (:func:`main`, the console script;
 ``python -m selfcal.cli`` too).
 """
@@ -27,6 +28,7 @@ import typer
 import selfcal
 from selfcal.cli._calibrate import CALIBRATE_KEYS, calibrate
 from selfcal.cli._common import example_path
+from selfcal.cli._dataset import dataset
 from selfcal.cli._errors import ERROR_EXIT, USAGE_EXIT, fail
 from selfcal.cli._evaluate import PROGRESS_MIN_ROWS, evaluate
 from selfcal.cli._predict import predict
@@ -61,6 +63,7 @@ app.command()(evaluate)
 app.command()(calibrate)
 app.command()(train)
 app.command()(predict)
+app.command()(dataset)
 app.command("example-path")(example_path)
 app.add_typer(reproduce_app, name="reproduce")
 
@@ -91,6 +94,7 @@ __all__ = [
     "USAGE_EXIT",
     "app",
     "calibrate",
+    "dataset",
     "evaluate",
     "example_path",
     "main",

@@ -52,10 +52,13 @@ def predict(
                 "out": str(result.path),
                 "rows": n,
                 "abstained": abstained,
+                "accepted_accuracy": result.accepted_accuracy,
                 "threshold": result.threshold.to_json(),
             }
             sys.stdout.write(json.dumps(payload) + "\n")
             return
         console = stdout()
         console.print(f"abstention, {result.threshold.describe()}")
-        console.print(f"wrote {result.path}: {n} rows, {abstained} abstained")
+        accuracy = result.accepted_accuracy
+        scored = "" if accuracy is None else f"; accuracy of the accepted rows {accuracy:.4f}"
+        console.print(f"wrote {result.path}: {n} rows, {abstained} abstained{scored}")

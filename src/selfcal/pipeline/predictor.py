@@ -31,7 +31,9 @@ OUTPUT_FORMATS = (".csv", ".parquet", ".pq", ".npz")
 @dataclass(frozen=True, eq=False)
 class PredictResult:
     """What :func:`predict` computed: ``probs`` ``(N, C)``, ``predicted`` (class values),
-    ``confidence``, ``abstain`` and the threshold used, and where it wrote them."""
+    ``confidence``, ``abstain`` and the threshold used, and where it wrote them;
+    ``accepted_accuracy``: when the rows have labels, the accuracy of the rows not abstained
+    on (``None`` without labels or when every row is abstained on)."""
 
     path: Path
     probs: np.ndarray
@@ -39,6 +41,7 @@ class PredictResult:
     confidence: np.ndarray
     abstain: np.ndarray
     threshold: Threshold
+    accepted_accuracy: float | None = None
 
 
 def predict(
@@ -74,7 +77,11 @@ def predict(
     predicted = model.labels.decode(index)
     abstain = threshold.abstain(confidence)
     _write(out, model, table, probs, predicted, confidence, abstain)
-    return PredictResult(out, probs, predicted, confidence, abstain, threshold)
+    accuracy = None
+    if table.labels is not None and not abstain.all():
+        right = predicted.astype(str) == table.labels.astype(str)
+        accuracy = float(right[~abstain].mean())
+    return PredictResult(out, probs, predicted, confidence, abstain, threshold, accuracy)
 
 
 def probability_columns(model: md.TrainedModel) -> list[str]:
