@@ -2,7 +2,8 @@
 
 The public ones are ``ValueError`` subclasses (the package's error for bad input or a bad
 state), so ``except ValueError`` catches any of them; each also derives from the built-in error that
-names what happened (``RuntimeError``, ``FileNotFoundError``) where one fits.
+names what happened (``RuntimeError``, ``FileNotFoundError``) where one fits. The one warning,
+:class:`CalibrationNotConverged`, is a ``UserWarning``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,27 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from selfcal.training.history import History
 
-__all__ = ["DatasetNotFoundError", "NotFittedError", "StaleResults", "TrainingDiverged"]
+__all__ = [
+    "CalibrationNotConverged",
+    "DatasetNotFoundError",
+    "NotFittedError",
+    "StaleResults",
+    "TrainingDiverged",
+]
 
 
 class NotFittedError(ValueError, RuntimeError):
     """An estimator (a post-hoc calibrator, :class:`~selfcal.bilevel.BO4SC`) was used before
     its ``fit``."""
+
+
+class CalibrationNotConverged(UserWarning):
+    """A warning, not an error: a calibrator's fit stopped at its iteration cap (``max_iter``)
+    before meeting its tolerance -- typically because the validation scores are separable and
+    the unregularised likelihood has no minimum. The fitted values are the last iterate, which
+    is finite and better than the start; scikit-learn's ``ConvergenceWarning`` is the model.
+    Silence it with ``warnings.simplefilter("ignore", CalibrationNotConverged)`` or make it
+    an error with ``"error"``."""
 
 
 class TrainingDiverged(ValueError):

@@ -113,6 +113,10 @@ def test_bad_input_names_the_row():
 
 def test_registry_factories():
     assert calibrator_names() == (
+        "bbq",
+        "beta",
+        "dirichlet",
+        "ets",
         "histogram",
         "isotonic",
         "isotonic-ovr",
@@ -125,7 +129,7 @@ def test_registry_factories():
     assert build_calibrator("ts-grid").method == "grid"
     assert type(build_calibrator("ts")) is TemperatureScaling
     assert build_calibrator("matrix", bias_l2=2.0).bias_l2 == 2.0
-    with pytest.raises(ValueError, match="unknown calibrator 'magic'; known: histogram"):
+    with pytest.raises(ValueError, match="unknown calibrator 'magic'; known: bbq"):
         build_calibrator("magic")
     with pytest.raises(ValueError, match="bad arguments for calibrator 'ts'"):
         build_calibrator("ts", n_bins=3)

@@ -6,6 +6,11 @@ Every calibrator follows the estimator contract of :class:`Calibrator`::
     cal = TemperatureScaling().fit(logits=val_logits, labels=val_labels)
     p = cal.predict_proba(logits=test_logits)   # numpy in -> numpy out, torch in -> torch out
     cal.save("ts.json"); cal = TemperatureScaling.load("ts.json")
+    cal = TemperatureScaling(kind="logits").fit(val_logits, val_labels)  # scikit-learn style
+    module = cal.to_module()                    # torch.nn.Module: logits -> calibrated logits
+
+They clone with ``sklearn.base.clone`` (``get_params`` / ``set_params``); a solver that stops
+at its iteration cap warns with :class:`~selfcal.exceptions.CalibrationNotConverged`.
 
 Calibrators are built by name from one registry (:mod:`selfcal.posthoc.registry`):
 ``build_calibrator("ts")``, ``calibrator_names()``, and :data:`CALIBRATORS`, a read-only view
@@ -16,12 +21,18 @@ Adding a calibrator means: one file in ``selfcal/posthoc/`` with a :class:`Calib
 registered by ``@register_calibrator("name")`` (a summary line first in its docstring), plus
 its import line below -- nothing else.
 
-scikit-learn is imported only when an isotonic calibrator is fitted.
+scikit-learn is imported only when an isotonic calibrator is fitted; scipy only when a
+calibrator that needs it (L-BFGS for large matrix/Dirichlet fits, ensemble temperature
+scaling's MSE temperature) is fitted.
 """
 
 from __future__ import annotations
 
 from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc.bbq import BBQ
+from selfcal.posthoc.beta import BetaCalibration
+from selfcal.posthoc.dirichlet import DirichletCalibration
+from selfcal.posthoc.ensemble import EnsembleTemperatureScaling
 from selfcal.posthoc.histogram import HistogramBinning
 from selfcal.posthoc.isotonic import IsotonicCalibration, OneVsRestIsotonic
 from selfcal.posthoc.linear import MatrixScaling, PlattScaling, VectorScaling
@@ -35,8 +46,12 @@ from selfcal.posthoc.registry import (
 from selfcal.posthoc.temperature import TemperatureScaling
 
 __all__ = [
+    "BBQ",
     "CALIBRATORS",
+    "BetaCalibration",
     "Calibrator",
+    "DirichletCalibration",
+    "EnsembleTemperatureScaling",
     "HistogramBinning",
     "IsotonicCalibration",
     "MatrixScaling",

@@ -2,12 +2,21 @@
 
 Contract:
 
-* ``__init__`` only stores hyperparameters; they are validated in :meth:`Calibrator.fit`.
+* ``__init__`` only stores hyperparameters, verbatim (so ``sklearn.base.clone`` can rebuild
+  an estimator from :meth:`Calibrator.get_params`); they are validated in
+  :meth:`Calibrator.fit`. Every calibrator takes ``kind="logits" | "probs"``: what a
+  positional score array holds.
 * ``fit(*, logits= | probs=, labels=)`` validates the input through :mod:`selfcal.predictions`,
   fits, sets attributes whose names end in ``_`` and returns ``self``. A validated
-  :class:`~selfcal.Predictions` may be passed positionally instead.
-* ``predict_proba(*, logits= | probs=)`` returns ``(N, C)`` float64 probabilities in the
-  caller's form (numpy in -> numpy out; torch in -> torch out on the same device).
+  :class:`~selfcal.Predictions` may be passed positionally instead, and so may a score array
+  with its labels, scikit-learn style: ``fit(X, y)`` reads ``X`` as the ``kind`` the
+  calibrator was built with (``TemperatureScaling(kind="probs").fit(p, y)``).
+* ``predict_proba(*, logits= | probs=)`` (or ``predict_proba(X)``) returns ``(N, C)``
+  float64 probabilities in the caller's form (numpy in -> numpy out; torch in -> torch out on
+  the same device).
+* ``get_params(deep=True)`` / ``set_params(**params)`` as scikit-learn's estimators.
+* ``to_module()`` exports the fitted map as a ``torch.nn.Module`` from scores of ``kind`` to
+  calibrated logits (log-probabilities): ``softmax(module(z)) == predict_proba(logits=z)``.
 * ``save(path)`` / ``load(path)`` use JSON (floats written with ``repr``, which round-trips
   exactly); a file records the class name and the selfcal version. Nothing is pickled.
 """
@@ -21,11 +30,15 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import torch
 
+from selfcal._validation import check_choice
 from selfcal.exceptions import NotFittedError
 from selfcal.predictions import ArrayLike, Predictions, as_predictions
 
 FORMAT = "selfcal-calibrator"
 FORMAT_VERSION = 1
+
+SCORE_KINDS = ("logits", "probs")
+"""What a positional score array holds (the ``kind`` hyperparameter of every calibrator)."""
 
 
 def _version() -> str:
@@ -57,25 +70,39 @@ def _decode(value: Any) -> Any:
 
 
 class Calibrator:
-    """Base class of post-hoc calibrators (see the module docstring for the contract)."""
+    """Base class of post-hoc calibrators (see the module docstring for the contract).
+
+    ``kind`` (``"logits"``, the default, or ``"probs"``) says what a score array passed
+    positionally holds -- ``fit(X, y)``, ``predict_proba(X)`` -- and what the module of
+    :meth:`to_module` takes. Scores passed by name (``logits=``, ``probs=``) or as a
+    :class:`~selfcal.Predictions` say what they are themselves, whatever ``kind`` is."""
 
     _hyperparameters: ClassVar[tuple[str, ...]] = ()
-    """Names of the constructor arguments (stored verbatim as attributes)."""
+    """Names of the constructor arguments other than ``kind`` (stored verbatim as attributes)."""
     _fitted_attributes: ClassVar[tuple[str, ...]] = ()
     """Names of the attributes :meth:`fit` sets (besides ``n_classes_``)."""
+
+    def __init__(self, kind: str = "logits") -> None:
+        self.kind = kind
 
     # ------------------------------------------------------------------ public API
     def fit(
         self,
-        predictions: Predictions | None = None,
+        X: Predictions | ArrayLike | None = None,
+        y: ArrayLike | None = None,
         /,
         *,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
         labels: ArrayLike | None = None,
     ) -> Self:
-        """Fit on validation scores and labels; returns ``self``."""
-        pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
+        """Fit on validation scores and labels; returns ``self``.
+
+        ``fit(logits=z, labels=y)``, ``fit(probs=p, labels=y)``, ``fit(predictions)`` or,
+        scikit-learn style, ``fit(X, y)`` with ``X`` the scores of this calibrator's ``kind``.
+        """
+        pred = self._predictions(X, y, logits, probs, labels, need_labels=True)
+        check_choice("kind", self.kind, SCORE_KINDS)
         self._validate_hyperparameters()
         self._check_classes(pred.n_classes)
         self._fit(pred)
@@ -84,19 +111,19 @@ class Calibrator:
 
     def predict_proba(
         self,
-        predictions: Predictions | None = None,
+        X: Predictions | ArrayLike | None = None,
         /,
         *,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
     ) -> Any:
         """Calibrated ``(N, C)`` probabilities (float64) in the caller's form."""
-        pred = self._prepare(predictions, logits, probs)
+        pred = self._prepare(X, logits, probs)
         return pred.output(self._predict(pred))
 
     def predict_confidence(
         self,
-        predictions: Predictions | None = None,
+        X: Predictions | ArrayLike | None = None,
         /,
         *,
         logits: ArrayLike | None = None,
@@ -105,15 +132,59 @@ class Calibrator:
         """Calibrated top-label confidence, ``(N,)`` float64 in the caller's form: what selective
         prediction thresholds. By default the largest calibrated probability; a calibrator
         that maps the confidence itself (top-label isotonic regression) returns that map."""
-        pred = self._prepare(predictions, logits, probs)
+        pred = self._prepare(X, logits, probs)
         return pred.output(self._confidence(pred))
 
     def _confidence(self, pred: Predictions) -> torch.Tensor:
         return self._predict(pred).amax(dim=1)
 
-    def get_params(self) -> dict[str, Any]:
-        """Hyperparameters as given to the constructor."""
-        return {name: getattr(self, name) for name in self._hyperparameters}
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Hyperparameters as given to the constructor (``kind`` last). ``deep`` is accepted
+        for scikit-learn (``sklearn.base.clone``); a calibrator holds no sub-estimators, so it
+        changes nothing."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> Self:
+        """Set hyperparameters by name and return ``self`` (as scikit-learn's estimators; the
+        values are validated by the next :meth:`fit`). A name that is not a hyperparameter of
+        this calibrator raises ``ValueError`` naming the valid ones."""
+        valid = self._param_names()
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__} has no hyperparameter {unknown[0]!r}; "
+                f"valid: {', '.join(valid)}"
+            )
+        for name, value in params.items():
+            setattr(self, name, value)
+        return self
+
+    def __sklearn_tags__(self) -> Any:
+        """Estimator tags for scikit-learn >= 1.6 meta-estimators (``GridSearchCV``,
+        ``cross_validate``), built only when scikit-learn asks: fitting needs labels; no
+        other tag applies (a calibrator maps scores, it is not itself a classifier)."""
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=True))
+
+    def to_module(self, kind: str | None = None) -> torch.nn.Module:
+        """The fitted map as a ``torch.nn.Module`` for deployment: ``(N, C)`` scores of ``kind``
+        (default: this calibrator's ``kind``) -> ``(N, C)`` calibrated logits, so that
+        ``softmax(module(scores)) == predict_proba(**{kind: scores})`` up to float64 rounding.
+
+        The module holds the fitted values as float64 buffers and computes in their dtype
+        (``module.float()`` gives a float32 module), on their device (``module.to(device)``).
+        Its output is log-probabilities for every calibrator that is not a linear map of the
+        scores (``-inf`` where a calibrated probability is exactly 0). It does not validate its
+        input (``predict_proba`` does) and takes 2-D scores only (expand one-column binary
+        scores to ``[0, z]`` logits or ``[1 - p, p]`` probabilities first). Every module
+        exports with ``torch.export.export`` and scripts with ``torch.jit.script``, with
+        identical outputs (``tests/posthoc/test_modules.py``; methods §2.7)."""
+        self._check_fitted()
+        kind = self.kind if kind is None else kind
+        check_choice("kind", kind, SCORE_KINDS)
+        module = self._module(kind == "probs")
+        return module.eval()
 
     def save(self, path: str | Path) -> None:
         """Write hyperparameters and fitted attributes to a JSON file."""
@@ -151,6 +222,36 @@ class Calibrator:
 
     # ------------------------------------------------------------------ helpers
     @classmethod
+    def _param_names(cls) -> tuple[str, ...]:
+        return (*cls._hyperparameters, "kind")
+
+    def _predictions(
+        self,
+        X: Predictions | ArrayLike | None,
+        y: ArrayLike | None,
+        logits: ArrayLike | None,
+        probs: ArrayLike | None,
+        labels: ArrayLike | None,
+        need_labels: bool,
+    ) -> Predictions:
+        """Resolve ``(X[, y])`` or ``logits= | probs=, labels=`` into validated predictions."""
+        if y is not None and labels is not None:
+            raise ValueError("pass the labels once: positionally (fit(X, y)) or as labels=")
+        labels = y if y is not None else labels
+        if X is None or isinstance(X, Predictions):
+            return as_predictions(
+                X, labels=labels, logits=logits, probs=probs, need_labels=need_labels
+            )
+        if logits is not None or probs is not None:
+            raise ValueError(
+                "pass the scores once: positionally (read as this calibrator's kind) or as "
+                "logits=... / probs=..."
+            )
+        kind = check_choice("kind", self.kind, SCORE_KINDS)
+        scores = {kind: X}
+        return as_predictions(labels=labels, need_labels=need_labels, **scores)
+
+    @classmethod
     def _resolve(cls, name: Any, path: str | Path) -> type[Calibrator]:
         if cls is not Calibrator:
             if name != cls.__name__:
@@ -177,12 +278,12 @@ class Calibrator:
 
     def _prepare(
         self,
-        predictions: Predictions | None,
+        X: Predictions | ArrayLike | None,
         logits: ArrayLike | None,
         probs: ArrayLike | None,
     ) -> Predictions:
         self._check_fitted()
-        pred = as_predictions(predictions, logits=logits, probs=probs, need_labels=False)
+        pred = self._predictions(X, None, logits, probs, None, need_labels=False)
         if pred.n_classes != self.n_classes_:
             raise ValueError(
                 f"{type(self).__name__} was fitted on {self.n_classes_} classes but got scores "
@@ -200,6 +301,11 @@ class Calibrator:
         raise NotImplementedError
 
     def _predict(self, pred: Predictions) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _module(self, from_probs: bool) -> torch.nn.Module:  # pragma: no cover - abstract
+        """The module of :meth:`to_module`, taking probabilities if ``from_probs`` else
+        logits."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

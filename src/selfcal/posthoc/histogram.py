@@ -6,6 +6,7 @@ import torch
 
 from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
 from selfcal.posthoc._base import Calibrator, as_tensor, renormalise
+from selfcal.posthoc._modules import HistogramModule
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
@@ -23,6 +24,9 @@ class HistogramBinning(Calibrator):
 
     **Can change the predicted class** (the per-class maps are independent step functions).
 
+    ``kind`` (``"logits"`` default, or ``"probs"``): what a positional score array holds.
+    :meth:`to_module` gives a module holding the edges and ``bin_values_`` as buffers.
+
     Attributes
     ----------
     bin_values_ : (C, M) float64 array, ``theta_jm``
@@ -32,8 +36,9 @@ class HistogramBinning(Calibrator):
     _hyperparameters = ("n_bins",)
     _fitted_attributes = ("bin_values_", "bin_counts_")
 
-    def __init__(self, n_bins: int = 15) -> None:
+    def __init__(self, n_bins: int = 15, kind: str = "logits") -> None:
         self.n_bins = n_bins
+        self.kind = kind
 
     def _validate_hyperparameters(self) -> None:
         check_n_bins(self.n_bins)
@@ -57,3 +62,7 @@ class HistogramBinning(Calibrator):
         columns = [theta[j][bin_index(p[:, j].contiguous(), edges)] for j in range(p.shape[1])]
         out = torch.stack(columns, 1)
         return renormalise(out)
+
+    def _module(self, from_probs: bool) -> torch.nn.Module:
+        edges = uniform_edges(self.n_bins).numpy()
+        return HistogramModule(edges, self.bin_values_, from_probs)

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from selfcal.posthoc._base import Calibrator, as_tensor, interp, renormalise
+from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
@@ -74,6 +75,11 @@ class IsotonicCalibration(Calibrator):
         share = torch.where(rest > 0, others / rest.clamp_min(torch.finfo(p.dtype).tiny), uniform)
         return (share * (1 - new_conf)).scatter(1, top, new_conf)
 
+    def _module(self, from_probs: bool) -> torch.nn.Module:
+        """The knots as buffers; the module returns ``log`` of :meth:`predict_proba`'s
+        probabilities (``predict_confidence`` is their entry on the predicted class)."""
+        return TopLabelIsotonicModule(self.x_thresholds_, self.y_thresholds_, from_probs)
+
 
 @register_calibrator("isotonic-ovr")
 class OneVsRestIsotonic(Calibrator):
@@ -116,3 +122,9 @@ class OneVsRestIsotonic(Calibrator):
             return torch.stack([1 - p1, p1], 1)
         out = torch.stack([interp(p[:, j].contiguous(), *maps[j]) for j in range(p.shape[1])], 1)
         return renormalise(out)
+
+    def _module(self, from_probs: bool) -> torch.nn.Module:
+        """The knots of every map as buffers (padded to one table)."""
+        return OneVsRestModule(
+            self.x_thresholds_, self.y_thresholds_, self.knot_counts_, from_probs
+        )

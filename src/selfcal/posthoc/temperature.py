@@ -21,6 +21,7 @@ import torch
 from selfcal._validation import check_choice
 from selfcal.metrics import ece, nll
 from selfcal.posthoc._base import Calibrator, scores_as_logits
+from selfcal.posthoc._modules import TemperatureModule
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
@@ -319,6 +320,8 @@ class TemperatureScaling(Calibrator):
         reference code's grid search over ``T = 0.1, ..., 10.0``.
     criterion : for ``method="grid"`` only: ``"ece"`` (default, 15 equal-width bins) or
         ``"nll"``.
+    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds
+        (``fit(X, y)``, ``predict_proba(X)``) and what :meth:`to_module` takes.
 
     Given ``probs=``, the scores are ``z = log(p)`` (so ``T = 1`` returns ``p``).
 
@@ -346,9 +349,10 @@ class TemperatureScaling(Calibrator):
     _hyperparameters = ("method", "criterion")
     _fitted_attributes = ("temperature_",)
 
-    def __init__(self, method: str = "nll", criterion: str = "ece") -> None:
+    def __init__(self, method: str = "nll", criterion: str = "ece", kind: str = "logits") -> None:
         self.method = method
         self.criterion = criterion
+        self.kind = kind
 
     def _validate_hyperparameters(self) -> None:
         check_choice("method", self.method, ("nll", "grid"))
@@ -364,6 +368,10 @@ class TemperatureScaling(Calibrator):
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         return torch.softmax(scores_as_logits(pred) / self.temperature_, dim=1)
+
+    def _module(self, from_probs: bool) -> torch.nn.Module:
+        """``z / T`` (``log(p) / T`` from probabilities)."""
+        return TemperatureModule(self.temperature_, from_probs)
 
 
 register_calibrator("ts-grid")(functools.partial(TemperatureScaling, method="grid"))

@@ -1,0 +1,255 @@
+"""Ensemble temperature scaling (Zhang, Kailkhura & Han, 2020, "Mix-n-Match"): a convex mix of
+the temperature-scaled, the uncalibrated and the uniform prediction."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from selfcal._validation import check_choice
+from selfcal.posthoc._base import Calibrator, scores_as_logits
+from selfcal.posthoc._modules import score_logits
+from selfcal.posthoc.registry import register_calibrator
+from selfcal.posthoc.temperature import fit_inverse_temperature
+from selfcal.predictions import Predictions
+
+TEMPERATURE_BOUNDS = (0.05, 5.0)
+"""The temperature's search interval in the authors' code (``bnds = ((0.05, 5.0),)``)."""
+
+GRID_POINTS = 64
+"""Log-spaced temperatures scanned before the bounded Brent refinement of the MSE fit."""
+
+FaceObjective = Callable[[torch.Tensor], tuple[float, torch.Tensor, torch.Tensor]]
+
+
+def ets_components(z: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``(3, N, C)``: ``softmax(z / T)``, ``softmax(z)`` and the uniform ``1/C``."""
+    return torch.stack(
+        [
+            torch.softmax(z / temperature, dim=1),
+            torch.softmax(z, dim=1),
+            torch.full_like(z, 1.0 / z.shape[1]),
+        ]
+    )
+
+
+def ets_log_probs(
+    z: torch.Tensor, temperature: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """``log(w_0 softmax(z / T) + w_1 softmax(z) + w_2 / C)``."""
+    mixed = (
+        weights[0] * torch.softmax(z / temperature, dim=1)
+        + weights[1] * torch.softmax(z, dim=1)
+        + weights[2] / z.shape[1]
+    )
+    return mixed.log()
+
+
+def _brier_per_entry(z: torch.Tensor, onehot: torch.Tensor, temperature: float) -> float:
+    """The authors' ``mse_t``: ``mean over N x C of (softmax(z / T) - onehot)^2``."""
+    return float((torch.softmax(z / temperature, dim=1) - onehot).square().mean())
+
+
+def fit_temperature(z: torch.Tensor, y: torch.Tensor, loss: str) -> float:
+    """The temperature minimising ``loss`` over :data:`TEMPERATURE_BOUNDS`.
+
+    * ``"ce"``: the NLL is convex in ``1/T``, hence unimodal in ``T``: the exact unbounded
+      minimiser (:func:`~selfcal.posthoc.temperature.fit_inverse_temperature`) clipped to
+      the bounds.
+    * ``"mse"``: the mean squared error (Brier score / C) need not be unimodal in ``T``: a
+      scan of :data:`GRID_POINTS` log-spaced temperatures, then bounded Brent on ``log T``
+      between the best one's neighbours (``xatol = 1e-10``) -- the global minimum over the
+      bounds, where the authors' L-BFGS-B from ``T = 1`` finds a local one (the same whenever
+      the loss is unimodal)."""
+    lo, hi = TEMPERATURE_BOUNDS
+    if loss == "ce":
+        return min(max(1.0 / fit_inverse_temperature(z, y), lo), hi)
+    from scipy.optimize import minimize_scalar
+
+    onehot = torch.nn.functional.one_hot(y, z.shape[1]).to(z.dtype)
+    grid = np.linspace(math.log(lo), math.log(hi), GRID_POINTS)
+    values = [_brier_per_entry(z, onehot, math.exp(u)) for u in grid]
+    k = int(np.argmin(values))
+    left, right = grid[max(k - 1, 0)], grid[min(k + 1, GRID_POINTS - 1)]
+    res = minimize_scalar(
+        lambda u: _brier_per_entry(z, onehot, math.exp(u)),
+        bounds=(left, right),
+        method="bounded",
+        options={"xatol": 1e-10},
+    )
+    best = float(res.x) if res.fun <= values[k] else float(grid[k])
+    return math.exp(best)
+
+
+def _solve_small(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``h^-1 g`` for a symmetric positive semi-definite ``1 x 1`` or ``2 x 2`` ``h`` by
+    explicit formulas (bit-for-bit reproducible, unlike LAPACK's least squares), with a ridge
+    of ``1e-12`` times the trace where ``h`` is singular (the loss is then flat along a
+    direction and any minimiser will do)."""
+    ridge = 1e-12 * float(h.trace()) + 1e-300
+    if h.shape[0] == 1:
+        return g / (h[0, 0] + (ridge if float(h[0, 0]) <= ridge else 0.0))
+    a, b, d = float(h[0, 0]), float(h[0, 1]), float(h[1, 1])
+    det = a * d - b * b
+    if det <= ridge * (a + d):
+        a, d = a + ridge, d + ridge
+        det = a * d - b * b
+    return torch.tensor([d * g[0] - b * g[1], a * g[1] - b * g[0]], dtype=h.dtype) / det
+
+
+def _face_minimum(
+    objective: FaceObjective, face: tuple[int, ...], max_iter: int = 100
+) -> torch.Tensor | None:
+    """The minimiser of a convex ``objective(w) -> (value, gradient, Hessian)`` over the
+    relative interior of one face of the 3-simplex (the weights outside ``face`` are 0), by
+    Newton's method in coordinates of the face's affine hull (``w = w_0 + V v`` with columns
+    ``e_j - e_last``, so ``sum w = 1`` holds), from the face's barycentre, with a line search
+    that stays inside the face; ``None`` if the minimum over the face lies on its boundary (a
+    smaller face then holds it)."""
+    w = torch.zeros(3, dtype=torch.float64)
+    w[list(face)] = 1.0 / len(face)
+    if len(face) == 1:
+        return w
+    basis = torch.zeros(3, len(face) - 1, dtype=torch.float64)
+    for j, k in enumerate(face[:-1]):
+        basis[k, j], basis[face[-1], j] = 1.0, -1.0
+    inside = list(face)
+    for _ in range(max_iter):
+        value, grad, hess = objective(w)
+        g = basis.T @ grad
+        step = basis @ -_solve_small(basis.T @ hess @ basis, g)
+        decrease = float(-(grad @ step))
+        if decrease <= 1e-24 + 1e-15 * abs(value):
+            return w
+        rate = 1.0
+        while True:
+            trial = w + rate * step
+            if bool((trial[inside] > 0).all()):
+                if objective(trial)[0] <= value - 0.25 * rate * decrease:
+                    break
+            rate *= 0.5
+            if rate < 1e-12:
+                return None
+        w = trial
+    return w
+
+
+def fit_weights(components: torch.Tensor, y: torch.Tensor, loss: str) -> np.ndarray:
+    """Weights ``w`` on the simplex minimising ``loss`` of ``sum_k w_k P_k``.
+
+    * ``"mse"`` -- the authors' ``mse_w``, ``mean over N x C of (p - onehot)^2`` (their
+      renormalisation by ``sum_k w_k`` is 1 on the simplex): a quadratic
+      ``w^T G w - 2 h^T w + const``, ``G_kl = mean P_k P_l``, ``h_k = mean P_k onehot``;
+    * ``"ce"`` -- their ``ll_w``, the mean NLL ``-mean_i log(sum_k w_k P_k[i, y_i])``.
+
+    Both are convex, so the minimum over the simplex is the best of the minima over the
+    relative interiors of its 7 faces that exist (:func:`_face_minimum`); the authors
+    minimise the same function with SLSQP from ``(1, 0, 0)`` (``tol=1e-12``)."""
+    n, c = components.shape[1:]
+    if loss == "mse":
+        onehot = torch.nn.functional.one_hot(y, c).to(components.dtype)
+        flat = components.reshape(3, -1)
+        gram = flat @ flat.T / (n * c)
+        lin = flat @ onehot.reshape(-1) / (n * c)
+        const = float(onehot.square().mean())
+
+        def objective(w: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
+            return float(w @ gram @ w - 2 * lin @ w) + const, 2 * (gram @ w - lin), 2 * gram
+
+    else:
+        q = components.gather(2, y.view(1, -1, 1).expand(3, -1, 1)).squeeze(2).T  # (N, 3)
+
+        def objective(w: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
+            mix = q @ w
+            value = float(-mix.log().mean()) if bool((mix > 0).all()) else math.inf
+            r = q / mix.unsqueeze(1)
+            return value, -r.mean(0), r.T @ r / n
+
+    best_w, best_value = None, math.inf
+    for size in (3, 2, 1):
+        for face in itertools.combinations(range(3), size):
+            w = _face_minimum(objective, face)
+            if w is not None and objective(w)[0] < best_value:
+                best_w, best_value = w, objective(w)[0]
+    assert best_w is not None  # every vertex is a candidate
+    return best_w.numpy().copy()
+
+
+class EnsembleTemperatureModule(torch.nn.Module):
+    """:func:`ets_log_probs` of the logits (``log(max(p, tiny))`` for probabilities)."""
+
+    if TYPE_CHECKING:  # buffers (TorchScript cannot read string annotations)
+        temperature: torch.Tensor
+        weights: torch.Tensor
+    __constants__ = ("from_probs",)
+
+    def __init__(self, temperature: float, weights: np.ndarray, from_probs: bool) -> None:
+        super().__init__()
+        self.register_buffer("temperature", torch.tensor(float(temperature), dtype=torch.float64))
+        self.register_buffer("weights", torch.as_tensor(np.asarray(weights, dtype=np.float64)))
+        self.from_probs = from_probs
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        z = score_logits(scores.to(self.weights.dtype), self.from_probs)
+        return ets_log_probs(z, self.temperature, self.weights)
+
+
+@register_calibrator("ets")
+class EnsembleTemperatureScaling(Calibrator):
+    """Ensemble temperature scaling: ``w_0 softmax(z / T) + w_1 softmax(z) + w_2 / C``.
+
+    Zhang, Kailkhura & Han (2020, "Mix-n-Match") mix the temperature-scaled prediction, the
+    uncalibrated one and the uniform distribution with weights on the simplex
+    (``w_k >= 0``, ``sum w_k = 1``), which keeps temperature scaling's accuracy and adds two
+    degrees of freedom. Fitted in two stages as in their code (``ets_calibrate`` of
+    ``util_calibration.py``): first ``T`` alone, over ``[0.05, 5]`` (their bounds), then the
+    weights with ``T`` fixed. Their code fits both stages by the **mean squared error**
+    ``mean over N x C of (p - onehot)^2`` (the Brier score divided by ``C``; ``loss="mse"``,
+    the default); ``loss="ce"`` uses the NLL in both stages (their alternative). Each stage is
+    solved to float64 precision (methods §2.6): the temperature by a scan and bounded Brent
+    (``"mse"``) or the exact temperature-scaling solver clipped to the bounds (``"ce"``), the
+    weights exactly over the simplex's faces, where the authors use L-BFGS-B and SLSQP.
+
+    **Never changes the predicted class** when ``w_0 + w_1 > 0``: each component ranks the
+    classes as ``z`` does (argmax ties aside). Given ``probs=``, ``z = log(p)``.
+
+    Parameters
+    ----------
+    loss : ``"mse"`` (default, the authors' choice) or ``"ce"``.
+    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds.
+
+    Attributes
+    ----------
+    temperature_ : float
+    weights_ : (3,) float64 array, ``(w_0, w_1, w_2)``
+    """
+
+    _hyperparameters = ("loss",)
+    _fitted_attributes = ("temperature_", "weights_")
+
+    def __init__(self, loss: str = "mse", kind: str = "logits") -> None:
+        self.loss = loss
+        self.kind = kind
+
+    def _validate_hyperparameters(self) -> None:
+        check_choice("loss", self.loss, ("mse", "ce"))
+
+    def _fit(self, pred: Predictions) -> None:
+        z, y = scores_as_logits(pred), pred.require_labels()
+        temperature = fit_temperature(z, y, self.loss)
+        self.temperature_ = temperature
+        self.weights_ = fit_weights(ets_components(z, temperature), y, self.loss)
+
+    def _predict(self, pred: Predictions) -> torch.Tensor:
+        z = scores_as_logits(pred)
+        weights = torch.as_tensor(self.weights_, device=z.device)
+        temperature = torch.tensor(self.temperature_, dtype=z.dtype, device=z.device)
+        return torch.softmax(ets_log_probs(z, temperature, weights), dim=1)
+
+    def _module(self, from_probs: bool) -> torch.nn.Module:
+        return EnsembleTemperatureModule(self.temperature_, self.weights_, from_probs)

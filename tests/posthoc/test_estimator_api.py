@@ -1,0 +1,104 @@
+"""The scikit-learn face of every registered calibrator: ``sklearn.base.clone``,
+``get_params(deep=True)`` / ``set_params``, positional ``fit(X, y)`` and
+``predict_proba(X)`` with the score kind fixed at construction."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from helpers.posthoc import make_logits, softmax
+
+from selfcal import Predictions
+from selfcal.posthoc import TemperatureScaling, build_calibrator, calibrator_names
+
+
+def data_for(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    c = 2 if name == "platt" else 4
+    z, y = make_logits(21, 200, c)
+    zt, _ = make_logits(22, 40, c)
+    return z, y, zt
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_clone_gives_an_unfitted_copy_with_equal_params(name):
+    from sklearn.base import clone
+
+    z, y, _ = data_for(name)
+    fitted = build_calibrator(name).fit(z, y)
+    copy = clone(fitted)
+    assert type(copy) is type(fitted) and copy is not fitted
+    assert copy.get_params() == fitted.get_params()
+    assert not any(hasattr(copy, a) for a in ("n_classes_", *fitted._fitted_attributes))
+    copy.fit(z, y)  # and it fits like the original
+    np.testing.assert_array_equal(copy.predict_proba(z), fitted.predict_proba(z))
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_params_are_the_constructor_arguments(name):
+    cal = build_calibrator(name)
+    signature = inspect.signature(type(cal).__init__)
+    names = [p for p in signature.parameters if p != "self"]
+    assert list(cal.get_params(deep=True)) == names
+    assert cal.get_params(deep=False) == cal.get_params(deep=True)
+    assert names[-1] == "kind" and cal.kind == "logits"
+    assert cal.set_params(kind="probs") is cal and cal.kind == "probs"
+    with pytest.raises(ValueError, match="has no hyperparameter 'n_neighbours'; valid: "):
+        cal.set_params(n_neighbours=3)
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_positional_fit_equals_keyword_fit(name):
+    z, y, zt = data_for(name)
+    keyword = build_calibrator(name).fit(logits=z, labels=y)
+    positional = build_calibrator(name).fit(z, y)
+    validated = build_calibrator(name).fit(Predictions.from_logits(z, y))
+    for other in (positional, validated):
+        np.testing.assert_array_equal(other.predict_proba(zt), keyword.predict_proba(logits=zt))
+        np.testing.assert_array_equal(
+            other.predict_confidence(zt), keyword.predict_confidence(logits=zt)
+        )
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_kind_probs_reads_positional_probabilities(name):
+    z, y, zt = data_for(name)
+    p, pt = softmax(z), softmax(zt)
+    keyword = build_calibrator(name).fit(probs=p, labels=y)
+    positional = build_calibrator(name, kind="probs").fit(p, y)
+    np.testing.assert_array_equal(positional.predict_proba(pt), keyword.predict_proba(probs=pt))
+    out = positional.predict_proba(torch.from_numpy(pt))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float64
+
+
+def test_scores_and_labels_given_twice_raise():
+    z, y, _ = data_for("ts")
+    with pytest.raises(ValueError, match="pass the scores once"):
+        TemperatureScaling().fit(z, y, logits=z)
+    with pytest.raises(ValueError, match="pass the labels once"):
+        TemperatureScaling().fit(z, y, labels=y)
+    with pytest.raises(ValueError, match="labels are required"):
+        TemperatureScaling().fit(z)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        TemperatureScaling(kind="scores").fit(z, y)
+
+
+def test_grid_search_over_a_calibrator():
+    """A scikit-learn meta-estimator drives a calibrator through clone / set_params / fit:
+    pick ``off_diagonal_l2`` of matrix scaling by the held-out log-loss."""
+    from sklearn.model_selection import GridSearchCV, KFold
+
+    z, y = make_logits(23, 300, 3)
+    search = GridSearchCV(
+        build_calibrator("matrix"),
+        {"off_diagonal_l2": [0.01, 1.0, 100.0]},
+        scoring=lambda est, x, t: (
+            -float(-np.mean(np.log(est.predict_proba(x)[np.arange(len(t)), t])))
+        ),
+        cv=KFold(3),
+    )
+    search.fit(z, y)
+    assert search.best_params_["off_diagonal_l2"] in (0.01, 1.0, 100.0)
+    assert search.best_estimator_.weight_.shape == (3, 3)
