@@ -384,6 +384,65 @@ def test_calibrate_unknown_method(tmp_path, capsys):
     assert code == 2 and "unknown method 'magic'" in err and err.count("\n") == 1
 
 
+def test_calibrate_param_sets_a_hyperparameter(tmp_path, capsys):
+    """``--param NAME=VALUE`` reaches the calibrator (JSON values typed, plain text a string):
+    matrix scaling on the bundled digits logits with a stronger ODIR penalty, in seconds."""
+    code, text, err = run(
+        capsys,
+        "calibrate",
+        "--method",
+        "matrix",
+        "--param",
+        "off_diagonal_l2=10",
+        "--param",
+        "bias_l2=0.5",
+        "--fit",
+        "example:digits_val",
+        "--apply",
+        "example:digits_test",
+        "--out",
+        tmp_path / "o.npz",
+        "--save-calibrator",
+        tmp_path / "m.json",
+    )
+    assert code == 0, err
+    from selfcal.posthoc import Calibrator
+
+    cal = Calibrator.load(tmp_path / "m.json")
+    assert cal.get_params() == {
+        "off_diagonal_l2": 10,
+        "bias_l2": 0.5,
+        "max_iter": 100,
+        "kind": "logits",
+    }
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        ("off_diagonal_l2", "--param takes NAME=VALUE, got 'off_diagonal_l2'"),
+        ("temperature=2", "MatrixScaling has no hyperparameter 'temperature'"),
+        ("bias_l2=-1", "bias_l2"),
+    ],
+)
+def test_calibrate_bad_param_is_one_line(tmp_path, capsys, param, message):
+    code, _, err = run(
+        capsys,
+        "calibrate",
+        "--method",
+        "matrix",
+        "--param",
+        param,
+        "--fit",
+        "example:digits_val",
+        "--apply",
+        "example:digits_test",
+        "--out",
+        tmp_path / "o.npz",
+    )
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
 def test_calibrate_method_help_lists_the_registry(capsys, monkeypatch):
     from selfcal.posthoc import calibrator_names, calibrator_summary
 

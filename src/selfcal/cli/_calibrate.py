@@ -3,6 +3,7 @@ on one file, apply it to another, write the probabilities and compare the metric
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,12 +25,25 @@ def method_help() -> str:
     return "\n\n".join(["Calibrator:", *lines])
 
 
-def _calibrator(method: str) -> Calibrator:
-    """A fresh calibrator registered as ``method`` (see :func:`method_help`)."""
+def _calibrator(method: str, params: list[str]) -> Calibrator:
+    """A fresh calibrator registered as ``method`` (see :func:`method_help`), with the
+    hyperparameters ``NAME=VALUE`` of ``params`` set (see :func:`parse_param`)."""
     if method not in calibrator_names():
         names = ", ".join(calibrator_names())
         raise ValueError(f"unknown method {method!r}; choose from {names}")
-    return build_calibrator(method)
+    return build_calibrator(method).set_params(**dict(map(parse_param, params)))
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` -> ``(NAME, VALUE)``, the value read as JSON where it is JSON
+    (``10``, ``0.5``, ``true``, ``"nll"``) and as the plain string otherwise (``nll``)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"--param takes NAME=VALUE, got {text!r}")
+    try:
+        return name.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return name.strip(), value
 
 
 def _as_numpy(x: Any) -> Any:
@@ -64,6 +78,14 @@ def calibrate(
     bins: BinsOpt = 15,
     kind: KindOpt = None,
     label_column: LabelOpt = "label",
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            help="A hyperparameter of the calibrator, NAME=VALUE (repeatable), e.g. "
+            "--param off_diagonal_l2=10 for matrix or dirichlet.",
+        ),
+    ] = None,
 ) -> None:
     """Fit a calibrator on --fit, apply it to --apply and write the probabilities to --out."""
     with errors():
@@ -72,7 +94,7 @@ def calibrate(
         from selfcal.io import save_probs
         from selfcal.predictions import Predictions
 
-        calibrator = _calibrator(method)
+        calibrator = _calibrator(method, param or [])
         train = read(fit, kind, label_column)
         test = read(apply, kind, label_column, require_labels=False)
         calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
