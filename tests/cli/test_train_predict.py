@@ -400,11 +400,13 @@ def test_errors_are_one_line(capsys, files, trained, tmp_path):
             "target coverage must be",
         ),
         (("predict", tmp_path, t, "--out", tmp_path / "p.csv"), "not a selfcal model folder"),
+        (("predict", trained["ce"], new_label, "--out", tmp_path / "q.csv"), "label 'yak'"),
     ]
     for args, message in cases:
         err = one_line_error(capsys, *args)
         assert message in err, (args, err)
     assert not out.exists()  # nothing was written by the failed runs
+    assert not (tmp_path / "q.csv").exists()
 
 
 def test_a_folder_from_another_format_version_is_refused(capsys, files, trained, tmp_path):

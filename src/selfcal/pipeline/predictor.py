@@ -72,15 +72,15 @@ def predict(
         if isinstance(data, FeatureTable)
         else read_table(data, label_column=model.label_column, require_labels=False)
     )
+    truth = None if table.labels is None else model.labels.encode(table.labels, table.name)
     probs = model.predict_proba(model.features(table))
     confidence, index = md.confidence_and_prediction(probs)
     predicted = model.labels.decode(index)
     abstain = threshold.abstain(confidence)
     _write(out, model, table, probs, predicted, confidence, abstain)
     accuracy = None
-    if table.labels is not None and not abstain.all():
-        right = predicted.astype(str) == table.labels.astype(str)
-        accuracy = float(right[~abstain].mean())
+    if truth is not None and not abstain.all():
+        accuracy = float((truth == index)[~abstain].mean())
     return PredictResult(out, probs, predicted, confidence, abstain, threshold, accuracy)
 
 
