@@ -235,7 +235,7 @@ class SharedFeatures:
             return None
         out = torch.zeros(c * d, len(free), dtype=self.x.dtype, device=self.x.device)
         for j, a in enumerate(free):
-            out[torch.arange(c) * d + a, j] = 1.0 / math.sqrt(c)
+            out[torch.arange(c, device=out.device) * d + a, j] = 1.0 / math.sqrt(c)
         return out
 
 

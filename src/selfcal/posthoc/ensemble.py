@@ -243,7 +243,9 @@ class EnsembleTemperatureScaling(Calibrator):
         z, y = scores_as_logits(pred), pred.require_labels()
         temperature = fit_temperature(z, y, self.loss)
         self.temperature_ = temperature
-        self.weights_ = fit_weights(ets_components(z, temperature), y, self.loss)
+        # the weights' solver works on the CPU (3 x 3 systems): bring its (3, N, C) input there
+        components = ets_components(z, temperature).cpu()
+        self.weights_ = fit_weights(components, y.cpu(), self.loss)
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         z = scores_as_logits(pred)
