@@ -21,9 +21,9 @@ Adding a calibrator means: one file in ``selfcal/posthoc/`` with a :class:`Calib
 registered by ``@register_calibrator("name")`` (a summary line first in its docstring), plus
 its import line below -- nothing else.
 
-scikit-learn is imported only when an isotonic calibrator is fitted; scipy only when a
-calibrator that needs it (L-BFGS for large matrix/Dirichlet fits, ensemble temperature
-scaling's MSE temperature) is fitted.
+scikit-learn is imported only when an isotonic calibrator is fitted. scipy (which
+:mod:`selfcal.metrics` imports anyway) solves the large matrix / Dirichlet fits (L-BFGS) and
+ensemble temperature scaling's MSE temperature.
 """
 
 from __future__ import annotations
