@@ -335,14 +335,6 @@ def as_tensor(values: np.ndarray | float, like: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(np.asarray(values, dtype=np.float64), device=like.device)
 
 
-def renormalise(p: torch.Tensor) -> torch.Tensor:
-    """Divide each row by its sum; a row summing to 0 becomes uniform ``1/C`` (as
-    scikit-learn's ``CalibratedClassifierCV`` does)."""
-    total = p.sum(1, keepdim=True)
-    uniform = torch.full_like(p, 1.0 / p.shape[1])
-    return torch.where(total > 0, p / total.clamp_min(torch.finfo(p.dtype).tiny), uniform)
-
-
 def interp(x: torch.Tensor, xp: torch.Tensor, fp: torch.Tensor) -> torch.Tensor:
     """Piecewise-linear interpolation through ``(xp, fp)`` (``xp`` strictly increasing),
     constant beyond the ends -- ``numpy.interp`` on any torch device."""

@@ -66,7 +66,9 @@ def top_label(scores: torch.Tensor, from_probs: bool) -> tuple[torch.Tensor, tor
 
 
 def renormalise(p: torch.Tensor) -> torch.Tensor:
-    """Rows divided by their sums; a row summing to 0 becomes uniform ``1/C``."""
+    """Rows divided by their sums; a row summing to 0 becomes uniform ``1/C`` (as
+    scikit-learn's ``CalibratedClassifierCV`` does). One function for the calibrators and
+    their modules (TorchScript-compatible)."""
     total = p.sum(1, keepdim=True)
     uniform = torch.full_like(p, 1.0 / p.shape[1])
     return torch.where(total > 0, p / total.clamp_min(_tiny(p)), uniform)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from selfcal.posthoc._base import Calibrator, as_tensor, interp, renormalise
-from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule
+from selfcal.posthoc._base import Calibrator, as_tensor, interp
+from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule, renormalise
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
