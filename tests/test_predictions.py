@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from selfcal import Predictions
+from selfcal import PROB_ATOL, Predictions
 from selfcal.metrics import accuracy, brier, classwise_ece, ece, nll
+from selfcal.predictions import looks_like_probabilities, prob_atol
 
 RNG = np.random.default_rng(0)
 Z = RNG.normal(size=(30, 4))
@@ -149,3 +150,61 @@ def test_with_confidence_replaces_only_the_confidence():
         pred.with_confidence(np.where(np.arange(200) == 3, 1.5, 0.5))
     with pytest.raises(ValueError, match="shape"):
         pred.with_confidence(c[:10])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n_classes", [3, 100])
+def test_half_precision_probabilities_are_accepted_at_their_own_rounding(dtype, n_classes):
+    """AMP outputs: a softmax rounded to float16 / bfloat16 misses a row sum of 1 by more than
+    PROB_ATOL (3.8e-4 seen in float16), never by more than the dtype's epsilon."""
+    z = torch.randn(2000, n_classes, generator=torch.Generator().manual_seed(0)) * 3
+    p = torch.softmax(z, 1).to(dtype)
+    worst = float((p.double().sum(1) - 1).abs().max())
+    assert worst > PROB_ATOL  # the old absolute tolerance rejected these
+    assert worst <= prob_atol(dtype)
+    pred = Predictions.from_probs(p)
+    assert pred.scores.dtype == torch.float32
+    assert float(ece(probs=p, labels=z.argmax(1))) >= 0
+
+
+def test_probabilities_that_do_not_sum_to_one_name_the_likely_cause():
+    p = np.array([[0.5, 0.499], [0.5, 0.5]])  # a rounding slip, not logits
+    with pytest.raises(ValueError, match="row 0 sums to 0.999 \\(renormalise them"):
+        Predictions.from_probs(p)
+    with pytest.raises(ValueError, match="unnormalised scores are logits"):
+        Predictions.from_probs(np.array([[0.5, 0.2], [0.5, 0.5]]))
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [np.array(["cat", "dog"]), ["cat", "dog"], np.array(["cat", "dog"], dtype=object)],
+)
+def test_string_labels_get_one_message_everywhere(labels):
+    z = np.array([[1.0, 0.0], [0.0, 1.0]])
+    message = "labels must be integer class indices in \\[0, C\\), got class names \\(e.g. 'cat'\\)"
+    with pytest.raises(ValueError, match=message):
+        Predictions.from_logits(z, labels)
+    with pytest.raises(ValueError, match=message):
+        ece(logits=z, labels=labels)
+    from selfcal.posthoc import TemperatureScaling
+
+    with pytest.raises(ValueError, match=message):
+        TemperatureScaling().fit(logits=z, labels=labels)
+
+
+def test_object_arrays_of_numbers_are_read_as_numbers():
+    labels = np.array([0, 1], dtype=object)
+    assert Predictions.from_logits(np.eye(2), labels).labels.tolist() == [0, 1]
+    with pytest.raises(ValueError, match="labels must be integers; row 1 has nan"):
+        Predictions.from_logits(np.eye(2), np.array([0, None], dtype=object))
+
+
+def test_looks_like_probabilities_needs_every_row_to_be_a_distribution():
+    p = np.array([[0.2, 0.8], [0.5, 0.5]])
+    assert looks_like_probabilities(p)
+    assert looks_like_probabilities(torch.tensor(p, dtype=torch.float16))
+    assert looks_like_probabilities(p[:, 1])  # one column: every value in [0, 1]
+    assert not looks_like_probabilities(np.array([[0.2, 0.8], [0.5, 0.6]]))
+    assert not looks_like_probabilities(np.array([[-0.2, 1.2], [0.5, 0.5]]))
+    assert not looks_like_probabilities(np.array([[np.nan, 1.0]]))
+    assert not looks_like_probabilities(np.array(["a", "b"]))

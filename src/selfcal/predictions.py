@@ -13,9 +13,14 @@ first offending row):
   positive-class logit ``z`` (expanded to ``[0, z]``, whose softmax is ``[1 - sigmoid(z),
   sigmoid(z)]``). One and two columns give identical answers.
 * ``N >= 1``; every score finite.
-* probabilities lie in ``[0, 1]`` and each row sums to 1 within ``PROB_ATOL`` (absolute).
+* probabilities lie in ``[0, 1]`` and each row sums to 1 within :func:`prob_atol` of their
+  dtype: ``PROB_ATOL`` (absolute), or the dtype's machine epsilon where that is larger
+  (float16 ``9.8e-4``, bfloat16 ``7.8e-3``: rounding each probability of a row to the dtype
+  moves the row sum by at most half of it, so AMP outputs are accepted as they come).
 * labels are 1-D of length ``N``, integer-valued (integer dtype, bool, or floats that are whole
-  numbers) and in ``[0, C)``.
+  numbers) and in ``[0, C)``. Class *names* (strings) are refused with one message
+  (:data:`STRING_LABELS`): score columns have no names, so nothing says which column is
+  ``'cat'``.
 
 Scores keep their floating dtype on input (float16/bfloat16 are widened to float32); every
 quantity derived from them is computed and accumulated in float64.
@@ -33,7 +38,14 @@ import torch
 from selfcal._kernels import kernels_for
 
 PROB_ATOL = 1e-4
-"""Tolerance on ``|sum(row) - 1|`` for probability inputs."""
+"""Tolerance on ``|sum(row) - 1|`` for probability inputs of float32 / float64 (see
+:func:`prob_atol` for the lower precisions)."""
+
+STRING_LABELS = (
+    "labels must be integer class indices in [0, C), got class names (e.g. {example!r}); "
+    "map each name to the index of its score column first"
+)
+"""The one message for string (or other non-numeric) labels, wherever labels are read."""
 
 CHUNK_ROWS = 1 << 18
 """Rows per chunk in the fused validation pass (keeps each chunk in cache)."""
@@ -42,15 +54,42 @@ ScoreKind = Literal["logits", "probs"]
 ArrayLike = Any  # numpy array, torch tensor, or nested sequence
 
 
+def prob_atol(dtype: torch.dtype) -> float:
+    """Tolerance on ``|sum(row) - 1|`` for probabilities stored in ``dtype``:
+    ``max(PROB_ATOL, eps(dtype))``. Rounding each entry of a row that sums to 1 moves the sum
+    by at most ``eps / 2``; the bound is doubled for a softmax computed in that dtype."""
+    if not dtype.is_floating_point:
+        return PROB_ATOL
+    return max(PROB_ATOL, float(torch.finfo(dtype).eps))
+
+
+def _non_numeric(arr: np.ndarray, name: str) -> ValueError:
+    """The error for an array of strings or other objects."""
+    flat = arr.reshape(-1)
+    example = next((v for v in flat if isinstance(v, str)), None)
+    if name == "labels" and (arr.dtype.kind in "US" or example is not None):
+        return ValueError(STRING_LABELS.format(example=str(example if example else flat[0])))
+    return ValueError(f"{name} must be numeric, got an array of {arr.dtype.name} values")
+
+
 def to_tensor(x: ArrayLike, name: str) -> torch.Tensor:
-    """Convert ``x`` to a torch tensor without copying where possible."""
+    """Convert ``x`` to a torch tensor without copying where possible (strings and other
+    non-numeric values raise ``ValueError``)."""
     if isinstance(x, torch.Tensor):
         return x
     if x is None:
         raise ValueError(f"{name} is required")
     arr = np.asarray(x)
-    if arr.dtype == object:
-        raise ValueError(f"{name} must be numeric, got an object array")
+    if arr.dtype.kind not in "biuf":
+        if arr.dtype.kind == "c":
+            raise ValueError(f"{name} must be real numbers, got {arr.dtype}")
+        if arr.dtype == object:
+            try:  # a list of Python numbers with a None, or Decimal, ...
+                arr = arr.astype(np.float64)
+            except (TypeError, ValueError):
+                raise _non_numeric(arr, name) from None
+        else:
+            raise _non_numeric(arr, name)
     if not arr.flags.writeable or not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr).copy()
     return torch.from_numpy(arr)
@@ -91,6 +130,25 @@ def validate_scores(scores: ArrayLike, kind: ScoreKind) -> torch.Tensor:
     if t.shape[1] < 2:
         raise ValueError(f"{kind} needs at least 2 classes, got C={t.shape[1]}")
     return t
+
+
+def looks_like_probabilities(scores: ArrayLike) -> bool:
+    """Whether every row of ``scores`` (any dtype; one column = binary) lies in ``[0, 1]``
+    and sums to 1 within :func:`prob_atol` of its dtype -- the evidence, never a guess, that
+    scores offered as logits (or without a kind) are in fact probabilities. Scores that are
+    not a finite 1-D / 2-D float array give ``False``."""
+    try:
+        t = to_tensor(scores, "scores")
+    except ValueError:
+        return False
+    if not t.is_floating_point() or t.ndim not in (1, 2) or t.numel() == 0:
+        return False
+    with torch.no_grad():
+        x = t.detach().reshape(t.shape[0], -1).double()
+        if x.shape[1] == 1 or not bool(torch.isfinite(x).all()):
+            return x.shape[1] == 1 and bool(((x >= 0) & (x <= 1)).all())
+        in_range = bool(((x >= 0) & (x <= 1)).all())
+        return in_range and bool(((x.sum(1) - 1).abs() <= prob_atol(t.dtype)).all())
 
 
 def validate_labels(
@@ -159,18 +217,21 @@ def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor
     return conf, pred, row_sum, torch.stack(chunk_min)
 
 
-def _top_label(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor, torch.Tensor]:
+def _top_label(
+    scores: torch.Tensor, kind: ScoreKind, atol: float = PROB_ATOL
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Validated top-label confidence (float64) and predicted class: one fused kernel pass
     on large CPU inputs (:mod:`selfcal._kernels`), else :func:`_top_label_pass`, which also
-    finds and names the first invalid row when the kernel reports one."""
+    finds and names the first invalid row when the kernel reports one. ``atol``: the row-sum
+    tolerance of probabilities (:func:`prob_atol` of their dtype as given)."""
     kernels = kernels_for(scores.numel(), scores.device)
     if kernels is not None:
-        fast = kernels.top_label(scores, kind, PROB_ATOL)
+        fast = kernels.top_label(scores, kind, atol)
         if fast is not None:
             return fast
     with torch.no_grad():
         stats = _top_label_pass(scores, kind)
-    _check_rows(scores, kind, stats)
+    _check_rows(scores, kind, stats, atol)
     return stats[0], stats[1]
 
 
@@ -184,21 +245,30 @@ def _differentiable_confidence(
     return torch.exp(top - torch.logsumexp(scores.double(), dim=1))
 
 
-def _rows_ok(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor, ...]) -> bool:
+def _rows_ok(
+    scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor, ...], atol: float
+) -> bool:
     """Fast path: whole-array reductions (a few scalars) that are all true iff every row is
     valid; NaN fails every comparison, so it lands on the slow path too."""
     conf, _, row_sum, chunk_min = stats
     if kind == "logits":  # a NaN or +inf logit makes the row sum NaN; -inf shows in the minimum
         return bool(torch.isfinite(row_sum).all() & torch.isfinite(chunk_min).all())
     lo, hi = torch.aminmax(row_sum)
-    return bool(
-        (chunk_min.amin() >= 0) & (conf.amax() <= 1) & (lo >= 1 - PROB_ATOL) & (hi <= 1 + PROB_ATOL)
-    )
+    return bool((chunk_min.amin() >= 0) & (conf.amax() <= 1) & (lo >= 1 - atol) & (hi <= 1 + atol))
 
 
-def _check_rows(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor, ...]) -> None:
+NOT_NORMALISED = 1e-2
+"""A row sum this far from 1 reads as unnormalised scores (logits), not rounded probabilities."""
+
+
+def _check_rows(
+    scores: torch.Tensor,
+    kind: ScoreKind,
+    stats: tuple[torch.Tensor, ...],
+    atol: float = PROB_ATOL,
+) -> None:
     """Raise for the first invalid row (see the module docstring for the rules)."""
-    if _rows_ok(scores, kind, stats):
+    if _rows_ok(scores, kind, stats, atol):
         return
     conf, _, row_sum = stats[:3]
     nonfinite = ~torch.isfinite(scores).all(dim=1)
@@ -213,10 +283,16 @@ def _check_rows(scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor
             f"[{scores[i].min().item():.6g}, {conf[i].item():.6g}] "
             "(raw scores are logits, not probs)"
         )
-    i = _first_row((row_sum - 1).abs() > PROB_ATOL)
+    i = _first_row((row_sum - 1).abs() > atol)
+    total = row_sum[i].item()
+    hint = (
+        "unnormalised scores are logits, not probs"
+        if abs(total - 1) > NOT_NORMALISED
+        else "renormalise them, p / p.sum(1, keepdims=True), or pass float16 / bfloat16 "
+        "probabilities in their own dtype, whose rounding is allowed for"
+    )
     raise ValueError(
-        f"probs rows must sum to 1 (tolerance {PROB_ATOL:g}); row {i} sums to "
-        f"{row_sum[i].item():.6g} (unnormalised scores are logits, not probs)"
+        f"probs rows must sum to 1 (tolerance {atol:g}); row {i} sums to {total:.6g} ({hint})"
     )
 
 
@@ -251,8 +327,9 @@ class Predictions:
     @classmethod
     def _build(cls, raw: ArrayLike, kind: ScoreKind, labels: ArrayLike | None) -> Predictions:
         numpy_in = not isinstance(raw, torch.Tensor)
-        scores = validate_scores(raw, kind)
-        confidence, predicted = _top_label(scores, kind)
+        given = to_tensor(raw, kind)
+        scores = validate_scores(given, kind)
+        confidence, predicted = _top_label(scores, kind, prob_atol(given.dtype))
         if scores.requires_grad:  # the smooth metrics differentiate through the confidence
             confidence = _differentiable_confidence(scores, kind, predicted)
         y = None
