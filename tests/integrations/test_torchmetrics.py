@@ -6,6 +6,9 @@
 * the AdaECE sketch equals its definition (equal-mass edges rounded up to the grid), written
   here independently from the sorted confidences, and stays within its certified bound of the
   exact AdaECE;
+* torchmetrics' calling convention -- ``metric(preds, target)`` with the ``kind`` given at
+  construction, a positional ``MetricCollection`` mixing these classes with torchmetrics' own
+  -- gives the one-shot values, and each misuse is a one-line ``ValueError``;
 * torchmetrics' own ``MulticlassCalibrationError`` agrees where the definitions coincide, and
   the differences (bin convention and the extra bin at 1.0, float32 sums, a state that grows
   with N, the positive class of the binary task) are pinned.
@@ -13,6 +16,7 @@
 
 from __future__ import annotations
 
+import doctest
 import itertools
 import math
 import warnings
@@ -155,8 +159,8 @@ def test_scores_are_named_and_validated():
     metric = ECE()
     z = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
     y = torch.tensor([0, 1])
-    with pytest.raises(ValueError, match="must be a selfcal Predictions object"):
-        metric.update(z, labels=y)  # a bare tensor is never read as logits or probs
+    with pytest.raises(ValueError, match="got scores without a kind"):
+        metric.update(z, labels=y)  # without kind, a bare tensor is never read as scores
     with pytest.raises(ValueError, match="exactly one of"):
         metric.update(logits=z, probs=z, labels=y)
     with pytest.raises(ValueError, match="labels are required"):
@@ -185,12 +189,164 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="num_classes must be an integer >= 2"):
         ClasswiseECE(num_classes=1)
     metric = ClasswiseECE(num_classes=3)
-    with pytest.raises(ValueError, match="the scores have 2 classes but num_classes=3"):
+    with pytest.raises(ValueError, match="the scores have 2 classes but n_classes=3"):
         metric.update(logits=torch.zeros(4, 2), labels=torch.zeros(4))
     for empty in (ECE(), MCE(), AdaECE(), AdaECE(mode="sketch"), ClasswiseECE(3), Brier(), NLL()):
         with pytest.raises(ValueError, match="no sample has been added"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torchmetrics warns of compute before update
             empty.compute()
+
+
+# ----------------------------------------------------------------------- torchmetrics' calls
+def logits_and_labels(n: int, c: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    z = torch.from_numpy(3 * rng.normal(size=(n, c)))
+    return z, torch.from_numpy(rng.integers(0, c, n))
+
+
+def one_line_error(call, match: str) -> None:
+    """``call()`` raises a one-line ``ValueError`` matching ``match``."""
+    with pytest.raises(ValueError, match=match) as error:
+        call()
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("kind", ["logits", "probs"])
+def test_every_class_reads_positional_scores_as_its_kind(kind):
+    """``metric(preds, target)``, ``update(preds, target)`` and ``update(preds=, target=)``
+    read ``preds`` as the constructed ``kind``: the one-shot value, and forward's batch value."""
+    z, y = logits_and_labels(400, 3, 10)
+    scores = z if kind == "logits" else torch.softmax(z, 1)
+    pairs = [
+        (lambda: ECE(BINS, kind=kind), M.ece),
+        (lambda: MCE(BINS, kind=kind), M.mce),
+        (lambda: AdaECE(BINS, kind=kind), M.adaece),
+        (lambda: ClasswiseECE(3, BINS, kind=kind), M.classwise_ece),
+        (lambda: Brier(kind=kind), M.brier),
+        (lambda: NLL(kind=kind), M.nll),
+    ]
+    for make, one_shot in pairs:
+        expected = float(one_shot(**{kind: scores}, labels=y))
+        forward, update, keywords = make(), make(), make()
+        batch = forward(scores[:150], y[:150])
+        assert float(batch) == pytest.approx(
+            float(one_shot(**{kind: scores[:150]}, labels=y[:150])), abs=1e-12
+        )
+        forward(scores[150:], y[150:])
+        update.update(scores[:150], y[:150])
+        update.update(scores[150:], y[150:])
+        keywords.update(preds=scores[:150], target=y[:150])
+        keywords.update(preds=scores[150:], target=y[150:])
+        for metric in (forward, update, keywords):
+            assert float(metric.compute()) == pytest.approx(expected, abs=1e-12), metric
+
+
+def test_an_explicit_kind_is_taken_as_stated():
+    """Probabilities given to ``kind="logits"`` are read as logits (never re-guessed), and a
+    ``Predictions`` says what it holds whatever the kind; the named forms ignore ``kind``."""
+    z, y = logits_and_labels(200, 4, 11)
+    p = torch.softmax(z, 1)
+    as_logits = ECE(kind="logits")
+    as_logits.update(p, y)
+    assert float(as_logits.compute()) == pytest.approx(float(M.ece(logits=p, labels=y)), abs=1e-12)
+    assert abs(float(as_logits.compute()) - float(M.ece(probs=p, labels=y))) > 1e-3
+    named = ECE(kind="logits")
+    named.update(Predictions.from_probs(p, y))
+    named.update(probs=p, labels=y)
+    assert float(named.compute()) == pytest.approx(float(M.ece(probs=p, labels=y)), abs=1e-12)
+
+
+@pytest.mark.parametrize("call", ["forward", "update", "keywords"])
+def test_a_positional_metric_collection_mixes_ours_with_torchmetrics(call):
+    """A real MetricCollection of ours and torchmetrics' MulticlassAccuracy and
+    MulticlassCalibrationError, fed ``(preds, target)`` over several batches: ours equal the
+    one-shot selfcal values, the accuracy the hand-computed one, torchmetrics' calibration
+    error its own one-shot value."""
+    from torchmetrics import MetricCollection
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError
+
+    c = 4
+    z, y = logits_and_labels(700, c, 12)
+    collection = MetricCollection(
+        {
+            "ece": ECE(BINS, kind="logits"),
+            "mce": MCE(BINS, kind="logits"),
+            "adaece": AdaECE(BINS, kind="logits"),
+            "nll": NLL(kind="logits"),
+            "brier": Brier(kind="logits"),
+            "classwise": ClasswiseECE(c, BINS, kind="logits"),
+            "accuracy": MulticlassAccuracy(num_classes=c, average="micro"),
+            "tm_ece": MulticlassCalibrationError(num_classes=c, n_bins=BINS),
+        }
+    )
+    for part in np.array_split(np.arange(700), 4):
+        if call == "forward":
+            collection(z[part], y[part])
+        elif call == "update":
+            collection.update(z[part], y[part])
+        else:
+            collection.update(preds=z[part], target=y[part])
+    values = {name: float(value) for name, value in collection.compute().items()}
+    expected = {
+        "ece": M.ece(logits=z, labels=y, n_bins=BINS),
+        "mce": M.mce(logits=z, labels=y, n_bins=BINS),
+        "adaece": M.adaece(logits=z, labels=y, n_bins=BINS),
+        "nll": M.nll(logits=z, labels=y),
+        "brier": M.brier(logits=z, labels=y),
+        "classwise": M.classwise_ece(logits=z, labels=y, n_bins=BINS),
+    }
+    for name, value in expected.items():
+        assert values[name] == pytest.approx(float(value), abs=1e-12), name
+    assert values["accuracy"] == pytest.approx(float((z.argmax(1) == y).double().mean()), abs=1e-7)
+    peer = MulticlassCalibrationError(num_classes=c, n_bins=BINS)
+    assert values["tm_ece"] == pytest.approx(float(peer(z, y)), abs=1e-6)
+
+
+def test_calling_mistakes_are_one_line_value_errors():
+    z, y = logits_and_labels(10, 3, 13)
+    bare = ECE()
+    for call in (
+        lambda: bare(z, y),
+        lambda: bare.update(z, y),
+        lambda: bare.update(preds=z, target=y),
+    ):
+        one_line_error(call, r"ECE got scores without a kind: construct it with kind='logits'")
+    one_line_error(lambda: NLL().update(z, y), "NLL got scores without a kind")
+    metric = ECE(kind="logits")
+    one_line_error(lambda: metric.update(z, y, logits=z), "pass the scores once")
+    one_line_error(lambda: metric.update(preds=z, probs=z, labels=y), "pass the scores once")
+    one_line_error(lambda: metric.update(z, y, labels=y), "pass the labels once")
+    one_line_error(lambda: metric.update(logits=z, target=y, labels=y), "pass the labels once")
+    one_line_error(lambda: ECE(kind="odds"), r"kind must be one of \('logits', 'probs'\)")
+    one_line_error(lambda: Brier(kind="logit"), "kind must be one of")
+    assert float(metric.count.sum()) == 0  # nothing was added by a refused call
+
+
+def test_classwise_ece_takes_n_classes_or_num_classes():
+    """``n_classes`` (selfcal's name) or ``num_classes`` (torchmetrics'); it is required, as
+    the (C, M) state must exist before the first batch to be summed across processes."""
+    for metric in (ClasswiseECE(3), ClasswiseECE(num_classes=3), ClasswiseECE(3, num_classes=3)):
+        assert metric.n_classes == 3
+        assert tuple(metric.count.shape) == (3, 15)
+    one_line_error(ClasswiseECE, r"ClasswiseECE needs n_classes=C")
+    one_line_error(lambda: ClasswiseECE(kind="logits"), r"ClasswiseECE needs n_classes=C")
+    one_line_error(lambda: ClasswiseECE(3, num_classes=4), "n_classes=3 and num_classes=4 disagree")
+    one_line_error(lambda: ClasswiseECE(n_classes=1), "n_classes must be an integer >= 2")
+    metric = ClasswiseECE(n_classes=3, kind="logits")
+    one_line_error(
+        lambda: metric.update(torch.zeros(4, 4), torch.zeros(4)), "4 classes but n_classes=3"
+    )
+
+
+def test_the_module_docstring_example_runs():
+    """The module docstring's ``ECE(kind="logits")(logits, labels)`` and positional
+    ``MetricCollection`` example prints what it says."""
+    import selfcal.integrations.torchmetrics as module
+
+    parsed = doctest.DocTestParser().get_doctest(module.__doc__ or "", {}, "module", None, 0)
+    result = doctest.DocTestRunner().run(parsed, out=lambda text: None)
+    assert result.attempted >= 5
+    assert result.failed == 0
 
 
 # ----------------------------------------------------------------------- the AdaECE sketch

@@ -22,12 +22,38 @@ batch of every process: bin counts exactly, sums up to float64 summation order
 ``(e_m, e_{m+1}]`` with bin 0 closed (methods §1.1, §1.2, §1.4), ``adaece`` uses the reference
 code's equal-mass edges (methods §1.3), ``nll`` and ``brier`` are those of methods §1.5.
 
-Inputs follow selfcal's contract (:mod:`selfcal.predictions`): ``update(logits=z, labels=y)``
-or ``update(probs=p, labels=y)`` -- the scores are named, never guessed -- or a validated
-:class:`~selfcal.predictions.Predictions` as the one positional argument. Every input is
-checked (a ``ValueError`` names the problem and the first offending row). Results are float64
-0-d tensors on the metric's device; states live on that device too (``metric.to(device)``),
-so a device without float64 (Apple MPS) cannot hold them.
+Inputs follow selfcal's contract (:mod:`selfcal.predictions`): the scores are never guessed.
+Every class takes ``kind="logits" | "probs"`` at construction, as selfcal's calibrators do: what
+a *positional* score tensor holds. Then torchmetrics' calling convention works --
+``metric(preds, target)``, ``metric.update(preds, target)`` or ``update(preds=..., target=...)``
+-- and so does a positional ``torchmetrics.MetricCollection`` mixing these classes with
+torchmetrics' own (which take ``(preds, target)`` too):
+
+>>> import torch
+>>> from torchmetrics import MetricCollection
+>>> from torchmetrics.classification import MulticlassAccuracy
+>>> from selfcal.integrations.torchmetrics import ECE, NLL
+>>> logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+>>> labels = torch.tensor([0, 1, 1, 1])
+>>> round(float(ECE(kind="logits")(logits, labels)), 4)
+0.1572
+>>> accuracy = MulticlassAccuracy(num_classes=2, average="micro")
+>>> collection = MetricCollection(
+...     {"ece": ECE(kind="logits"), "nll": NLL(kind="logits"), "accuracy": accuracy}
+... )
+>>> collection.update(logits[:2], labels[:2])
+>>> collection.update(logits[2:], labels[2:])
+>>> {name: round(float(value), 4) for name, value in collection.compute().items()}
+{'accuracy': 0.75, 'ece': 0.1572, 'nll': 0.4505}
+
+Without ``kind`` the scores are named: ``update(logits=z, labels=y)``, ``update(probs=p,
+labels=y)``, or a validated :class:`~selfcal.predictions.Predictions` as the one positional
+argument (it says what it holds, whatever ``kind`` is); positional scores then raise a
+``ValueError``. A ``kind`` is taken as stated: scores passed as logits that look like
+probabilities are still read as logits. Every input is checked (a ``ValueError`` names the
+problem and the first offending row). Results are float64 0-d tensors on the metric's device;
+states live on that device too (``metric.to(device)``), so a device without float64 (Apple
+MPS) cannot hold them.
 
 **Where torchmetrics' own ``MulticlassCalibrationError`` differs** (pinned in
 ``tests/integrations/test_torchmetrics.py``): it bins ``[lower, upper)`` with an extra bin for
@@ -48,7 +74,7 @@ derived).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import torch
 
@@ -74,7 +100,7 @@ from selfcal.metrics.binning import (
     uniform_edges,
 )
 from selfcal.metrics.scores import brier, nll
-from selfcal.predictions import ArrayLike, Predictions, as_predictions
+from selfcal.predictions import ArrayLike, Predictions, ScoreKind, as_predictions
 
 __all__ = [
     "ADAECE_MODES",
@@ -92,11 +118,13 @@ ADAECE_MODES = ("exact", "sketch")
 """``mode`` of :class:`AdaECE`: keep every confidence, or a fixed-size histogram of them."""
 
 _F64 = torch.float64
+_KINDS: tuple[ScoreKind, ...] = get_args(ScoreKind)
 
 
 class _CalibrationMetric(Metric):
     """What every class here shares: the input contract, float64 states, no gradients.
 
+    ``kind`` (``"logits"``, ``"probs"`` or ``None``) is what a positional score tensor holds.
     Subclasses implement ``_accumulate(pred)`` and ``compute()``."""
 
     is_differentiable = False
@@ -104,21 +132,53 @@ class _CalibrationMetric(Metric):
     full_state_update = False
     plot_lower_bound = 0.0
 
+    def __init__(self, *, kind: ScoreKind | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kind = None if kind is None else check_choice("kind", kind, _KINDS)
+
     def update(
         self,
-        predictions: Predictions | None = None,
-        /,
+        preds: Predictions | ArrayLike | None = None,
+        target: ArrayLike | None = None,
         *,
-        labels: ArrayLike | None = None,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
+        labels: ArrayLike | None = None,
     ) -> None:
-        """Add one batch: ``update(logits=z, labels=y)``, ``update(probs=p, labels=y)`` or
-        ``update(pred)`` with a validated :class:`~selfcal.predictions.Predictions` (checked
-        as every selfcal input is; the scores are never guessed)."""
-        pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
+        """Add one batch: ``update(preds, target)`` (torchmetrics' names; ``preds`` read as
+        this metric's ``kind``), ``update(logits=z, labels=y)``, ``update(probs=p, labels=y)``
+        or ``update(pred)`` with a validated :class:`~selfcal.predictions.Predictions`
+        (checked as every selfcal input is; the scores are never guessed)."""
+        pred = self._predictions(preds, target, logits, probs, labels)
         with torch.no_grad():
             self._accumulate(pred)
+
+    def _predictions(
+        self,
+        preds: Predictions | ArrayLike | None,
+        target: ArrayLike | None,
+        logits: ArrayLike | None,
+        probs: ArrayLike | None,
+        labels: ArrayLike | None,
+    ) -> Predictions:
+        """Resolve :meth:`update`'s arguments into validated predictions."""
+        if target is not None and labels is not None:
+            raise ValueError("pass the labels once: positionally / as target=, or as labels=")
+        labels = target if labels is None else labels
+        if preds is None or isinstance(preds, Predictions):
+            return as_predictions(preds, labels=labels, logits=logits, probs=probs)
+        if logits is not None or probs is not None:
+            raise ValueError(
+                "pass the scores once: positionally / as preds= (read as the metric's kind), "
+                "or as logits=... / probs=..."
+            )
+        if self.kind is None:
+            raise ValueError(
+                f"{type(self).__name__} got scores without a kind: construct it with "
+                "kind='logits' or kind='probs' (selfcal never guesses), or pass logits=... / "
+                "probs=... by name"
+            )
+        return as_predictions(labels=labels, **{self.kind: preds})
 
     def _accumulate(self, pred: Predictions) -> None:
         raise NotImplementedError
@@ -163,9 +223,9 @@ class _BinnedMetric(_CalibrationMetric):
 class _TopLabelBins(_BinnedMetric):
     """Top-label bin statistics over ``n_bins`` equal-width bins."""
 
-    def __init__(self, n_bins: int = 15, **kwargs: Any) -> None:
+    def __init__(self, n_bins: int = 15, *, kind: ScoreKind | None = None, **kwargs: Any) -> None:
         n_bins = check_int("n_bins", n_bins)
-        super().__init__(n_bins, (n_bins,), **kwargs)
+        super().__init__(n_bins, (n_bins,), kind=kind, **kwargs)
 
     def _bins(self, pred: Predictions) -> BinStats:
         return top_label_bins(pred, self.n_bins)
@@ -185,7 +245,8 @@ class ECE(_TopLabelBins):
     across processes), so ``compute()`` equals ``selfcal.metrics.ece`` on all the data.
 
     Example: the four predictions of :func:`selfcal.metrics.ece`'s example, in two batches,
-    give its value; 1,000 predictions in four batches give the one-shot ECE:
+    give its value; 1,000 logits in four batches, positional (read as ``kind="logits"``), give
+    the one-shot ECE:
 
     >>> import numpy as np
     >>> import torch
@@ -196,11 +257,11 @@ class ECE(_TopLabelBins):
     >>> metric.update(probs=torch.tensor([[0.3, 0.7], [0.6, 0.4]]), labels=torch.tensor([1, 0]))
     >>> round(float(metric.compute()), 4)
     0.4
-    >>> metric.reset()
+    >>> metric = ECE(n_bins=15, kind="logits")
     >>> rng = np.random.default_rng(0)
     >>> logits, labels = 3 * rng.normal(size=(1000, 4)), rng.integers(0, 4, 1000)
     >>> for z, y in zip(np.array_split(logits, 4), np.array_split(labels, 4)):
-    ...     metric.update(logits=torch.from_numpy(z), labels=torch.from_numpy(y))
+    ...     metric.update(torch.from_numpy(z), torch.from_numpy(y))
     >>> value = metric.compute()
     >>> value.dtype, round(float(value), 4)
     (torch.float64, 0.5204)
@@ -208,11 +269,18 @@ class ECE(_TopLabelBins):
     True
     """
 
-    def __init__(self, n_bins: int = 15, norm: str = "l1", **kwargs: Any) -> None:
-        super().__init__(n_bins, **kwargs)
+    def __init__(
+        self, n_bins: int = 15, norm: str = "l1", *, kind: ScoreKind | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(n_bins, kind=kind, **kwargs)
         self.norm = check_choice("norm", norm, ("l1", "l2", "max"))
 
     def compute(self) -> torch.Tensor:
+        """``sum_m (count_m / N) |acc_m - conf_m|`` over the bins of every batch and process,
+        with ``acc_m = accuracy_sum_m / count_m``, ``conf_m = confidence_sum_m / count_m`` and
+        ``N = sum_m count_m`` (``norm="l2"``: ``sqrt(sum_m (count_m / N) (acc_m -
+        conf_m)^2)``; ``norm="max"``: ``max_m |acc_m - conf_m|`` over the non-empty bins). A
+        ``ValueError`` if no sample has been added."""
         return self._error(self.norm)
 
 
@@ -222,6 +290,9 @@ class MCE(_TopLabelBins):
     methods §1.2). Same state as :class:`ECE`."""
 
     def compute(self) -> torch.Tensor:
+        """``max_m |accuracy_sum_m - confidence_sum_m| / count_m`` over the bins with
+        ``count_m > 0``, from every batch and process. A ``ValueError`` if no sample has been
+        added."""
         return self._error("max")
 
 
@@ -231,26 +302,63 @@ class ClasswiseECE(_BinnedMetric):
     |acc_jb - conf_jb|`` (:func:`selfcal.metrics.classwise_ece`, methods §1.4; class
     probabilities of exactly 0 are counted in bin 0).
 
-    ``num_classes`` fixes the state's shape, ``(C, M)`` float64 ``count``, ``confidence_sum``
-    and ``accuracy_sum`` (summed across processes); a batch with another number of score
-    columns is a ``ValueError``."""
+    ``n_classes`` (or torchmetrics' name ``num_classes``; both given must agree) fixes the
+    state's shape, ``(C, M)`` float64 ``count``, ``confidence_sum`` and ``accuracy_sum``
+    (summed across processes); a batch with another number of score columns is a
+    ``ValueError``. It is **required**, not read from the first batch: a state created at the
+    first ``update`` would be missing on a process that receives no batch (the collective sum
+    would not match), from a ``load_state_dict`` before the first batch, and from the state
+    bookkeeping of torchmetrics' ``forward``. Without it the constructor raises ``ValueError:
+    ClasswiseECE needs n_classes=C ...``."""
 
-    def __init__(self, num_classes: int, n_bins: int = 15, norm: str = "l1", **kwargs: Any):
-        self.num_classes = check_int("num_classes", num_classes, minimum=2)
+    def __init__(
+        self,
+        n_classes: int | None = None,
+        n_bins: int = 15,
+        norm: str = "l1",
+        *,
+        num_classes: int | None = None,
+        kind: ScoreKind | None = None,
+        **kwargs: Any,
+    ) -> None:
+        classes = _class_count(n_classes, num_classes)
         n_bins = check_int("n_bins", n_bins)
-        super().__init__(n_bins, (self.num_classes, n_bins), **kwargs)
+        super().__init__(n_bins, (classes, n_bins), kind=kind, **kwargs)
+        self.n_classes = classes
         self.norm = check_choice("norm", norm, ("l1", "l2", "max"))
 
     def _bins(self, pred: Predictions) -> BinStats:
-        if pred.n_classes != self.num_classes:
+        if pred.n_classes != self.n_classes:
             raise ValueError(
-                f"the scores have {pred.n_classes} classes but num_classes={self.num_classes}"
+                f"the scores have {pred.n_classes} classes but n_classes={self.n_classes}"
             )
         return classwise_bins(pred, self.n_bins)
 
     def compute(self) -> torch.Tensor:
+        """``(1/C) sum_j sum_m (count_jm / N) |acc_jm - conf_jm|`` over the bins of every
+        batch and process, with ``acc_jm = accuracy_sum_jm / count_jm`` (the fraction of bin
+        ``m`` of class ``j`` whose label is ``j``), ``conf_jm = confidence_sum_jm / count_jm``
+        and ``N = sum_m count_jm`` (``norm="l2"`` / ``"max"``: each class's RMS / maximum
+        gap, averaged over the classes). A ``ValueError`` if no sample has been added."""
         _require_samples(self.count[0].sum())
         return calibration_error(self.bin_stats, self.norm).mean(-1)
+
+
+def _class_count(n_classes: int | None, num_classes: int | None) -> int:
+    """``n_classes``, or its torchmetrics alias ``num_classes`` (both given must agree)."""
+    if n_classes is None and num_classes is None:
+        raise ValueError(
+            "ClasswiseECE needs n_classes=C (the number of score columns; torchmetrics' "
+            "num_classes= is accepted too): its (C, M) state must exist before the first batch"
+        )
+    if n_classes is None:
+        return check_int("num_classes", num_classes, minimum=2)
+    if num_classes is not None and num_classes != n_classes:
+        raise ValueError(
+            f"n_classes={n_classes!r} and num_classes={num_classes!r} disagree; pass one "
+            "(num_classes is torchmetrics' name for n_classes)"
+        )
+    return check_int("n_classes", n_classes, minimum=2)
 
 
 # ----------------------------------------------------------------------- AdaECE
@@ -284,9 +392,11 @@ class AdaECE(_CalibrationMetric):
         norm: str = "l1",
         mode: str = "exact",
         grid_size: int = SKETCH_GRID,
+        *,
+        kind: ScoreKind | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(kind=kind, **kwargs)
         self.n_bins = check_int("n_bins", n_bins)
         self.norm = check_choice("norm", norm, ("l1", "l2"))
         self.mode = check_choice("mode", mode, ADAECE_MODES)
@@ -323,6 +433,12 @@ class AdaECE(_CalibrationMetric):
         return BinStats(edges, self.cell_count, self.cell_confidence_sum, self.cell_accuracy_sum)
 
     def compute(self) -> torch.Tensor:
+        """``sum_m (|B_m| / N) |acc(B_m) - conf(B_m)|`` (``norm="l2"``: ``sqrt(sum_m (|B_m| /
+        N) (acc(B_m) - conf(B_m))^2)``) over ``M = n_bins`` equal-mass bins of the top-label
+        confidences of every batch and process; ``mode="exact"``: the edges of
+        :func:`selfcal.metrics.adaece` from every confidence; ``mode="sketch"``: those edges
+        rounded up to the grid (:func:`adaece_from_sketch`; :meth:`error_bound` bounds the
+        difference). A ``ValueError`` if no sample has been added."""
         if self.mode == "sketch":
             return adaece_from_sketch(self.sketch, self.n_bins)[0]
         conf, correct = _cat(self.confidence), _cat(self.correct)
@@ -371,8 +487,8 @@ class _MeanScore(_CalibrationMetric):
     total: torch.Tensor
     count: torch.Tensor
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, kind: ScoreKind | None = None, **kwargs: Any) -> None:
+        super().__init__(kind=kind, **kwargs)
         self.add_state("total", torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
         self.add_state("count", torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
 
@@ -385,6 +501,9 @@ class _MeanScore(_CalibrationMetric):
         self._add("count", torch.tensor(float(n), dtype=_F64))
 
     def compute(self) -> torch.Tensor:
+        """``total / count = (1/N) sum_i s_i`` over the ``N`` samples of every batch and
+        process, with ``s_i = sum_k (p_ik - 1[y_i = k])^2`` (:class:`Brier`) or ``s_i = -log
+        p_{i, y_i}`` (:class:`NLL`). A ``ValueError`` if no sample has been added."""
         _require_samples(self.count)
         return self.total / self.count
 
