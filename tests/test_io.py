@@ -130,7 +130,7 @@ def test_csv_columns_are_ordered_by_class_index(tmp_path):
 def test_csv_label_column_option(tmp_path):
     z, _, y = scores()
     path = write_csv(tmp_path / "a.csv", prob_columns(z, "logit") | {"target": y})
-    with pytest.raises(ValueError, match="no labels \\(column 'label' not found\\)"):
+    with pytest.raises(ValueError, match="no labels \\(column 'label' not found; columns: logit_0"):
         load_predictions(path)
     pred = load_predictions(path, label_column="target")
     np.testing.assert_array_equal(pred.labels.numpy(), y)
@@ -253,3 +253,61 @@ def test_example_names_resolve_to_bundled_files():
     assert resolve_path("plain.npz") == Path("plain.npz")
     pred = load_predictions("example:digits_test")
     assert pred.n_samples > 0 and pred.labels is not None
+
+
+# ----------------------------------------------------------------------------- new users
+def test_a_folder_is_named_a_folder_before_its_suffix_is_judged(tmp_path):
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(ValueError, match=r"adir: is a folder, not a file; pass one predictions"):
+        read_arrays(tmp_path / "adir")
+
+
+def test_damaged_empty_and_object_files_name_the_problem(tmp_path):
+    (tmp_path / "x.npz").write_text("hello")
+    (tmp_path / "e.npz").write_bytes(b"")
+    np.savez(tmp_path / "o.npz", probs=np.array([[0.5, 0.5]], dtype=object), labels=[0])
+    cases = {
+        "x.npz": r"x.npz: not a valid \.npz archive \(not a zip file\)$",
+        "e.npz": r"e.npz: the file is empty \(0 bytes\)$",
+        "o.npz": r"o.npz: the array 'probs' holds non-numeric \(object\) values, which selfcal",
+    }
+    for name, message in cases.items():
+        with pytest.raises(ValueError, match=message):
+            load_predictions(tmp_path / name)
+
+
+def test_probabilities_named_logits_are_refused_unless_kind_says_logits(tmp_path):
+    _, p, y = scores()
+    np.savez(tmp_path / "f.npz", logits=p, labels=y)
+    with pytest.raises(ValueError) as info:
+        load_predictions(tmp_path / "f.npz")
+    assert str(info.value) == (
+        f"{tmp_path / 'f.npz'}: the array 'logits' holds probabilities (every row lies in [0, 1] "
+        "and sums to 1); rename it 'probs', or pass --kind logits (kind='logits' in Python) if "
+        "these really are logits"
+    )
+    pred = load_predictions(tmp_path / "f.npz", kind="logits")
+    assert pred.kind == "logits"
+    np.testing.assert_array_equal(pred.scores.numpy(), p)
+    z, _, _ = scores()
+    assert load_predictions(write_npz(tmp_path / "z.npz", logits=z, labels=y)).kind == "logits"
+
+
+def write_npz(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def test_string_labels_in_a_csv_get_the_one_message(tmp_path):
+    z, _, y = scores()
+    names = np.array(["cat", "dog", "emu"])[y]
+    path = tmp_path / "s.csv"
+    lines = ["logit_0,logit_1,logit_2,label"]
+    lines += [f"{a!r},{b!r},{c!r},{n}" for (a, b, c), n in zip(z.tolist(), names)]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError) as info:
+        load_predictions(path)
+    assert str(info.value) == (
+        f"{path}: labels must be integer class indices in [0, C), got class names (e.g. "
+        f"{str(names[0])!r}); map each name to the index of its score column first"
+    )

@@ -17,6 +17,7 @@ to override.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from selfcal._validation import check_choice
@@ -62,12 +63,33 @@ FIXED_COST_ROWS = 20_000
 """Per-resample fixed cost of the smooth metrics, in rows' worth."""
 
 Progress = Callable[[str], None]
+SMALLEST_FIXED = 1e-4
+LARGEST_FIXED = 1e6
+"""Magnitudes printed with fixed decimals by :func:`format_number`; others in scientific
+notation."""
 
 
 def default_resamples(n_samples: int) -> int:
     """Default bootstrap resamples for ``n_samples`` rows (see the module docstring)."""
     per_resample = max(1, n_samples) + FIXED_COST_ROWS
     return int(min(MAX_RESAMPLES, max(MIN_RESAMPLES, RESAMPLE_BUDGET // per_resample)))
+
+
+def format_number(x: float | None, digits: int = 4) -> str:
+    """A metric value for a table: ``digits`` decimals (``0.0412``) in the ordinary range,
+    scientific notation with ``digits`` significant digits where that would be absurdly long
+    or read as zero (``5e+304``, ``3.2e-07``), ``inf`` / ``-inf`` / ``nan`` as such and
+    ``None`` as ``n/a``."""
+    if x is None:
+        return "n/a"
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x != 0 and not SMALLEST_FIXED <= abs(x) < LARGEST_FIXED:
+        return f"{x:.{digits}g}"
+    return f"{x:.{digits}f}"
 
 
 def load_metric(key: str) -> Metric:

@@ -20,6 +20,15 @@ never from the values):
     given and no such names, every column other than the label column is a score column, in
     file order.
 
+Scores *named* logits whose every row lies in ``[0, 1]`` and sums to 1 are refused by
+:func:`load_predictions` (a contradiction between name and values, reported with the
+evidence) unless ``kind="logits"`` says they really are logits. Labels are integer class
+indices: class names (strings) get the one message of
+:data:`selfcal.predictions.STRING_LABELS`, since score columns have no names.
+
+Errors are ``ValueError`` (or ``FileNotFoundError``) whose message starts with the file:
+an empty file, a file that is not a valid ``.npz`` / ``.npy``, an object array (nothing is
+unpickled), a folder, missing labels (naming the arrays or columns there are).
 Row numbers in error messages count data rows from 0 (a CSV header line is not a row).
 ``example:NAME`` stands for a bundled example file (see :mod:`selfcal.examples`).
 """
@@ -28,7 +37,8 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +46,7 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
-from selfcal.predictions import Predictions
+from selfcal.predictions import Predictions, looks_like_probabilities
 
 KINDS = ("logits", "probs")
 TABULAR = (".csv", ".parquet")
@@ -69,23 +79,90 @@ def _format_of(path: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- readers
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _check_not_empty(path: Path) -> None:
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path}: the file is empty (0 bytes)")
+
+
+def _array_error(path: Path, name: str | None, exc: Exception) -> ValueError:
+    """The one-line error for an array numpy could not load (object arrays named as such);
+    ``name``: the member of an ``.npz``, ``None`` for an ``.npy`` file."""
+    what = "the file" if name is None else f"the array {name!r}"
+    if "allow_pickle" in str(exc):
+        return ValueError(
+            f"{path}: {what} holds non-numeric (object) values, which selfcal does not load "
+            "(nothing is unpickled)"
+        )
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ValueError(f"{path}: cannot read {what} ({first})")
+
+
+def read_npz(
+    path: str | Path, names: Iterable[str] | None = None
+) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The array names of the ``.npz`` archive ``path`` and the arrays among ``names`` (every
+    array when ``None``), read without unpickling. An empty file, a file that is not a zip
+    archive, an object array or a damaged member is a ``ValueError`` naming the file."""
+    path = Path(path)
+    _check_not_empty(path)
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            npy = fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+        what = "a single .npy array" if npy else "not a zip file"
+        raise ValueError(f"{path}: not a valid .npz archive ({what})")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            files = list(data.files)
+            wanted = files if names is None else [n for n in names if n in files]
+            return files, {name: _npz_member(data, name, path) for name in wanted}
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise ValueError(f"{path}: not a valid .npz archive ({exc})") from None
+
+
+def _npz_member(data: Any, name: str, path: Path) -> np.ndarray:
+    try:
+        value = data[name]
+    except (ValueError, EOFError, zipfile.BadZipFile, OSError) as exc:
+        raise _array_error(path, name, exc) from None
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"{path}: the member {name!r} is not a NumPy array")
+    return value
+
+
+def read_npy(path: str | Path) -> np.ndarray:
+    """The array in the ``.npy`` file ``path``, read without unpickling (errors as
+    :func:`read_npz`)."""
+    path = Path(path)
+    _check_not_empty(path)
+    with open(path, "rb") as fh:
+        if fh.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+            raise ValueError(f"{path}: not a valid .npy file (no NumPy header)")
+    try:
+        return np.asarray(np.load(path, allow_pickle=False))
+    except (ValueError, EOFError, OSError) as exc:
+        raise _array_error(path, None, exc) from None
+
+
 def _read_npz(path: Path, kind: str | None) -> tuple[str, np.ndarray, np.ndarray | None]:
     """Scores kind, scores and labels (or ``None``) from an ``.npz`` archive."""
-    with np.load(path, allow_pickle=False) as data:
-        present = [k for k in KINDS if k in data.files]
-        if kind is not None and kind not in present:
-            raise ValueError(f"{path}: no {kind!r} array (arrays: {', '.join(data.files)})")
-        if kind is None:
-            if len(present) != 1:
-                found = "both 'logits' and 'probs'" if present else "neither 'logits' nor 'probs'"
-                raise ValueError(
-                    f"{path}: needs exactly one of the arrays 'logits' or 'probs', found {found}"
-                    f" (arrays: {', '.join(data.files) or 'none'})"
-                    + ("; pass --kind to choose" if present else "")
-                )
-            kind = present[0]
-        labels = data["labels"] if "labels" in data.files else None
-        return kind, data[kind], labels
+    files, _ = read_npz(path, ())
+    listed = ", ".join(files) or "none"
+    present = [k for k in KINDS if k in files]
+    if kind is not None and kind not in present:
+        raise ValueError(f"{path}: no {kind!r} array (arrays: {listed})")
+    if kind is None:
+        if len(present) != 1:
+            found = "both 'logits' and 'probs'" if present else "neither 'logits' nor 'probs'"
+            raise ValueError(
+                f"{path}: needs exactly one of the arrays 'logits' or 'probs', found {found}"
+                f" (arrays: {listed})" + ("; pass --kind to choose" if present else "")
+            )
+        kind = present[0]
+    _, arrays = read_npz(path, (kind, "labels"))
+    return kind, arrays[kind], arrays.get("labels")
 
 
 def _npy_parts(path: Path) -> tuple[Path, str, Path]:
@@ -116,8 +193,8 @@ def _read_npy(path: Path, kind: str | None) -> tuple[str, np.ndarray, np.ndarray
         raise ValueError(f"{scores_path}: the file name says {file_kind!r} but --kind is {kind!r}")
     if not scores_path.exists():
         raise FileNotFoundError(f"{scores_path}: no such file")
-    scores = np.load(scores_path, allow_pickle=False)
-    labels = np.load(labels_path, allow_pickle=False) if labels_path.exists() else None
+    scores = read_npy(scores_path)
+    labels = read_npy(labels_path) if labels_path.exists() else None
     return file_kind, scores, labels
 
 
@@ -236,17 +313,22 @@ def _ordered(columns: dict[int | None, str], kind: str) -> list[str]:
 def _numeric(columns: dict[str, np.ndarray], name: str) -> np.ndarray:
     values = columns[name]
     if values.dtype.kind not in "biuf":
-        raise ValueError(f"column {name!r} must be numeric, got {values.dtype}")
+        raise ValueError(f"column {name!r} must be numeric, got text")
     return values
 
 
 def _read_tabular(
     path: Path, kind: str | None, label_column: str
 ) -> tuple[str, np.ndarray, np.ndarray | None]:
+    """Kind, scores and labels of a table; the labels as read (validated with the scores, so
+    that class names get the one message of :data:`selfcal.predictions.STRING_LABELS`)."""
     names, columns = read_columns(path)
-    kind, cols = _score_columns(names, label_column, kind)
-    scores = np.column_stack([_numeric(columns, c) for c in cols])
-    labels = _numeric(columns, label_column) if label_column in names else None
+    try:
+        kind, cols = _score_columns(names, label_column, kind)
+        scores = np.column_stack([_numeric(columns, c) for c in cols])
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    labels = columns[label_column] if label_column in names else None
     return kind, scores, labels
 
 
@@ -258,11 +340,11 @@ def read_arrays(
     if kind is not None:
         check_choice("kind", kind, KINDS)
     path = resolve_path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a file; pass one predictions file")
     fmt = _format_of(path)
     if fmt != "npy" and not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    if path.is_dir():
-        raise ValueError(f"{path}: is a folder, not a file")
     if fmt == "npz":
         return _read_npz(path, kind)
     if fmt == "npy":
@@ -279,25 +361,63 @@ def load_predictions(
 ) -> Predictions:
     """Read and validate predictions from ``path`` (format by extension; see module docstring).
 
-    ``kind`` (``"logits"`` / ``"probs"``) is needed only where the file's names do not say it.
-    Raises ``ValueError`` (bad content, including every :mod:`selfcal.predictions` validation error)
-    or ``FileNotFoundError``; messages start with the file path.
+    ``kind`` (``"logits"`` / ``"probs"``) is needed only where the file's names do not say it;
+    given, it overrides them. Scores *named* logits whose every row is a probability vector
+    are refused (:func:`check_named_kind`) unless ``kind="logits"`` says they are logits.
+    Raises ``ValueError`` (bad content, including every :mod:`selfcal.predictions` validation
+    error) or ``FileNotFoundError``; messages start with the file path.
     """
     path = resolve_path(path)
-    kind, scores, labels = read_arrays(path, kind=kind, label_column=label_column)
+    found, scores, labels = read_arrays(path, kind=kind, label_column=label_column)
+    if kind is None:
+        check_named_kind(path, found, scores)
     if labels is None and require_labels:
-        where = (
-            f"column {label_column!r}"
-            if path.suffix.lower() in TABULAR + (".pq",)
-            else ("array 'labels'" if path.suffix.lower() == ".npz" else "a NAME.labels.npy file")
-        )
-        raise ValueError(f"{path}: no labels ({where} not found)")
+        raise ValueError(f"{path}: no labels ({_labels_where(path, label_column)})")
     try:
-        if kind == "logits":
+        if found == "logits":
             return Predictions.from_logits(scores, labels)
         return Predictions.from_probs(scores, labels)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def _labels_where(path: Path, label_column: str) -> str:
+    """Where the labels of ``path`` were looked for (and, for ``.npz``, what is there)."""
+    fmt = _format_of(path)
+    if fmt in ("csv", "parquet"):
+        names, _ = read_columns(path)
+        return f"column {label_column!r} not found; columns: {', '.join(names)}"
+    if fmt == "npz":
+        files, _ = read_npz(path, ())
+        return f"array 'labels' not found; arrays: {', '.join(files)}"
+    return "a NAME.labels.npy file beside it not found"
+
+
+def check_named_kind(path: str | Path, kind: str, scores: np.ndarray) -> None:
+    """Refuse scores whose *name* says logits while every row lies in ``[0, 1]`` and sums
+    to 1 (:func:`selfcal.predictions.looks_like_probabilities`): one line naming the
+    evidence and both ways out. selfcal never guesses; this is a contradiction, not a guess."""
+    if kind != "logits" or not looks_like_probabilities(scores):
+        return
+    path = Path(path)
+    one_column = scores.ndim == 1 or scores.shape[1] == 1
+    evidence = (
+        "every value lies in [0, 1]" if one_column else "every row lies in [0, 1] and sums to 1"
+    )
+    fmt = _format_of(path)
+    if fmt == "npz":
+        what, fix = "the array 'logits' holds", "rename it 'probs'"
+    elif fmt == "npy":
+        what, fix = "the scores named .logits.npy hold", "rename the file NAME.probs.npy"
+    elif one_column:
+        what, fix = "the 'logit' column holds", "rename it 'prob'"
+    else:
+        last = scores.shape[1] - 1
+        what, fix = "the logit_* columns hold", f"rename them prob_0 .. prob_{last}"
+    raise ValueError(
+        f"{path}: {what} probabilities ({evidence}); {fix}, or pass --kind logits "
+        "(kind='logits' in Python) if these really are logits"
+    )
 
 
 def _to_numpy(x: Any) -> np.ndarray:

@@ -148,6 +148,20 @@ def test_non_finite_features_are_named_with_their_row():
         prepare(table(x, y), table(bad, y, name="val"))
 
 
+def test_features_too_large_to_standardise_are_named():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 2)), np.arange(40) % 2
+    huge = x.copy()
+    huge[:, 0] *= 1e160  # the variance overflows float64
+    with np.errstate(all="raise"):  # no numpy overflow warning (it would raise here)
+        with pytest.raises(ValueError, match=r"^t: feature 'x0' has values too large to standa"):
+            prepare(table(huge, y), table(x, y, name="val"))
+    far = x.copy()
+    far[5, 1] = 1e300  # finite, but infinite once standardised to float32
+    with pytest.raises(ValueError, match=r"^val: feature 'x1' in row 5 is 1e\+300, too large"):
+        prepare(table(x, y), table(far, y, name="val"))
+
+
 def test_fewer_than_two_classes_or_rows_are_errors():
     x = np.zeros((20, 1))
     with pytest.raises(ValueError, match="every row has the label 1; a classifier needs"):

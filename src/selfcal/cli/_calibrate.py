@@ -55,6 +55,33 @@ def _as_numpy(x: Any) -> Any:
     return np.asarray(x)
 
 
+SHOWN_VALUES = 3
+"""Arrays with at most this many values are printed in full by :func:`fitted_line`."""
+
+
+def _value_text(value: Any) -> str:
+    """A fitted value in a few characters: scalars to 4 significant digits; arrays as their
+    values (up to :data:`SHOWN_VALUES`) or their shape and range."""
+    import numpy as np
+
+    arr = np.asarray(_as_numpy(value))
+    if arr.dtype.kind not in "biuf":
+        return repr(value)
+    if arr.ndim == 0:
+        return str(int(arr)) if arr.dtype.kind in "biu" else f"{float(arr):.4g}"
+    if arr.size <= SHOWN_VALUES:
+        return "[" + ", ".join(f"{float(v):.4g}" for v in arr.reshape(-1)) + "]"
+    what = f"{arr.size} values" if arr.ndim == 1 else "x".join(map(str, arr.shape)) + " array"
+    return f"{what} in [{float(arr.min()):.4g}, {float(arr.max()):.4g}]"
+
+
+def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
+    """``fitted ts on N rows: n_classes_=10, temperature_=1.834``: every fitted attribute
+    (:meth:`~selfcal.posthoc.Calibrator.fitted_attributes`), arrays summarised."""
+    parts = [f"{k}={_value_text(v)}" for k, v in calibrator.fitted_attributes().items()]
+    return f"fitted {method} on {n} rows: " + "; ".join(parts)
+
+
 def _calibrate_table(before: dict[str, float], after: dict[str, float], n: int) -> Table:
     table = Table(title=f"calibration on {n} samples")
     table.add_column("metric")
@@ -66,7 +93,7 @@ def _calibrate_table(before: dict[str, float], after: dict[str, float], n: int) 
 
 
 def calibrate(
-    fit: Annotated[str, typer.Option("--fit", help="File to fit the calibrator on (labels).")],
+    fit: Annotated[str, typer.Option("--fit", help="File to fit the calibrator on (with labels).")],
     apply: Annotated[str, typer.Option("--apply", help="File to calibrate.")],
     out: Annotated[
         Path, typer.Option("--out", help="Output (.npz, .csv, .parquet, NAME.probs.npy).")
@@ -87,7 +114,9 @@ def calibrate(
         ),
     ] = None,
 ) -> None:
-    """Fit a calibrator on --fit, apply it to --apply and write the probabilities to --out."""
+    """Fit a calibrator on --fit, apply it to --apply and write the probabilities to --out;
+    prints the fitted parameters and, when --apply has labels, the metrics before and after.
+    Files as for selfcal evaluate (integer labels)."""
     with errors():
         check_kind(kind)
         from selfcal.evaluation import point_estimates
@@ -98,6 +127,7 @@ def calibrate(
         train = read(fit, kind, label_column)
         test = read(apply, kind, label_column, require_labels=False)
         calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
+        typer.echo(fitted_line(method, calibrator, train.n_samples))
         probs = _as_numpy(calibrator.predict_proba(**{test.kind: _as_numpy(test.scores)}))
         labels = None if test.labels is None else _as_numpy(test.labels)
         after = Predictions.from_probs(probs, labels)

@@ -3,7 +3,6 @@ and ``selfcal example-path`` (the bundled inputs)."""
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,7 +18,12 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 KindOpt = Annotated[
     str | None,
-    typer.Option("--kind", help="Scores are 'logits' or 'probs' (when file names don't say)."),
+    typer.Option(
+        "--kind",
+        help="Scores are 'logits' or 'probs': needed when the array or column names don't "
+        "say (or name both); --kind logits also accepts logits whose rows look like "
+        "probabilities.",
+    ),
 ]
 LabelOpt = Annotated[str, typer.Option("--label-column", help="Label column in CSV/parquet.")]
 BinsOpt = Annotated[int, typer.Option("--bins", min=1, help="Bins for the binned metrics.")]
@@ -48,8 +52,13 @@ def rich_bar() -> Any:
     )
 
 
-def fmt(x: float) -> str:
-    return f"{x:.4f}" if math.isfinite(x) else "n/a"
+def fmt(x: float | None) -> str:
+    """A number for a table: 4 decimals, scientific notation for huge or tiny magnitudes
+    (``5e+304``), ``inf`` / ``nan`` as such, ``None`` as ``n/a``
+    (:func:`selfcal.evaluation.format_number`)."""
+    from selfcal.evaluation import format_number
+
+    return format_number(x)
 
 
 def check_kind(kind: str | None) -> None:

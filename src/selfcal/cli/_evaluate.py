@@ -75,7 +75,9 @@ def _json_line(results: dict[str, Interval]) -> str:
 
 
 def evaluate(
-    file: Annotated[str, typer.Argument(help="Predictions file, or example:NAME.")],
+    file: Annotated[
+        str, typer.Argument(help="Predictions file with integer labels, or example:NAME.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     bins: BinsOpt = 15,
     plot: Annotated[
@@ -86,7 +88,7 @@ def evaluate(
         typer.Option(
             "--resamples",
             min=1,
-            help="Bootstrap resamples [default: 5e6 // (rows + 2e4), between 10 and 1000].",
+            help="Bootstrap resamples (default: 5e6 // (rows + 2e4), between 10 and 1000).",
         ),
     ] = None,
     confidence: Annotated[float, typer.Option("--confidence", help="CI level.")] = 0.95,
@@ -102,7 +104,11 @@ def evaluate(
     kind: KindOpt = None,
     label_column: LabelOpt = "label",
 ) -> None:
-    """Every calibration metric of FILE with bootstrap confidence intervals."""
+    """Every calibration metric of FILE with bootstrap confidence intervals. FILE: .npz
+    (arrays logits or probs, and labels), NAME.logits.npy + NAME.labels.npy, .csv or .parquet
+    (columns logit_0.. or prob_0.., and label). Labels are integer class indices -- the score
+    columns have no names, so class names cannot be matched to them (selfcal train and
+    predict take class names)."""
     with errors():
         check_kind(kind)
         check_real("--confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)

@@ -7,12 +7,41 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from selfcal.cli._common import stdout
 from selfcal.cli._errors import errors
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from selfcal.pipeline.selective import Threshold
+
+TRADE = "use --target-coverage or --target-accuracy to trade coverage for accuracy"
+
+
+def _share(count: int, n: int) -> str:
+    return f"{count} of {n} rows ({100 * count / n:.3g}%)"
+
+
+def abstain_note(threshold: Threshold, abstained: int, n: int, default: bool) -> str:
+    """One line saying how many rows are abstained on, what the threshold's target means
+    and how to change it (``default``: the target is the folder's default, not given)."""
+    given = " (the default)" if default else ""
+    if threshold.threshold is None:
+        return (
+            f"abstaining on {_share(abstained, n)}: no threshold reaches accuracy "
+            f"{threshold.target:g}{given} on the validation rows, not even the most confident "
+            "rows alone; lower --target-accuracy or use --target-coverage"
+        )
+    if threshold.kind == "accuracy":
+        why = f"so that the accepted rows' accuracy is >= {threshold.target:g}{given}"
+    else:
+        why = f"so that it accepts {100 * threshold.target:.3g}% of them{given}"
+    return (
+        f"abstaining on {_share(abstained, n)}: the threshold {threshold.threshold:.4g} was "
+        f"chosen on the validation rows {why}; {TRADE}"
+    )
 
 
 def predict(
@@ -23,8 +52,8 @@ def predict(
         float | None,
         typer.Option(
             "--target-accuracy",
-            help="Abstain below the smallest threshold whose selective accuracy on the "
-            "validation set is at least this (default 0.95).",
+            help="Abstain below the smallest threshold whose selective accuracy (the accuracy "
+            "of the accepted rows) on the validation set is at least this (default: 0.95).",
         ),
     ] = None,
     target_coverage: Annotated[
@@ -47,6 +76,8 @@ def predict(
             folder, data, out, target_accuracy=target_accuracy, target_coverage=target_coverage
         )
         n, abstained = len(result.abstain), int(result.abstain.sum())
+        default = target_accuracy is None and target_coverage is None
+        typer.echo(abstain_note(result.threshold, abstained, n, default), err=True)
         if as_json:
             payload = {
                 "out": str(result.path),

@@ -28,7 +28,28 @@ def method_help() -> str:
     from selfcal.pipeline.methods import METHODS
 
     lines = [f"{name}: {m.summary}" for name, m in METHODS.items()]
-    return "\n\n".join(["Training method (hyperparameters selected on VAL):", *lines])
+    head = (
+        "Training method, hyperparameters selected on VAL (default: ce, which with "
+        "--calibrate ts is what selfcal reproduce benchmark recommends):"
+    )
+    return "\n\n".join([head, *lines])
+
+
+DEFAULT_METHOD = "ce"
+"""The method trained without ``--method``: cross-entropy, which with temperature scaling (the
+default ``--calibrate ts``) no method of the benchmark (``selfcal reproduce benchmark``)
+reliably beats."""
+
+
+def default_method_note(calibrate: str) -> str:
+    """The line ``selfcal train`` prints (stderr) when no ``--method`` is given."""
+    then = {"ts": "temperature scaling", "none": "no post-hoc calibrator"}.get(
+        calibrate, f"the {calibrate!r} calibrator"
+    )
+    head = f"no --method given: training {DEFAULT_METHOD!r} (cross-entropy), then {then}"
+    if calibrate == "ts":
+        return f"{head} -- what selfcal reproduce benchmark recommends"
+    return f"{head}; selfcal reproduce benchmark recommends {DEFAULT_METHOD!r} with --calibrate ts"
 
 
 def calibrate_help() -> str:
@@ -119,6 +140,29 @@ def rich_progress(bar: Any) -> Progress:
     return RichProgress()
 
 
+def announcing(note: str, inner: Progress | None) -> Progress:
+    """A :class:`selfcal.pipeline.Progress` that prints ``note`` (one line, stderr) when the
+    first candidate starts -- after every input check, so a bad input still gets one line --
+    and forwards everything to ``inner``."""
+    from selfcal.pipeline import Progress
+
+    class Announcing(Progress):
+        said = False
+
+        def candidate(self, index: int, total: int, label: str, epochs: int) -> None:
+            if not self.said:
+                typer.echo(note, err=True)
+                self.said = True
+            if inner is not None:
+                inner.candidate(index, total, label, epochs)
+
+        def epochs_done(self, epochs: int) -> None:
+            if inner is not None:
+                inner.epochs_done(epochs)
+
+    return Announcing()
+
+
 @contextmanager
 def progress_bar(enabled: bool) -> Iterator[Progress | None]:
     """A rich progress bar on stderr when ``enabled`` (stderr is a terminal), else ``None``."""
@@ -143,22 +187,21 @@ def _summary_table(report: dict[str, Any]) -> Table:
             cells = []
             for name in columns:
                 value, (lo, hi) = cols[name][key]["value"], cols[name][key]["ci"]
-                cells.append(f"{_fmt(value)} [{_fmt(lo)}, {_fmt(hi)}]")
+                cells.append(f"{fmt(value)} [{fmt(lo)}, {fmt(hi)}]")
             table.add_row(split, key, *cells)
     return table
 
 
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else fmt(x)
-
-
 def train(
-    data: Annotated[str, typer.Argument(help="Training file (.csv, .parquet, .npz).")],
+    data: Annotated[
+        str,
+        typer.Argument(help="Training file (.csv, .parquet, .npz); labels: integers or names."),
+    ],
     val: Annotated[
         str, typer.Option("--val", help="Validation file: selection, calibration, threshold.")
     ],
-    method: Annotated[str, typer.Option("--method", help=method_help())],
     out: Annotated[Path, typer.Option("--out", help="Model folder to write.")],
+    method: Annotated[str | None, typer.Option("--method", help=method_help())] = None,
     test: Annotated[
         str | None, typer.Option("--test", help="Test file, scored in the report only.")
     ] = None,
@@ -202,6 +245,8 @@ def train(
         from selfcal.pipeline import TrainSettings
         from selfcal.pipeline import train as run
 
+        note = default_method_note(calibrate) if method is None else None
+        method = DEFAULT_METHOD if method is None else method
         settings = TrainSettings(
             method=method,
             hidden=parse_hidden(hidden),
@@ -228,6 +273,8 @@ def train(
         }
         command = _command(data, val, method, out, given, grid or [])
         with progress_bar(sys.stderr.isatty() and not as_json) as progress:
+            if note is not None:
+                progress = announcing(note, progress)
             result = run(
                 data,
                 val,
@@ -280,9 +327,17 @@ def _print_summary(report: dict[str, Any], folder: Path) -> None:
     console = stdout()
     model = report["model"]
     n = len(report["candidates"])
+    if n == 1 and not model["hyperparameters"]:
+        selected = "no hyperparameters to select"
+    elif n == 1:
+        selected = f"{describe(model['hyperparameters'])} (the only candidate)"
+    else:
+        selected = (
+            f"selected {describe(model['hyperparameters'])} of {n} candidate(s) by "
+            f"{model['criterion']}"
+        )
     console.print(
-        f"{model['method']}: selected {describe(model['hyperparameters'])} of {n} "
-        f"candidate(s) by {model['criterion']}; checkpoint epoch {model['checkpoint_epoch']}; "
+        f"{model['method']}: {selected}; checkpoint epoch {model['checkpoint_epoch']}; "
         f"calibrator {model['calibrator'] or 'none'}"
     )
     console.print(_summary_table(report))

@@ -160,8 +160,11 @@ class TrainedModel:
 
     # ----------------------------------------------------------------- predictions
     def features(self, table: FeatureTable) -> np.ndarray:
-        """``table``'s features in the trained order, checked (columns, finiteness)."""
-        return aligned_features(table, self.columns)
+        """``table``'s features in the trained order, checked (columns, finiteness, and
+        within the range the standardisation can represent)."""
+        x = aligned_features(table, self.columns)
+        self.standardizer.check(x, self.columns, table.name)
+        return x
 
     def logits(self, x_raw: np.ndarray) -> torch.Tensor:
         """``(N, C)`` float64 logits of raw (un-standardised) features, on the CPU."""

@@ -111,8 +111,23 @@ class Standardizer:
     std: np.ndarray
 
     @classmethod
-    def fit(cls, x: np.ndarray) -> Standardizer:
-        mean, std = standardization_stats(np.asarray(x, dtype=np.float64))
+    def fit(
+        cls, x: np.ndarray, columns: Sequence[str] | None = None, name: str = "data"
+    ) -> Standardizer:
+        """DATA's statistics; a feature whose mean or std overflows float64 is an error
+        naming it (``columns``, default ``x0 ..``) and the file ``name``."""
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean, std = standardization_stats(x)
+        bad = ~(np.isfinite(mean) & np.isfinite(std))
+        if bad.any():
+            col = int(np.flatnonzero(bad)[0])
+            label = columns[col] if columns is not None else f"x{col}"
+            biggest = float(np.max(np.abs(x[:, col])))
+            raise ValueError(
+                f"{name}: feature {label!r} has values too large to standardise (largest "
+                f"magnitude {biggest:.3g}; its variance overflows float64); rescale the column"
+            )
         return cls(np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64))
 
     def transform(self, x: np.ndarray) -> torch.Tensor:
@@ -121,6 +136,20 @@ class Standardizer:
             torch.from_numpy(self.mean),
             torch.from_numpy(self.std),
         )
+
+    def check(self, x: np.ndarray, columns: Sequence[str], name: str) -> None:
+        """Every standardised feature of ``x`` fits float32: a value far outside DATA's range
+        (which would become infinite) is an error naming the feature, the row and ``name``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = (np.asarray(x, dtype=np.float64) - self.mean) / self.std
+            bad = ~np.isfinite(z.astype(np.float32))
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{name}: feature {columns[col]!r} in row {row} is {float(x[row, col]):.3g}, too "
+                f"large to standardise with the training data's mean {self.mean[col]:.3g} and "
+                f"std {self.std[col]:.3g}"
+            )
 
 
 def aligned_features(table: FeatureTable, columns: Sequence[str]) -> np.ndarray:
@@ -219,11 +248,12 @@ def prepare(
         )
     x = aligned_features(data, columns)
     y = labels.encode(data.labels, data.name)
-    standardizer = Standardizer.fit(x)
+    standardizer = Standardizer.fit(x, columns, data.name)
     kept, held_out = meta_split_indices(y, seed)
     z = standardizer.transform(x)
     y_t = torch.from_numpy(y)
     raw_val = aligned_features(val, columns)
+    standardizer.check(raw_val, columns, val.name)
     val_pair = (
         standardizer.transform(raw_val),
         torch.from_numpy(labels.encode(val.labels, val.name)),
@@ -232,6 +262,7 @@ def prepare(
     if test is not None:
         assert test.labels is not None
         raw_test = aligned_features(test, columns)
+        standardizer.check(raw_test, columns, test.name)
         test_pair = (
             standardizer.transform(raw_test),
             torch.from_numpy(labels.encode(test.labels, test.name)),

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from selfcal.evaluation import evaluate
+from selfcal.evaluation import evaluate, format_number
 from selfcal.pipeline.fitting import Selection, describe
 from selfcal.pipeline.selective import Threshold
 from selfcal.predictions import Predictions
@@ -90,7 +90,7 @@ def candidates_json(selection: Selection) -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------------- Markdown
 def _fmt(x: float | None, digits: int = 4) -> str:
-    return "n/a" if x is None else f"{x:.{digits}f}"
+    return format_number(x, digits)
 
 
 def _cell(entry: Mapping[str, Any]) -> str:

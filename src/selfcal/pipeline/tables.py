@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from selfcal.io import read_columns
+from selfcal.io import read_columns, read_npz
 
 FORMATS = (".csv", ".parquet", ".pq", ".npz")
 
@@ -81,14 +81,14 @@ def read_table(
     rows) and ``FileNotFoundError`` for a missing file."""
     path = Path(path)
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a file")
     if suffix not in FORMATS:
         raise ValueError(
             f"{path}: unknown file type {suffix or '(no extension)'!r}; use .csv, .parquet or .npz"
         )
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    if path.is_dir():
-        raise ValueError(f"{path}: is a folder, not a file")
     if suffix == ".npz":
         table = _read_npz(path, require_labels)
     else:
@@ -100,11 +100,7 @@ def read_table(
 
 def _read_npz(path: Path, require_labels: bool) -> FeatureTable:
     name = str(path)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except ValueError as exc:
-        raise ValueError(f"{path}: cannot read the archive: {exc}") from None
+    _, arrays = read_npz(path)
     if "x" not in arrays:
         raise ValueError(
             f"{path}: needs an array 'x' of features (arrays: {', '.join(arrays) or 'none'})"

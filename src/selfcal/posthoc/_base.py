@@ -159,6 +159,12 @@ class Calibrator:
             setattr(self, name, value)
         return self
 
+    def fitted_attributes(self) -> dict[str, Any]:
+        """The fitted values by name (``n_classes_`` first, then the calibrator's own, e.g.
+        ``{"n_classes_": 10, "temperature_": 1.83}``), as :meth:`save` writes them."""
+        self._check_fitted()
+        return {name: getattr(self, name) for name in self._all_fitted()}
+
     def __sklearn_tags__(self) -> Any:
         """Estimator tags for scikit-learn >= 1.6 meta-estimators (``GridSearchCV``,
         ``cross_validate``), built only when scikit-learn asks: fitting needs labels; no
@@ -188,8 +194,7 @@ class Calibrator:
 
     def save(self, path: str | Path) -> None:
         """Write hyperparameters and fitted attributes to a JSON file."""
-        self._check_fitted()
-        fitted = {name: _encode(getattr(self, name)) for name in self._all_fitted()}
+        fitted = {name: _encode(value) for name, value in self.fitted_attributes().items()}
         doc = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
