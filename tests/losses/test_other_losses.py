@@ -41,7 +41,7 @@ def test_brier_equals_formula(reduction):
 def test_brier_gradient_equals_autograd_of_formula():
     z, y = make_batch(21)
     logits, labels = as_torch(z, y)
-    (ours,) = torch.autograd.grad(brier_loss(logits, labels), logits)
+    (ours,) = torch.autograd.grad(brier_loss(logits, labels, reduction="sum"), logits)
     formula = ((torch.softmax(logits, 1) - F.one_hot(labels, 5)) ** 2).sum()
     (expected,) = torch.autograd.grad(formula, logits)
     torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-14)
@@ -119,11 +119,12 @@ def test_mmce_is_zero_when_a_group_is_empty(labels):
     )
     assert mmce_weighted(logits, y).item() == 0.0
     total = mmce_loss(logits, y)
-    ce_sum = F.cross_entropy(logits, y, reduction="sum")
-    torch.testing.assert_close(total, ce_sum)
+    ce_mean = F.cross_entropy(logits, y)
+    torch.testing.assert_close(total, ce_mean)
     torch.testing.assert_close(
-        torch.autograd.grad(total, logits)[0], torch.autograd.grad(ce_sum, logits)[0]
+        torch.autograd.grad(total, logits)[0], torch.autograd.grad(ce_mean, logits)[0]
     )
+    torch.testing.assert_close(mmce_loss(logits, y, reduction="sum"), 3 * ce_mean)
 
 
 @pytest.mark.parametrize("normalization", ["reference", "textbook"])
@@ -134,9 +135,9 @@ def test_mmce_loss_total_and_gradient(normalization):
     r, correct = p.max(1), p.argmax(1) == y
     mmce = mmce_by_pairs(r, correct, normalization)
     expected_mean = ce_np(z, y).mean() + 2.0 * mmce
-    loss = MMCELoss(normalization=normalization)
+    loss = MMCELoss(normalization=normalization, reduction="sum")  # the reference loop's
     assert loss(logits, labels).item() == pytest.approx(16 * expected_mean, rel=1e-10)
-    mean = mmce_loss(logits, labels, normalization=normalization, reduction="mean")
+    mean = mmce_loss(logits, labels, normalization=normalization)  # the default
     assert mean.item() == pytest.approx(expected_mean, rel=1e-10)
     # gradient: autograd of an independent torch pair-loop implementation
     (ours,) = torch.autograd.grad(loss(logits, labels), logits)
@@ -201,9 +202,9 @@ def test_label_smoothing_equals_soft_target_cross_entropy(eps):
     )
     torch.testing.assert_close(
         LabelSmoothingLoss(eps)(logits, labels),
-        F.cross_entropy(logits, labels, label_smoothing=eps, reduction="sum"),
+        F.cross_entropy(logits, labels, label_smoothing=eps),
     )
-    (ours,) = torch.autograd.grad(LabelSmoothingLoss(eps)(logits, labels), logits)
+    (ours,) = torch.autograd.grad(LabelSmoothingLoss(eps, reduction="sum")(logits, labels), logits)
     soft = torch.tensor(targets)
     (expected,) = torch.autograd.grad(-(soft * torch.log_softmax(logits, 1)).sum(), logits)
     torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-14)
@@ -270,7 +271,7 @@ def test_focal_gradient_factor_matches_autograd(gamma):
     """dFL/dz = g(p_y, gamma) * dCE/dz per sample ([GRA] §4.1)."""
     z, y = make_batch(24)
     logits, labels = as_torch(z, y)
-    (fl_grad,) = torch.autograd.grad(focal_loss(logits, labels, gamma), logits)
+    (fl_grad,) = torch.autograd.grad(focal_loss(logits, labels, gamma, reduction="sum"), logits)
     (ce_grad,) = torch.autograd.grad(F.cross_entropy(logits, labels, reduction="sum"), logits)
     p_y = torch.softmax(logits.detach(), 1)[torch.arange(len(y)), labels]
     g = focal_gradient_factor(p_y, gamma)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+import selfcal.losses
 from selfcal.losses import (
     BSCELoss,
     DualFocalLoss,
@@ -60,6 +63,30 @@ def test_names_build_the_configurations(name, kwargs, expected):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_loss_defaults_to_the_batch_mean(name):
+    """Like ``fit``'s default cross-entropy: the default value is the batch sum over ``N``."""
+    gen = torch.Generator().manual_seed(NAMES.index(name))
+    logits = torch.randn(16, 4, dtype=torch.float64, generator=gen)
+    labels = torch.randint(0, 4, (16,), generator=gen)
+    options = REQUIRED.get(name, {})
+    mean = build_loss(name, **options)(logits, labels)
+    total = build_loss(name, **options, reduction="sum")(logits, labels)
+    assert build_loss(name, **options).reduction == "mean"
+    torch.testing.assert_close(mean, total / 16, rtol=1e-12, atol=0)
+
+
+def test_every_public_loss_defaults_to_the_mean():
+    """Every class and function of ``selfcal.losses`` with a ``reduction`` defaults to "mean"."""
+    defaults = {}
+    for name in selfcal.losses.__all__:
+        parameters = inspect.signature(getattr(selfcal.losses, name)).parameters
+        if "reduction" in parameters:
+            defaults[name] = parameters["reduction"].default
+    assert len(defaults) == 18, sorted(defaults)  # 9 classes and their 9 function twins
+    assert set(defaults.values()) == {"mean"}, defaults
+
+
 def test_build_loss_errors():
     with pytest.raises(ValueError, match="unknown loss 'fl'; known: brier, bsce"):
         build_loss("fl")
@@ -88,7 +115,8 @@ def test_every_loss_trains_a_model_with_fit(name):
     x, y = blobs(0)
     model = build_model("mlp", n_features=5, n_classes=3, hidden=(16,), seed=0)
     config = TrainConfig(epochs=15, optimizer="sgd", lr=0.01, batch_size=64, grad_clip=2.0)
-    history = fit(model, (x, y), config=config, loss_fn=build_loss(name, **REQUIRED.get(name, {})))
+    loss = build_loss(name, **REQUIRED.get(name, {}), reduction="sum")
+    history = fit(model, (x, y), config=config, loss_fn=loss)
     with torch.no_grad():
         accuracy = (model(x).argmax(1) == y).float().mean().item()
     assert len(history.train_loss) == 15

@@ -95,7 +95,9 @@ def test_value_equals_numpy_formula(name, factory, weight_np, reduction, gra):
 def test_loss_mode_gradient_equals_autograd_of_formula(name, factory, weight_np):
     z, y = make_batch(1 + IDS.index(name))
     logits, labels = as_torch(z, y)
-    (ours,) = torch.autograd.grad(factory(False)(logits, labels), logits)
+    loss = factory(False)
+    loss.reduction = "sum"
+    (ours,) = torch.autograd.grad(loss(logits, labels), logits)
     u = torch_weight(name, logits, labels)
     formula = -(u * torch.log_softmax(logits, 1)[torch.arange(len(y)), labels]).sum()
     (expected,) = torch.autograd.grad(formula, logits)
@@ -108,7 +110,7 @@ def test_gra_gradient_is_weight_times_ce_gradient(name, factory, weight_np):
     z, y = make_batch(2 + IDS.index(name))
     logits, labels = as_torch(z, y)
     (ours,) = torch.autograd.grad(factory(True)(logits, labels), logits)
-    (ce_grad,) = torch.autograd.grad(F.cross_entropy(logits, labels, reduction="sum"), logits)
+    (ce_grad,) = torch.autograd.grad(F.cross_entropy(logits, labels), logits)
     u = torch.tensor(weight_np(z, y))
     torch.testing.assert_close(ours, u[:, None] * ce_grad, rtol=1e-10, atol=1e-13)
 
@@ -120,7 +122,7 @@ def test_gra_parameter_gradient_is_weighted_sum_of_per_sample_ce_gradients():
     net = net.double()
     x, y = torch.randn(10, 3, dtype=torch.float64), torch.randint(0, 4, (10,))
     params = list(net.parameters())
-    ours = torch.autograd.grad(BSCELoss(gra=True)(net(x), y), params)
+    ours = torch.autograd.grad(BSCELoss(gra=True, reduction="sum")(net(x), y), params)
     z = net(x).detach().numpy()
     u = brier_weight_np(z, y.numpy(), 4, 2)
     expected = [torch.zeros_like(p) for p in params]
@@ -150,7 +152,7 @@ def test_zero_exponent_is_cross_entropy(weight, mode):
     logits, labels = as_torch(z, y)
     value = uncertainty_weighted_ce(logits, labels, weight, mode=mode)
     (grad,) = torch.autograd.grad(value, logits)
-    ce = F.cross_entropy(logits, labels, reduction="sum")
+    ce = F.cross_entropy(logits, labels)  # both batch means, the default reduction
     (ce_grad,) = torch.autograd.grad(ce, logits)
     torch.testing.assert_close(value, ce, rtol=1e-12, atol=0)
     torch.testing.assert_close(grad, ce_grad, rtol=1e-12, atol=1e-15)
@@ -163,7 +165,7 @@ def test_cross_entropy_twins_match_torch():
         expected = F.cross_entropy(logits, labels, reduction=reduction)
         torch.testing.assert_close(CrossEntropy(reduction=reduction)(logits, labels), expected)
         torch.testing.assert_close(cross_entropy(logits, labels, reduction=reduction), expected)
-    np.testing.assert_allclose(cross_entropy(logits, labels).item(), ce_np(z, y).sum())
+    np.testing.assert_allclose(cross_entropy(logits, labels).item(), ce_np(z, y).mean())
 
 
 def test_functional_twins_equal_modules():
@@ -221,7 +223,7 @@ def test_dfl_partial_detach_is_the_reference_quirk():
     """detach_runner_up: the gradient of -(1 - p_y + sg(p_j))^g log p_y, unlike DFL and DFL-GRA."""
     z, y = make_batch(6)
     logits, labels = as_torch(z, y)
-    partial_loss = DualFocalLoss(5, detach_runner_up=True)(logits, labels)
+    partial_loss = DualFocalLoss(5, detach_runner_up=True, reduction="sum")(logits, labels)
     (partial,) = torch.autograd.grad(partial_loss, logits)
     p = torch.softmax(logits, 1)
     rows = torch.arange(len(y))
@@ -229,7 +231,7 @@ def test_dfl_partial_detach_is_the_reference_quirk():
     formula = -((1 - p[rows, labels] + p_j) ** 5 * torch.log(p[rows, labels])).sum()
     (expected,) = torch.autograd.grad(formula, logits)
     torch.testing.assert_close(partial, expected, rtol=1e-9, atol=1e-12)
-    for other in (DualFocalLoss(5), DualFocalLoss(5, gra=True)):
+    for other in (DualFocalLoss(5, reduction="sum"), DualFocalLoss(5, gra=True, reduction="sum")):
         (grad,) = torch.autograd.grad(other(logits, labels), logits)
         assert not torch.allclose(grad, partial)
 

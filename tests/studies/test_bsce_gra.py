@@ -22,7 +22,7 @@ def test_last_layer_gradient_norms_match_per_sample_autograd(loss_name):
     torch.manual_seed(0)
     model = build_model("cnn2d", seed=0, n_classes=10).double()
     x, y = torch.randn(6, 1, 8, 8, dtype=torch.float64), torch.randint(0, 10, (6,))
-    loss = build_loss(loss_name)
+    loss = build_loss(loss_name, reduction="sum")  # the study's reduction
     norms, brier = execute.last_layer_gradient_norms(model, loss, x, y)
     model.eval()
     for i in range(6):

@@ -4,9 +4,10 @@
 :class:`FLSD53Weight`, :class:`DualFocalWeight`, :class:`BrierWeight`) that either weights the
 loss (differentiated: FL, FLSD-53, DFL, BSCE) or the gradient (detached, "GRA": FL-GRA,
 FLSD-GRA, DFL-GRA, BSCE-GRA) -- :func:`uncertainty_weighted_ce`. Also Brier, MMCE_w, label
-smoothing and mixup. Every loss takes ``(logits, labels)``, sums over the batch by default (as
-the reference code bases do) and plugs into ``selfcal.training.fit(loss_fn=...)``;
-:func:`build_loss` builds them by name.
+smoothing and mixup. Every loss takes ``(logits, labels)``, averages over the batch by default
+(like :func:`torch.nn.functional.cross_entropy` and ``fit``'s default loss, so it is a drop-in
+for it; the reference code bases sum: ``reduction="sum"``) and plugs into
+``selfcal.training.fit(loss_fn=...)``; :func:`build_loss` builds them by name.
 """
 
 from selfcal.losses.brier import BrierLoss, brier_loss

@@ -22,7 +22,8 @@ _INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, 
 
 
 def check_reduction(reduction: str) -> None:
-    """``reduction`` must be ``"sum"`` (the reference code's default), ``"mean"`` or ``"none"``."""
+    """``reduction`` must be ``"mean"`` (the default), ``"sum"`` (the reference code's) or
+    ``"none"``."""
     check_choice("reduction", reduction, REDUCTIONS)
 
 

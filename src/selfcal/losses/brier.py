@@ -11,10 +11,11 @@ from selfcal.losses.weights import one_hot_residual
 
 
 def brier_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, reduction: Reduction = "sum"
+    logits: torch.Tensor, labels: torch.Tensor, *, reduction: Reduction = "mean"
 ) -> torch.Tensor:
-    """``sum_k (softmax(z)_k - onehot(y)_k)**2`` per sample, summed over the batch by default
-    (the reference sums over samples *and* classes; it is not divided by ``C``)."""
+    """``sum_k (softmax(z)_k - onehot(y)_k)**2`` per sample, averaged over the batch by default
+    (summed over classes, not divided by ``C``; the reference also sums over samples:
+    ``reduction="sum"``)."""
     labels = check_logits_labels(logits, labels)
     check_reduction(reduction)
     residual = one_hot_residual(F.softmax(logits, dim=1), labels)
@@ -24,7 +25,7 @@ def brier_loss(
 class BrierLoss(nn.Module):
     """Module twin of :func:`brier_loss`."""
 
-    def __init__(self, *, reduction: Reduction = "sum") -> None:
+    def __init__(self, *, reduction: Reduction = "mean") -> None:
         super().__init__()
         check_reduction(reduction)
         self.reduction = reduction

@@ -14,8 +14,9 @@ width 0.4). With ``S_cc = sum_{c,c'} (1-r_c)(1-r_c') k``, ``S_ii = sum_{i,i'} r_
 
 ``MMCE_w = sqrt(MMD^2 + 1e-10)``, and 0 when either group is empty. (``MMD^2`` is clamped at 0
 before the square root; both forms are squared norms of a kernel mean difference, so this only
-guards against a rounding below zero.) The loss is ``CE_mean + lam * MMCE_w``; the reference
-training loop multiplies it by the batch size, which is ``reduction="sum"`` here (the default).
+guards against a rounding below zero.) The loss is ``CE_mean + lam * MMCE_w`` (the default
+``reduction="mean"``); the reference training loop multiplies it by the batch size, which is
+``reduction="sum"`` here.
 """
 
 from __future__ import annotations
@@ -73,10 +74,11 @@ def mmce_loss(
     lam: float = 2.0,
     width: float = 0.4,
     normalization: Normalization = "reference",
-    reduction: Literal["sum", "mean"] = "sum",
+    reduction: Literal["sum", "mean"] = "mean",
 ) -> torch.Tensor:
-    """``CE_mean + lam * MMCE_w``, times the batch size for ``reduction="sum"`` (the reference
-    training loop; methods §0.1). ``reduction="none"`` is rejected: MMCE is a batch statistic."""
+    """``CE_mean + lam * MMCE_w`` (the default ``reduction="mean"``), times the batch size for
+    ``reduction="sum"`` (the reference training loop; methods §0.1). ``reduction="none"`` is
+    rejected: MMCE is a batch statistic."""
     lam = check_nonnegative("lam", lam)
     if reduction not in ("sum", "mean"):
         raise ValueError(
@@ -96,7 +98,7 @@ class MMCELoss(nn.Module):
         width: float = 0.4,
         normalization: Normalization = "reference",
         *,
-        reduction: Literal["sum", "mean"] = "sum",
+        reduction: Literal["sum", "mean"] = "mean",
     ) -> None:
         super().__init__()
         self.lam = check_nonnegative("lam", lam)

@@ -4,7 +4,8 @@ Names: ``ce``, ``focal``, ``flsd53``, ``dfl``, ``bsce``, ``brier``, ``mmce``, ``
 gradient-weighted variants ``focal-gra``, ``flsd53-gra``, ``dfl-gra``, ``bsce-gra``, plus
 ``dfl-gra-partial`` (the reference code's DFL-GRA that detaches only ``p_j``). Keyword
 arguments go to the loss's constructor (``focal`` needs ``gamma``, ``ls`` needs ``eps``); every
-loss takes ``(logits, labels)`` and sums over the batch unless ``reduction=`` says otherwise.
+loss takes ``(logits, labels)`` and averages over the batch unless ``reduction=`` says otherwise
+(``"sum"``: the reference code's convention, which the studies pass explicitly).
 """
 
 from __future__ import annotations

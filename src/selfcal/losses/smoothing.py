@@ -11,7 +11,7 @@ from selfcal.losses._checks import Reduction, check_logits_labels, check_reducti
 
 
 def label_smoothing_loss(
-    logits: torch.Tensor, labels: torch.Tensor, eps: float, *, reduction: Reduction = "sum"
+    logits: torch.Tensor, labels: torch.Tensor, eps: float, *, reduction: Reduction = "mean"
 ) -> torch.Tensor:
     """``-sum_k t_k log p_k`` with ``t = (1 - eps) onehot(y) + eps / C`` (LS-eps; [MetaReg]
     uses eps = 0.05 and 0.1), i.e. ``(1 - eps) * CE + eps * mean_k(-log p_k)``.
@@ -28,7 +28,7 @@ def label_smoothing_loss(
 class LabelSmoothingLoss(nn.Module):
     """Module twin of :func:`label_smoothing_loss`."""
 
-    def __init__(self, eps: float, *, reduction: Reduction = "sum") -> None:
+    def __init__(self, eps: float, *, reduction: Reduction = "mean") -> None:
         super().__init__()
         self.eps = check_real("eps", eps, 0.0, 1.0, high_open=True)
         check_reduction(reduction)

@@ -12,13 +12,15 @@ weights:
 
 FL, FL-GRA, FLSD-53, FLSD-GRA, DFL, DFL-GRA, BSCE and BSCE-GRA are configurations of
 :func:`uncertainty_weighted_ce`; the classes below are thin named wrappers (module and function
-twins) that plug into ``selfcal.training.fit(loss_fn=...)``. The default reduction is the sum
-over the batch, as in every reference code base (methods §0.1).
+twins) that plug into ``selfcal.training.fit(loss_fn=...)``. The default reduction is the mean
+over the batch, like :func:`torch.nn.functional.cross_entropy`; every reference code base sums
+(``reduction="sum"``; methods §0.1).
 
 Cost (profiled; see ``benchmarks/bench_losses.py``): one ``log_softmax`` and one per-sample
 ``nll_loss`` -- what cross-entropy needs anyway; ``-log p_y`` is taken with ``nll_loss`` rather
 than ``gather`` because its backward is several times cheaper -- the weight reads
-``p = exp(log_softmax)`` instead of a second softmax, and the batch sum is one ``dot(u, nll)``.
+``p = exp(log_softmax)`` instead of a second softmax, and the batch sum (or mean) is one
+``dot(u, nll)``.
 """
 
 from __future__ import annotations
@@ -48,12 +50,12 @@ def uncertainty_weighted_ce(
     weight: WeightFunction | None = None,
     *,
     mode: Mode = "loss",
-    reduction: Reduction = "sum",
+    reduction: Reduction = "mean",
 ) -> torch.Tensor:
     """``-u(p, y) * log p_y`` per sample (``u = 1`` when ``weight`` is None: cross-entropy).
 
     ``logits (N, C)`` float, ``labels (N,)`` integer in ``[0, C)``. ``mode="gradient"`` uses
-    ``u.detach()`` (GRA); ``reduction`` is ``"sum"`` (default), ``"mean"`` or ``"none"``.
+    ``u.detach()`` (GRA); ``reduction`` is ``"mean"`` (default), ``"sum"`` or ``"none"``.
 
     Examples
     --------
@@ -61,11 +63,11 @@ def uncertainty_weighted_ce(
     >>> from selfcal.losses import FocalWeight, uncertainty_weighted_ce
     >>> logits = torch.tensor([[2.0, 0.0], [0.0, 1.0]], requires_grad=True)
     >>> labels = torch.tensor([0, 0])
-    >>> ce = uncertainty_weighted_ce(logits, labels)  # u = 1: cross-entropy (summed)
+    >>> ce = uncertainty_weighted_ce(logits, labels)  # u = 1: cross-entropy (batch mean)
     >>> focal = uncertainty_weighted_ce(logits, labels, FocalWeight(gamma=2.0))
     >>> gra = uncertainty_weighted_ce(logits, labels, FocalWeight(gamma=2.0), mode="gradient")
     >>> round(ce.item(), 4), round(focal.item(), 4), round(gra.item(), 4)
-    (1.4402, 0.7037, 0.7037)
+    (0.7201, 0.3518, 0.3518)
 
     The focal loss and its GRA variant have the same value; GRA's gradient is ``u`` times the
     cross-entropy gradient (``u`` detached), the focal loss's also differentiates ``u``:
@@ -112,7 +114,7 @@ class UncertaintyWeightedCE(nn.Module):
     ``gra=True`` weights the gradient (``mode="gradient"``), ``gra=False`` the loss."""
 
     def __init__(
-        self, weight: WeightFunction | None, *, gra: bool = False, reduction: Reduction = "sum"
+        self, weight: WeightFunction | None, *, gra: bool = False, reduction: Reduction = "mean"
     ) -> None:
         super().__init__()
         if not isinstance(gra, bool):
@@ -137,9 +139,9 @@ class UncertaintyWeightedCE(nn.Module):
 
 
 class CrossEntropy(UncertaintyWeightedCE):
-    """Cross-entropy ``-log p_y`` (the weighted CE with ``u = 1``); sum-reduced by default."""
+    """Cross-entropy ``-log p_y`` (the weighted CE with ``u = 1``); mean-reduced by default."""
 
-    def __init__(self, *, reduction: Reduction = "sum") -> None:
+    def __init__(self, *, reduction: Reduction = "mean") -> None:
         super().__init__(None, reduction=reduction)
 
 
@@ -148,7 +150,7 @@ class FocalLoss(UncertaintyWeightedCE):
     gradient is ``(1 - p_y)**gamma`` times CE's."""
 
     def __init__(
-        self, gamma: float | torch.Tensor, *, gra: bool = False, reduction: Reduction = "sum"
+        self, gamma: float | torch.Tensor, *, gra: bool = False, reduction: Reduction = "mean"
     ) -> None:
         super().__init__(FocalWeight(gamma), gra=gra, reduction=reduction)
 
@@ -157,7 +159,7 @@ class FLSD53Loss(UncertaintyWeightedCE):
     """FLSD-53: focal loss with ``gamma = 5`` where ``p_y < 0.2`` and 3 elsewhere
     (:class:`~selfcal.losses.FLSD53Weight`); ``gra=True`` is FLSD-GRA."""
 
-    def __init__(self, *, gra: bool = False, reduction: Reduction = "sum") -> None:
+    def __init__(self, *, gra: bool = False, reduction: Reduction = "mean") -> None:
         super().__init__(FLSD53Weight(), gra=gra, reduction=reduction)
 
 
@@ -175,7 +177,7 @@ class DualFocalLoss(UncertaintyWeightedCE):
         *,
         gra: bool = False,
         detach_runner_up: bool = False,
-        reduction: Reduction = "sum",
+        reduction: Reduction = "mean",
     ) -> None:
         if gra and detach_runner_up:
             raise ValueError(
@@ -198,7 +200,7 @@ class BSCELoss(UncertaintyWeightedCE):
         norm: float = 2.0,
         *,
         gra: bool = False,
-        reduction: Reduction = "sum",
+        reduction: Reduction = "mean",
     ) -> None:
         super().__init__(BrierWeight(gamma, norm), gra=gra, reduction=reduction)
 
@@ -210,7 +212,7 @@ def _mode(gra: bool) -> Mode:
 
 
 def cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, *, reduction: Reduction = "sum"
+    logits: torch.Tensor, labels: torch.Tensor, *, reduction: Reduction = "mean"
 ) -> torch.Tensor:
     """Function twin of :class:`CrossEntropy`."""
     return uncertainty_weighted_ce(logits, labels, None, reduction=reduction)
@@ -222,7 +224,7 @@ def focal_loss(
     gamma: float | torch.Tensor,
     *,
     gra: bool = False,
-    reduction: Reduction = "sum",
+    reduction: Reduction = "mean",
 ) -> torch.Tensor:
     """Function twin of :class:`FocalLoss`; ``gamma`` may be one exponent per sample."""
     weight = FocalWeight(gamma)
@@ -230,7 +232,7 @@ def focal_loss(
 
 
 def flsd53_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, gra: bool = False, reduction: Reduction = "sum"
+    logits: torch.Tensor, labels: torch.Tensor, *, gra: bool = False, reduction: Reduction = "mean"
 ) -> torch.Tensor:
     """Function twin of :class:`FLSD53Loss`."""
     weight = FLSD53Weight()
@@ -244,7 +246,7 @@ def dual_focal_loss(
     *,
     gra: bool = False,
     detach_runner_up: bool = False,
-    reduction: Reduction = "sum",
+    reduction: Reduction = "mean",
 ) -> torch.Tensor:
     """Function twin of :class:`DualFocalLoss`."""
     if gra and detach_runner_up:
@@ -260,7 +262,7 @@ def bsce_loss(
     norm: float = 2.0,
     *,
     gra: bool = False,
-    reduction: Reduction = "sum",
+    reduction: Reduction = "mean",
 ) -> torch.Tensor:
     """Function twin of :class:`BSCELoss`."""
     weight = BrierWeight(gamma, norm)

@@ -256,7 +256,7 @@ def method_step(spec: MethodSpec, options: Mapping[str, Any], meta_val: tuple) -
     from selfcal.training import LossStep, MixupStep
 
     if kind == "mixup":
-        return MixupStep(build_loss(base), fixed["alpha"])
+        return MixupStep(build_loss(base, reduction="sum"), fixed["alpha"])
     if kind != "loss":
         raise ValueError(f"a {kind!r} method has no training step")
-    return LossStep(build_loss(base, **fixed, **options))
+    return LossStep(build_loss(base, **fixed, **options, reduction="sum"))

@@ -69,7 +69,8 @@ def train_ce(
     from selfcal.training import fit
 
     config = protocol.train_config(regime, spec.dataset, spec.seed)
-    fit(model, train, val, config=config, loss_fn=build_loss("ce"), batch_transform=transform)
+    loss = build_loss("ce", reduction="sum")
+    fit(model, train, val, config=config, loss_fn=loss, batch_transform=transform)
 
 
 def train_bo4sc(

@@ -45,7 +45,7 @@ def train_and_evaluate(protocol: BsceGraProtocol, spec: RunSpec) -> RunResult:
     regime = protocol.regime(str(spec.hparams["regime"]))
     data = _images.load(protocol, spec.dataset, spec.seed)
     model = build_model(MODELS[spec.dataset], seed=spec.seed, n_classes=data.n_classes)
-    loss = build_loss(spec.method, **loss_options(spec))
+    loss = build_loss(spec.method, **loss_options(spec), reduction="sum")
     curves = _images.Curves(data, regime.curve_every, regime.epochs, protocol.n_bins)
     snapshots = (
         Snapshots(protocol, data, loss, regime.figure_epochs)
