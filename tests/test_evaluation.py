@@ -137,9 +137,9 @@ def test_evaluate_uses_the_default_resamples(
 
 def test_rejects_input_that_is_not_predictions() -> None:
     z, y = np.zeros((4, 3)), np.zeros(4, dtype=int)
-    with pytest.raises(TypeError, match="Predictions"):
+    with pytest.raises(ValueError, match="Predictions"):
         evaluate({"logits": z, "labels": y})
-    with pytest.raises(TypeError, match="Predictions"):
+    with pytest.raises(ValueError, match="Predictions"):
         evaluate(z)
 
 

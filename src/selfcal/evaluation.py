@@ -109,11 +109,12 @@ def evaluate(
     n_resamples: int | None = None,
     confidence: float = 0.95,
     seed: int = 0,
-    interval: str = "percentile",
+    interval: str = "centred",
     progress: Progress | None = None,
     keys: Sequence[str] | None = None,
 ) -> dict[str, Interval]:
-    """Point estimate and bootstrap interval (``interval``: ``"percentile"`` or ``"basic"``, see
+    """Point estimate and bootstrap interval (``interval``: ``"centred"``, the default, which
+    always contains the point estimate, ``"percentile"`` or ``"basic"``; see
     :mod:`selfcal.metrics.bootstrap`) of every metric in :data:`METRICS` (or of those named
     by ``keys``, in that order).
 
@@ -123,7 +124,10 @@ def evaluate(
     ``progress(key)`` is called after each metric.
     """
     if not isinstance(pred, Predictions):
-        raise TypeError("evaluate() takes a selfcal Predictions object")
+        raise ValueError(
+            "evaluate() takes a selfcal Predictions object: "
+            "evaluate(Predictions.from_logits(z, y)) or Predictions.from_probs(p, y)"
+        )
     pred.require_labels()
     if n_resamples is None:
         n_resamples = default_resamples(pred.n_samples)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 PROGRESS_MIN_ROWS = 100_000
 """Show the evaluation progress bar from this many rows on (always when stderr is a TTY)."""
-INTERVALS = ("percentile", "basic")
+INTERVALS = ("centred", "percentile", "basic")
 
 
 def _finite(x: float) -> float | None:
@@ -97,10 +97,10 @@ def evaluate(
         str,
         typer.Option(
             "--interval",
-            help="Bootstrap interval: 'percentile' or 'basic' "
-            "(bias-reflected; see selfcal.metrics.bootstrap).",
+            help="Bootstrap interval: 'centred' (always contains the value), 'percentile' or "
+            "'basic' (bias-reflected); see selfcal.metrics.bootstrap.",
         ),
-    ] = "percentile",
+    ] = "centred",
     kind: KindOpt = None,
     label_column: LabelOpt = "label",
 ) -> None:

@@ -61,12 +61,19 @@ class Metric:
         self,
         predictions: Predictions | None = None,
         /,
-        *,
+        *positional: Any,
         labels: ArrayLike | None = None,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
         **options: Any,
     ) -> Any:
+        if positional:
+            name = self.__qualname__
+            raise ValueError(
+                f"{name}() takes the scores and labels by name: {name}(logits=z, labels=y) or "
+                f"{name}(probs=p, labels=y) (selfcal never guesses which an array holds), or "
+                "one selfcal Predictions object"
+            )
         pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
         return pred.output(self.core(pred, **options))
 

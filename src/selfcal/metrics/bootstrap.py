@@ -5,24 +5,36 @@ uniform draws with replacement (the ordinary nonparametric bootstrap). Every met
 accepts such a weight matrix and evaluates all ``B`` resamples in one tensor computation, so
 there is no Python loop per resample -- only over chunks of resamples sized to bound memory.
 
-Two intervals, from the quantiles ``q_{(1-a)/2}``, ``q_{(1+a)/2}`` of the resampled metric values
-(linear interpolation between order statistics); the point estimate ``t`` is the metric on the
-full sample:
+Three intervals, from the quantiles ``q_{(1-a)/2}``, ``q_{1/2}``, ``q_{(1+a)/2}`` of the
+resampled metric values (linear interpolation between order statistics); the point estimate
+``t`` is the metric on the full sample:
 
-* ``"percentile"`` (default): ``[q_{(1-a)/2}, q_{(1+a)/2}]``.
-* ``"basic"`` (reverse percentile): ``[2t - q_{(1+a)/2}, 2t - q_{(1-a)/2}]``. Binned calibration
-  errors are biased upward (noise in a bin's accuracy only adds to ``|acc - conf|``), and
-  resampling adds the bias a second time, so their percentile interval sits above ``t`` and
-  can miss the true value entirely (for a perfectly calibrated model it can exclude 0). The
-  basic interval reflects the bias back -- it estimates where the true value lies, not where
-  resampled estimates fall. It is not clipped to the metric's range, so for an ECE near 0 its
-  lower end can be negative: read that as "consistent with 0".
+* ``"centred"`` (default): ``[t - (q_{1/2} - q_{(1-a)/2}), t + (q_{(1+a)/2} - q_{1/2})]``, the
+  percentile interval moved so that its median sits on ``t``. It **always contains the point
+  estimate** (``q_{(1-a)/2} <= q_{1/2} <= q_{(1+a)/2}``) and shows the estimate's sampling
+  spread, asymmetry included. It leaves out the resampling bias ``q_{1/2} - t``, which the
+  other two intervals add or subtract: binned calibration errors are biased upward (noise in a
+  bin's accuracy only adds to ``|acc - conf|``), resampling with duplicates adds that bias a
+  second time, and on a few hundred rows the percentile interval can then lie entirely above
+  ``t`` (``adaece 0.0257 [0.0299, 0.0577]`` was seen). The bias itself is what the debiased
+  estimators measure (:func:`~selfcal.metrics.debiased_ece`).
+* ``"percentile"``: ``[q_{(1-a)/2}, q_{(1+a)/2}]``; it excludes ``t`` when more than ``(1+a)/2``
+  of the resamples lie on one side of it.
+* ``"basic"`` (reverse percentile): ``[2t - q_{(1+a)/2}, 2t - q_{(1-a)/2}]``, the percentile
+  interval reflected about ``t``: it moves the bias back rather than forward, estimating where
+  the true value lies; it excludes ``t`` exactly when the percentile interval does. It is not
+  clipped to the metric's range, so for an ECE near 0 its lower end can be negative: read that
+  as "consistent with 0" (so can the centred interval's).
+
+Resampled values that are infinite (a metric that overflows, e.g. the NLL of an absurd logit)
+stay infinite in the quantiles instead of becoming NaN.
 
 Seeded: the same ``seed`` gives the same interval on the same device.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,18 +51,18 @@ MAX_CHUNK_ELEMENTS = 1 << 24
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with a bootstrap interval (``method``: percentile or basic)."""
+    """A point estimate with a bootstrap interval (``method``: centred, percentile or basic)."""
 
     value: float
     low: float
     high: float
     confidence: float
     n_resamples: int
-    method: str = "percentile"
+    method: str = "centred"
 
     def __repr__(self) -> str:
         pct = round(100 * self.confidence)
-        kind = "" if self.method == "percentile" else f" {self.method}"
+        kind = "" if self.method == "centred" else f" {self.method}"
         return f"{self.value:.6g} [{pct}%{kind} CI {self.low:.6g}, {self.high:.6g}]"
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,29 +142,43 @@ def resampled_values(
     return torch.cat([fn(w) for w in resamples.chunks()])
 
 
+_LARGEST = torch.finfo(torch.float64).max
+
+
+def quantiles(values: torch.Tensor, q: list[float]) -> torch.Tensor:
+    """``(len(q), ...)`` quantiles along dim 0, ignoring NaN resamples (e.g. an empty bin);
+    infinite values stay infinite (interpolating between two infinities would give NaN)."""
+    finite = values.double().nan_to_num(nan=math.nan, posinf=_LARGEST, neginf=-_LARGEST)
+    levels = torch.tensor(q, dtype=torch.float64, device=values.device)
+    out = torch.nanquantile(finite, levels, dim=0)
+    return out.masked_fill(out >= _LARGEST, math.inf).masked_fill(out <= -_LARGEST, -math.inf)
+
+
 def percentile_interval(
     values: torch.Tensor, confidence: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Percentile interval along dim 0, ignoring NaN resamples (e.g. an empty bin)."""
+    """Percentile interval along dim 0 (:func:`quantiles`)."""
     alpha = (1 - confidence) / 2
-    q = torch.tensor([alpha, 1 - alpha], dtype=torch.float64, device=values.device)
-    lo_hi = torch.nanquantile(values.double(), q, dim=0)
+    lo_hi = quantiles(values, [alpha, 1 - alpha])
     return lo_hi[0], lo_hi[1]
 
 
-INTERVAL_METHODS = ("percentile", "basic")
+INTERVAL_METHODS = ("centred", "percentile", "basic")
 
 
 def interval_bounds(
-    values: torch.Tensor, point: torch.Tensor, confidence: float, method: str = "percentile"
+    values: torch.Tensor, point: torch.Tensor, confidence: float, method: str = "centred"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Bounds of the ``method`` interval (see the module docstring) along dim 0."""
-    lo, hi = percentile_interval(values, confidence)
+    check_choice("method", method, INTERVAL_METHODS)
+    alpha = (1 - confidence) / 2
+    lo, mid, hi = quantiles(values, [alpha, 0.5, 1 - alpha])
+    if method == "centred":
+        point = torch.as_tensor(point, dtype=torch.float64, device=lo.device)
+        return point - (mid - lo).nan_to_num(), point + (hi - mid).nan_to_num()
     if method == "percentile":
         return lo, hi
-    if method == "basic":
-        return 2 * point - hi, 2 * point - lo
-    raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
+    return 2 * point - hi, 2 * point - lo
 
 
 def bootstrap_ci(
@@ -166,13 +192,14 @@ def bootstrap_ci(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
-    method: str = "percentile",
+    method: str = "centred",
     resamples: Resamples | None = None,
     **options: Any,
 ) -> Interval:
     """Point estimate and bootstrap interval of ``metric`` (any selfcal metric, e.g.
-    ``bootstrap_ci(ece, labels=y, logits=z, n_bins=15)``); ``method`` is ``"percentile"`` or
-    ``"basic"`` (module docstring). ``resamples`` (a :class:`Resamples` of the same size)
+    ``bootstrap_ci(ece, labels=y, logits=z, n_bins=15)``); ``method`` is ``"centred"`` (the
+    default, which always contains the point estimate), ``"percentile"`` or ``"basic"``
+    (module docstring). ``resamples`` (a :class:`Resamples` of the same size)
     replaces the draw from ``seed``, so several metrics can share one set."""
     check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
     check_choice("method", method, INTERVAL_METHODS)

@@ -1,7 +1,7 @@
 """The calibration report of a trained model: ``report.json`` and ``report.md``.
 
 For the validation set and, when given, the test set: accuracy, NLL, ECE, AdaECE (both 15
-bins) and the Brier score, each with a 95% percentile bootstrap interval, before post-hoc
+bins) and the Brier score, each with a 95% bootstrap interval (centred), before post-hoc
 calibration (the network's softmax) and after it. Both columns of a split read the same
 resamples (:class:`selfcal.metrics.bootstrap.Resamples`, drawn once from the seed), as
 :func:`selfcal.evaluation.evaluate` does; the number of resamples is
@@ -160,7 +160,7 @@ def _metric_sections(report: Mapping[str, Any]) -> list[str]:
         "",
         "## Calibration",
         "",
-        "Value [95% percentile bootstrap interval]; ECE and AdaECE with "
+        "Value [95% bootstrap interval, centred on the value]; ECE and AdaECE with "
         f"{N_BINS} bins. The calibrator was fitted on the validation set: its validation "
         "numbers after calibration are in-sample.",
     ]
