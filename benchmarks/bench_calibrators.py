@@ -13,7 +13,7 @@ in interleaved rounds with its peers where one exists:
   ``beta``; netcal's multi-class ``BetaCalibration`` is another model (one multinomial
   regression on every class's ``log p`` and ``log(1 - p)``), timed beside it too up to
   ``C = 10`` (at 10^4 x 100 one fit took 310 s on this machine);
-* on digits only, the solvers selfcal used before ODIR and Newton, as they were: vector
+* on digits only, the solvers selfcal used before its penalties and Newton, as they were: vector
   scaling and unregularised matrix scaling by scipy's L-BFGS-B on autograd gradients
   (``maxiter=10000, gtol=1e-10, ftol=1e-15``); the old matrix scaling does not finish (no
   minimum), so it is stopped after ``--old-matrix-cap`` seconds and reported as ">".
@@ -23,10 +23,11 @@ call; ratios are row median / selfcal row median. A peer slower than ``--slow`` 
 its warm-up call is timed once only. A table at torch's default thread count times the old
 and the new vector and matrix scaling once each, as a user meets them. Another gives the
 held-out quality on the digits test logits (NLL, 15-bin ECE) of every calibrator fitted on
-the validation logits, and a third the held-out NLL of matrix scaling and Dirichlet
-calibration over a grid of ODIR strengths ``lambda = mu`` (how much the default of 1
-matters; the default is not chosen on these test logits, see
-``selfcal.posthoc.linear.ODIR_LAMBDA``).
+the validation logits; a third the held-out NLL of vector and matrix scaling and Dirichlet
+calibration over a grid of penalty multipliers ``lambda`` (every ``*_l2``; how much the default
+of 1 matters -- it is probmetrics' default, not chosen on these test logits, see
+``selfcal.posthoc.linear.RIDGE_L2``); a fourth the held-out NLL of every calibrator fitted on
+the first 100, 200, 400 and all 718 validation rows (how many rows each needs).
 
 Run: ``python benchmarks/bench_calibrators.py [--repeats 5] [--threads 1] [--skip-large]``;
 writes ``benchmarks/results/calibrators.md``.
@@ -193,7 +194,7 @@ def timing_table(
         if name == "platt" and z.shape[1] != 2:
             continue
         ours = f"selfcal `{name}`"
-        rows = {ours: quiet(lambda name=name: build_calibrator(name).fit(z, y))}
+        rows = {ours: quiet(lambda name=name: build_calibrator(name).fit(logits=z, labels=y))}
         rows.update({k: quiet(v) for k, v in peers(name, z, y).items()})
         if old_cap is not None and name == "vector":
             rows["selfcal before (L-BFGS-B, autograd)"] = lambda: old_vector(z, y)
@@ -212,7 +213,7 @@ def timing_table(
             if key == ours:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    build_calibrator(name).fit(z, y)
+                    build_calibrator(name).fit(logits=z, labels=y)
                 if any(issubclass(w.category, CalibrationNotConverged) for w in caught):
                     note = "warned: not converged"
             lines.append(
@@ -247,7 +248,12 @@ def quality_table() -> list[str]:
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fitted[f"selfcal `{name}`"] = build_calibrator(name).fit(z, y).predict_proba(zt)
+            cal = build_calibrator(name).fit(logits=z, labels=y)
+            fitted[f"selfcal `{name}`"] = cal.predict_proba(logits=zt)
+        cal = build_calibrator("beta", smooth_targets=False).fit(logits=z, labels=y)
+        fitted["selfcal `beta`, smooth_targets=False (betacal's 0/1 targets)"] = cal.predict_proba(
+            logits=zt
+        )
     from betacal import BetaCalibration as BetaCal
     from netcal.binning import BBQ
     from netcal.scaling import BetaCalibration, TemperatureScaling
@@ -273,30 +279,58 @@ def quality_table() -> list[str]:
     return lines
 
 
-def odir_table() -> list[str]:
+def penalty_table() -> list[str]:
     (z, y), (zt, yt) = digits("val"), digits("test")
-    grid = [0.01, 0.1, 1.0, 10.0, 100.0]
+    grid = [0.0, 0.1, 0.3, 1.0, 3.0, 10.0]
     lines = [
-        "### ODIR strength: held-out NLL on the digits test logits, `lambda = mu`",
+        "### Penalty strength: held-out NLL on the digits test logits, every `*_l2 = lambda`",
         "",
         "| calibrator | " + " | ".join(f"{g:g}" for g in grid) + " |",
         "|---|" + "---:|" * len(grid),
     ]
-    for name in ("matrix", "dirichlet"):
+    for name in ("vector", "matrix", "dirichlet"):
         cells = []
         for g in grid:
+            strengths = {"diagonal_l2": g, "bias_l2": g}
+            if name != "vector":
+                strengths["off_diagonal_l2"] = g
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                cal = build_calibrator(name, off_diagonal_l2=g, bias_l2=g).fit(z, y)
-            cells.append(f"{M.nll(probs=cal.predict_proba(zt), labels=yt):.4f}")
+                cal = build_calibrator(name, **strengths).fit(logits=z, labels=y)
+            cells.append(f"{M.nll(probs=cal.predict_proba(logits=zt), labels=yt):.4f}")
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-    ts = build_calibrator("ts").fit(z, y).predict_proba(zt)
-    vs = build_calibrator("vector").fit(z, y).predict_proba(zt)
-    lines += [
+    ts = build_calibrator("ts").fit(logits=z, labels=y).predict_proba(logits=zt)
+    lines += ["", f"For comparison: `ts` {M.nll(probs=ts, labels=yt):.4f}."]
+    return lines
+
+
+VALIDATION_SIZES = (100, 200, 400, None)
+"""Validation rows of the validation-size table (``None``: all of them)."""
+
+
+def validation_size_table() -> list[str]:
+    """Held-out NLL of every calibrator fitted on the first rows of the digits validation
+    logits: how many rows each needs."""
+    (z, y), (zt, yt) = digits("val"), digits("test")
+    sizes = [n or len(y) for n in VALIDATION_SIZES]
+    lines = [
+        "### Validation size: held-out NLL on the digits test logits, fitted on the first "
+        "n validation rows",
         "",
-        f"For comparison: `ts` {M.nll(probs=ts, labels=yt):.4f}, "
-        f"`vector` {M.nll(probs=vs, labels=yt):.4f}.",
+        "| calibrator | " + " | ".join(f"n = {n}" for n in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+        "| (none) | " + " | ".join(f"{M.nll(logits=zt, labels=yt):.4f}" for _ in sizes) + " |",
     ]
+    for name in calibrator_names():
+        if name == "platt":
+            continue
+        cells = []
+        for n in sizes:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cal = build_calibrator(name).fit(logits=z[:n], labels=y[:n])
+            cells.append(f"{M.nll(probs=cal.predict_proba(logits=zt), labels=yt):.4f}")
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -311,9 +345,9 @@ def default_threads_table(threads: int, cap: float) -> list[str]:
     try:
         now = {}
         for name in ("vector", "matrix"):
-            build_calibrator(name).fit(z, y)
+            build_calibrator(name).fit(logits=z, labels=y)
             start = time.perf_counter()
-            build_calibrator(name).fit(z, y)
+            build_calibrator(name).fit(logits=z, labels=y)
             now[name] = time.perf_counter() - start
         start = time.perf_counter()
         old_vector(z, y)
@@ -354,7 +388,7 @@ def run(args: argparse.Namespace, command: str) -> str:
     for label, data, cap in sets:
         lines += timing_table(label, data, args.repeats, args.slow, cap) + [""]
     lines += default_threads_table(args.default_threads, args.old_matrix_cap) + [""]
-    lines += quality_table() + [""] + odir_table()
+    lines += quality_table() + [""] + penalty_table() + [""] + validation_size_table()
     return "\n".join(lines) + "\n"
 
 

@@ -4,8 +4,8 @@ Every check raises ``ValueError`` naming the argument and the value it got, and 
 value in its canonical type, so a caller writes ``self.epochs = check_int("epochs", epochs)``.
 The wordings:
 
-* ``check_int``: ``"{name} must be an integer >= {minimum}, got {value!r}"``; ``bool`` is not
-  an integer here (``True`` is a flag, never a count).
+* ``check_int``: ``"{name} must be an integer >= {minimum}, got {value!r}"``; numpy integers
+  are integers, ``bool`` is not (``True`` is a flag, never a count).
 * ``check_real``: ``"{name} must be a finite number in {interval}, got {value!r}"``, e.g.
   ``[0, inf)`` or ``(0, 1]``; NaN and infinities are rejected, ``bool`` too.
 * ``check_choice``: ``"{name} must be one of {choices}, got {value!r}"``.
@@ -19,9 +19,11 @@ for predictions, the training loop for ``(x, y)`` pairs.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from typing import TypeVar
 
+import numpy as np
 import torch
 
 INF = math.inf
@@ -29,24 +31,25 @@ C = TypeVar("C")
 
 
 def is_int(value: object) -> bool:
-    """Whether ``value`` is a Python ``int`` (``bool`` excluded)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """Whether ``value`` is an integer: a Python ``int`` or a numpy integer scalar (any
+    :class:`numbers.Integral`; ``bool`` and ``numpy.bool_`` excluded)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def check_int(name: str, value: object, minimum: int = 1) -> int:
-    """An ``int >= minimum``."""
+    """An integer ``>= minimum`` (numpy integers accepted), as a Python ``int``."""
     if not is_int(value) or value < minimum:  # type: ignore[operator]
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return int(value)  # type: ignore[call-overload]
 
 
 def check_optional_int(name: str, value: object, minimum: int = 1) -> int | None:
-    """``None`` or an ``int >= minimum``."""
+    """``None`` or an integer ``>= minimum`` (as :func:`check_int`)."""
     if value is None:
         return None
     if not is_int(value) or value < minimum:  # type: ignore[operator]
         raise ValueError(f"{name} must be None or an integer >= {minimum}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return int(value)  # type: ignore[call-overload]
 
 
 def interval(low: float, high: float, low_open: bool = False, high_open: bool = False) -> str:
@@ -71,8 +74,9 @@ def check_real(
     low_open: bool = False,
     high_open: bool = False,
 ) -> float:
-    """A finite real number (``int`` or ``float``, not ``bool``) in the interval, as ``float``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A finite real number (``int``, ``float`` or a numpy number -- any :class:`numbers.Real`;
+    not ``bool``) in the interval, as ``float``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ValueError(
             f"{name} must be a finite number in {interval(low, high, low_open, high_open)}, "
             f"got {value!r}"

@@ -2,12 +2,13 @@
 
 The public ones are ``ValueError`` subclasses (the package's error for bad input or a bad
 state), so ``except ValueError`` catches any of them; each also derives from the built-in error that
-names what happened (``RuntimeError``, ``FileNotFoundError``) where one fits. The one warning,
-:class:`CalibrationNotConverged`, is a ``UserWarning``.
+names what happened (``RuntimeError``, ``FileNotFoundError``) where one fits. The two warnings,
+:class:`CalibrationNotConverged` and :class:`DegenerateCalibration`, are ``UserWarning`` subclasses.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -16,15 +17,38 @@ if TYPE_CHECKING:
 __all__ = [
     "CalibrationNotConverged",
     "DatasetNotFoundError",
+    "DegenerateCalibration",
     "NotFittedError",
     "StaleResults",
     "TrainingDiverged",
 ]
 
 
-class NotFittedError(ValueError, RuntimeError):
+class NotFittedError(ValueError, AttributeError, RuntimeError):
     """An estimator (a post-hoc calibrator, :class:`~selfcal.bilevel.BO4SC`) was used before
-    its ``fit``."""
+    its ``fit``.
+
+    A ``ValueError`` and an ``AttributeError``, as scikit-learn's ``NotFittedError`` (and a
+    ``RuntimeError``, as before). What selfcal raises is built by :func:`not_fitted`: where
+    scikit-learn is installed, an instance of a subclass of both this class and
+    ``sklearn.exceptions.NotFittedError``, so ``except sklearn.exceptions.NotFittedError``
+    catches it too. (scikit-learn is optional and slow to import, so it is imported only when
+    the error is raised.)"""
+
+
+def not_fitted(message: str) -> NotFittedError:
+    """A :class:`NotFittedError` with ``message`` that scikit-learn's ``except`` clause catches
+    too, when scikit-learn is installed."""
+    return _not_fitted_class()(message)
+
+
+@functools.cache
+def _not_fitted_class() -> type[NotFittedError]:
+    try:
+        from sklearn.exceptions import NotFittedError as SklearnNotFitted
+    except ImportError:
+        return NotFittedError
+    return type("NotFittedError", (NotFittedError, SklearnNotFitted), {"__module__": __name__})
 
 
 class CalibrationNotConverged(UserWarning):
@@ -34,6 +58,17 @@ class CalibrationNotConverged(UserWarning):
     is finite and better than the start; scikit-learn's ``ConvergenceWarning`` is the model.
     Silence it with ``warnings.simplefilter("ignore", CalibrationNotConverged)`` or make it
     an error with ``"error"``."""
+
+
+class DegenerateCalibration(UserWarning):
+    """A warning: the validation data cannot identify a calibrator's parameters -- every
+    prediction is correct (no minimum: the fit would make every confidence 1), a class is
+    missing from the labels, or the likelihood keeps falling to the edge of the search
+    interval (scores no better than uniform, an absurd logit). The fit then returns the
+    bounded result its class documents (e.g. temperature scaling's Laplace temperature) and
+    this warning names the cause, what was returned, and the remedy. Where nothing sensible
+    exists (a single class in the labels) ``fit`` raises ``ValueError`` instead. The rule is
+    stated in the conventions page of the documentation."""
 
 
 class TrainingDiverged(ValueError):

@@ -213,7 +213,7 @@ def test_basic_interval_mirrors_percentile(tmp_path, capsys):
     z, y = make_data(n=500)
     path = tmp_path / "d.npz"
     np.savez(path, logits=z, labels=y)
-    pct = evaluate_json(capsys, path)
+    pct = evaluate_json(capsys, path, "--interval", "percentile")
     basic = evaluate_json(capsys, path, "--interval", "basic")
     for key in KEYS:
         t, (lo, hi) = pct[key]["value"], pct[key]["ci"]
@@ -386,7 +386,8 @@ def test_calibrate_unknown_method(tmp_path, capsys):
 
 def test_calibrate_param_sets_a_hyperparameter(tmp_path, capsys):
     """``--param NAME=VALUE`` reaches the calibrator (JSON values typed, plain text a string):
-    matrix scaling on the bundled digits logits with a stronger ODIR penalty, in seconds."""
+    matrix scaling on the bundled digits logits with a stronger off-diagonal penalty, in
+    seconds."""
     code, text, err = run(
         capsys,
         "calibrate",
@@ -411,9 +412,10 @@ def test_calibrate_param_sets_a_hyperparameter(tmp_path, capsys):
     cal = Calibrator.load(tmp_path / "m.json")
     assert cal.get_params() == {
         "off_diagonal_l2": 10,
+        "diagonal_l2": 1.0,
         "bias_l2": 0.5,
         "max_iter": 100,
-        "kind": "logits",
+        "kind": None,
     }
 
 

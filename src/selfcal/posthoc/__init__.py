@@ -6,11 +6,15 @@ Every calibrator follows the estimator contract of :class:`Calibrator`::
     cal = TemperatureScaling().fit(logits=val_logits, labels=val_labels)
     p = cal.predict_proba(logits=test_logits)   # numpy in -> numpy out, torch in -> torch out
     cal.save("ts.json"); cal = TemperatureScaling.load("ts.json")
-    cal = TemperatureScaling(kind="logits").fit(val_logits, val_labels)  # scikit-learn style
+    cal = TemperatureScaling(kind="logits").fit(val_logits, val_labels)  # scikit-learn style:
+                                                # positional scores need a stated kind
     module = cal.to_module()                    # torch.nn.Module: logits -> calibrated logits
 
 They clone with ``sklearn.base.clone`` (``get_params`` / ``set_params``); a solver that stops
-at its iteration cap warns with :class:`~selfcal.exceptions.CalibrationNotConverged`.
+at its iteration cap warns with :class:`~selfcal.exceptions.CalibrationNotConverged`, and a fit
+the validation data do not identify returns a stated, bounded result and warns with
+:class:`~selfcal.exceptions.DegenerateCalibration` (the rule: :class:`Calibrator`'s ``fit``;
+:func:`recorded_degenerate_fits` collects those warnings in a sweep).
 
 Calibrators are built by name from one registry (:mod:`selfcal.posthoc.registry`):
 ``build_calibrator("ts")``, ``calibrator_names()``, and :data:`CALIBRATORS`, a read-only view
@@ -28,7 +32,7 @@ ensemble temperature scaling's MSE temperature.
 
 from __future__ import annotations
 
-from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._base import Calibrator, recorded_degenerate_fits
 from selfcal.posthoc.bbq import BBQ
 from selfcal.posthoc.beta import BetaCalibration
 from selfcal.posthoc.dirichlet import DirichletCalibration
@@ -62,5 +66,6 @@ __all__ = [
     "build_calibrator",
     "calibrator_names",
     "calibrator_summary",
+    "recorded_degenerate_fits",
     "register_calibrator",
 ]

@@ -289,3 +289,21 @@ class OneVsRestModule(torch.nn.Module):
             return torch.stack([1 - p1, p1], 1).log()
         out = batched_interp(p, self.x_thresholds, self.y_thresholds, self.knot_counts)
         return renormalise(out).log()
+
+
+class MixtureModule(torch.nn.Module):
+    """A calibrator's map mixed with the uniform distribution:
+    ``log((1 - eps) softmax(inner(x)) + eps / C)`` (``mix_`` of the calibrator)."""
+
+    if TYPE_CHECKING:  # buffers (TorchScript cannot read string annotations)
+        weight: torch.Tensor
+
+    def __init__(self, inner: torch.nn.Module, weight: float) -> None:
+        super().__init__()
+        self.inner = inner
+        self.register_buffer("weight", _buffer(weight))
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        log_p = torch.log_softmax(self.inner(scores), dim=1)
+        uniform = torch.log(self.weight / log_p.shape[1])
+        return torch.logaddexp(log_p + torch.log1p(-self.weight), uniform)

@@ -5,10 +5,14 @@ and the warning both give when they stop at their iteration cap.
 The objectives (multinomial logistic regressions on fixed features, plus a quadratic penalty)
 are convex; their derivatives are written out rather than taken by autograd:
 
-* :class:`SharedFeatures` -- ``u_i = Theta x_i`` with ``Theta`` ``(C, D)`` and the same
-  features ``x_i`` for every class (matrix scaling: ``x = [z, 1]``; Dirichlet calibration:
-  ``x = [log p, 1]``);
-* :class:`ClassFeatures` -- ``u_ik = w_k z_ik + b_k`` (vector scaling).
+* :class:`SharedFeatures` -- ``u_i = o_i + Theta x_i`` with ``Theta`` ``(C, D)``, the same
+  features ``x_i`` for every class and a fixed offset ``o_i`` (matrix scaling and Dirichlet
+  calibration: ``x = [s, 1]`` with ``s`` the temperature-scaled logits or log-probabilities,
+  ``o = s``, so ``Theta = [Delta, b]`` is the departure from the identity);
+* :class:`ClassFeatures` -- ``u_ik = z_ik + v_k z_ik + b_k`` (vector scaling: ``v`` the
+  departure of each class's scale from 1).
+
+Both add a ridge penalty ``sum_j c_j theta_j^2`` with fixed coefficients ``c_j >= 0``.
 
 With ``r_i = p_i - e_{y_i}`` the mean NLL ``L = (1/N) sum_i [logsumexp(u_i) - u_{i y_i}]`` has
 gradient ``(1/N) sum_i r_i (x) x_i`` and Hessian ``(1/N) sum_i (diag p_i - p_i p_i^T) (x)
@@ -182,14 +186,16 @@ def _nll(u: torch.Tensor, y: torch.Tensor) -> float:
 
 @dataclass(frozen=True)
 class SharedFeatures:
-    """Mean NLL of ``softmax(X Theta^T)`` plus ``sum penalty * Theta^2``; ``theta`` is
-    ``Theta`` ``(C, D)`` flattened by rows. ``penalty`` ``(C, D)`` holds the coefficient of
-    each squared entry; a feature column whose coefficients are all 0 is a null direction
-    (adding a constant to that column of every row changes nothing)."""
+    """Mean NLL of ``softmax(O + X Theta^T)`` plus ``sum penalty * Theta^2``; ``theta`` is
+    ``Theta`` ``(C, D)`` flattened by rows, ``offset`` ``O`` ``(N, C)`` (``None``: 0).
+    ``penalty`` ``(C, D)`` holds the coefficient of each squared entry; a feature column whose
+    coefficients are all 0 is a null direction (adding a constant to that column of every row
+    changes nothing)."""
 
     x: torch.Tensor
     y: torch.Tensor
     penalty: torch.Tensor
+    offset: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -198,13 +204,17 @@ class SharedFeatures:
     def _theta(self, theta: torch.Tensor) -> torch.Tensor:
         return theta.reshape(self.shape)
 
+    def _logits(self, t: torch.Tensor) -> torch.Tensor:
+        u = self.x @ t.T
+        return u if self.offset is None else u + self.offset
+
     def value(self, theta: torch.Tensor) -> float:
         t = self._theta(theta)
-        return _nll(self.x @ t.T, self.y) + float((self.penalty * t * t).sum())
+        return _nll(self._logits(t), self.y) + float((self.penalty * t * t).sum())
 
     def value_and_gradient(self, theta: torch.Tensor) -> tuple[float, torch.Tensor]:
         t = self._theta(theta)
-        loss, r = _nll_parts(self.x @ t.T, self.y)
+        loss, r = _nll_parts(self._logits(t), self.y)
         grad = r.T @ self.x / self.x.shape[0] + 2 * self.penalty * t
         return loss + float((self.penalty * t * t).sum()), grad.reshape(-1)
 
@@ -212,7 +222,7 @@ class SharedFeatures:
         t = self._theta(theta)
         n = self.x.shape[0]
         c, d = self.shape
-        u = self.x @ t.T
+        u = self._logits(t)
         loss, r = _nll_parts(u, self.y)
         p = r.clone()
         p[torch.arange(n, device=u.device), self.y] += 1.0
@@ -241,42 +251,52 @@ class SharedFeatures:
 
 @dataclass(frozen=True)
 class ClassFeatures:
-    """Mean NLL of ``softmax(w * z + b)`` (vector scaling); ``theta = [w, b]``. Adding a
-    constant to every ``b_k`` changes nothing: that is the one null direction."""
+    """Mean NLL of ``softmax(z + v * z + b)`` (vector scaling) plus ``sum penalty * theta^2``;
+    ``theta = [v, b]``, ``penalty`` ``(2C,)``. Adding a constant to every ``b_k`` changes
+    nothing: that is a null direction when the biases are not penalised."""
 
     z: torch.Tensor
     y: torch.Tensor
+    penalty: torch.Tensor
 
     def _logits(self, theta: torch.Tensor) -> torch.Tensor:
         c = self.z.shape[1]
-        return self.z * theta[:c] + theta[c:]
+        return self.z * (1.0 + theta[:c]) + theta[c:]
+
+    def _ridge(self, theta: torch.Tensor) -> float:
+        return float((self.penalty * theta * theta).sum())
 
     def value(self, theta: torch.Tensor) -> float:
-        return _nll(self._logits(theta), self.y)
+        return _nll(self._logits(theta), self.y) + self._ridge(theta)
 
     def value_and_gradient(self, theta: torch.Tensor) -> tuple[float, torch.Tensor]:
         loss, r = _nll_parts(self._logits(theta), self.y)
         n = self.z.shape[0]
-        return loss, torch.cat([(r * self.z).sum(0) / n, r.sum(0) / n])
+        grad = torch.cat([(r * self.z).sum(0) / n, r.sum(0) / n]) + 2 * self.penalty * theta
+        return loss + self._ridge(theta), grad
 
     def derivatives(self, theta: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
         """``H_ab = diag(mean_i p_ik x^a_ik x^b_ik) - (Q^a)^T Q^b / N`` for ``a, b`` in
-        ``{w, b}``, with ``x^w = z``, ``x^b = 1`` and ``Q^a = p * x^a``."""
+        ``{v, b}``, with ``x^v = z``, ``x^b = 1`` and ``Q^a = p * x^a``, plus the penalty's
+        ``2 diag(penalty)``."""
         u = self._logits(theta)
         n = self.z.shape[0]
         loss, r = _nll_parts(u, self.y)
         p = r.clone()
         p[torch.arange(n, device=u.device), self.y] += 1.0
-        grad = torch.cat([(r * self.z).sum(0) / n, r.sum(0) / n])
+        grad = torch.cat([(r * self.z).sum(0) / n, r.sum(0) / n]) + 2 * self.penalty * theta
         pz = p * self.z
         h_ww = torch.diag((pz * self.z).sum(0)) - pz.T @ pz
         h_wb = torch.diag(pz.sum(0)) - pz.T @ p
         h_bb = torch.diag(p.sum(0)) - p.T @ p
         hess = torch.cat([torch.cat([h_ww, h_wb], 1), torch.cat([h_wb.T, h_bb], 1)], 0) / n
-        return loss, grad, hess
+        hess.diagonal().add_(2 * self.penalty)
+        return loss + self._ridge(theta), grad, hess
 
-    def null_directions(self) -> torch.Tensor:
+    def null_directions(self) -> torch.Tensor | None:
         c = self.z.shape[1]
+        if bool((self.penalty[c:] != 0).any()):
+            return None
         out = torch.zeros(2 * c, 1, dtype=self.z.dtype, device=self.z.device)
         out[c:, 0] = 1.0 / math.sqrt(c)
         return out

@@ -234,18 +234,33 @@ class BBQ(Calibrator):
 
     **Can change the predicted class** (independent per-class maps).
 
+    The result is mixed with the uniform distribution (``mix``), as for the other
+    non-parametric calibrators (the posterior means are never exactly 0 or 1, but a class
+    absent from the labels gets a small value whose renormalisation is otherwise unchecked).
+
     Parameters
     ----------
-    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds.
+    mix : ``"auto"`` (default), a number in ``[0, 1)``, or 0: the weight ``eps`` of the
+        uniform distribution mixed into the output, ``(1 - eps) p + eps / C``; ``"auto"`` is
+        ``1 / (n + 1)`` for ``n`` validation rows (Laplace smoothing; Berta et al.'s
+        "ts-mix" weight), so no probability is exactly 0 or 1; 0 returns the un-mixed map.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
     ----------
     cut_points_ : (K,) float64 array -- the cut points of all maps concatenated
     bin_values_ : (K + R,) float64 array -- the values of all maps concatenated
     table_sizes_ : (R,) int64 array -- cut points per map (``R = 1`` binary, else ``C``)
+    mix_ : float, the mixing weight ``eps``
     """
 
+    _hyperparameters = ("mix",)
     _fitted_attributes = ("cut_points_", "bin_values_", "table_sizes_")
+    _per_class = True
+
+    def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
+        self.mix = mix
+        self.kind = kind
 
     def _fit(self, pred: Predictions) -> None:
         p, y = pred.probs, pred.require_labels()

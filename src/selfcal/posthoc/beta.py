@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from selfcal.posthoc._base import Calibrator, as_tensor
+from selfcal.posthoc._base import Calibrator, Coverage, as_tensor
 from selfcal.posthoc._modules import log_one_minus, score_log_probs
 from selfcal.posthoc._solvers import Logistic, Solution, newton, warn_not_converged
-from selfcal.posthoc.linear import MAX_ITER, check_max_iter
+from selfcal.posthoc.linear import MAX_ITER, check_flag, check_max_iter, platt_targets
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
@@ -107,32 +107,57 @@ class BetaCalibration(Calibrator):
     * ``C > 2``: one map per class, of ``s = p_j`` against ``1[y = j]`` (one-vs-rest), then
       renormalised: ``p'_j = sigmoid(u_j) / sum_l sigmoid(u_l)``.
 
-    When a class is separable by its features the log-loss has no minimum; the fit stops
-    after ``max_iter`` Newton steps with a
-    :class:`~selfcal.exceptions.CalibrationNotConverged` warning.
+    Each map is fitted to Platt's (1999) smoothed targets by default (``smooth_targets=True``,
+    as :class:`~selfcal.posthoc.PlattScaling`): ``(N_+ + 1) / (N_+ + 2)`` for the ``N_+``
+    positives of that map, ``1 / (N_- + 2)`` for its ``N_-`` negatives. The log-loss then has
+    a minimum even when a class is separable by its features or absent from the labels, and
+    no calibrated probability is 0 or 1. ``smooth_targets=False`` fits the 0/1 labels, as
+    ``betacal``; on separable scores that has no minimum, and the fit stops after
+    ``max_iter`` Newton steps with a :class:`~selfcal.exceptions.CalibrationNotConverged`
+    warning.
 
     **Can change the predicted class** for ``C > 2`` (independent per-class maps) and for two
     classes (``p'_1 > 1/2`` need not coincide with ``s > 1/2``).
 
     Parameters
     ----------
+    smooth_targets : Platt's smoothed targets (default ``True``) or the 0/1 labels.
     max_iter : Newton iterations at most per face (default 100).
-    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
     ----------
     a_, b_, c_ : (1,) (binary) or (C,) float64 arrays
     """
 
-    _hyperparameters = ("max_iter",)
+    _hyperparameters = ("smooth_targets", "max_iter")
+    _likelihood_fit = True
     _fitted_attributes = ("a_", "b_", "c_")
+    _per_class = True
 
-    def __init__(self, max_iter: int = MAX_ITER, kind: str = "logits") -> None:
+    def __init__(
+        self, smooth_targets: bool = True, max_iter: int = MAX_ITER, kind: str | None = None
+    ) -> None:
+        self.smooth_targets = smooth_targets
         self.max_iter = max_iter
         self.kind = kind
 
     def _validate_hyperparameters(self) -> None:
+        check_flag("smooth_targets", self.smooth_targets)
         check_max_iter(self.max_iter)
+
+    def _all_correct_outcome(self, coverage: Coverage) -> str:
+        if self.smooth_targets:
+            return (
+                "returned the fit to Platt's smoothed targets, which keeps every probability "
+                "in (0, 1)"
+            )
+        return "with smooth_targets=False the log-loss has no minimum (see the warning)"
+
+    def _missing_outcome(self, coverage: Coverage) -> str:
+        if self.smooth_targets:
+            return "those classes' maps are fitted to the smoothed target 1/(n + 2) of no positives"
+        return "those classes' maps have no minimum with smooth_targets=False (see the warning)"
 
     def _fit(self, pred: Predictions) -> None:
         log_p, y = pred.log_probs, pred.require_labels()
@@ -141,6 +166,8 @@ class BetaCalibration(Calibrator):
         maps, failed = [], []
         for j in classes:
             target = (y == j).to(log_p.dtype)
+            if self.smooth_targets:
+                target = platt_targets(target)
             abc, solution = fit_beta_map(log_p[:, j], log_1mp[:, j], target, self.max_iter)
             maps.append(abc)
             if not solution.converged:

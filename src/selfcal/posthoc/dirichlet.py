@@ -1,5 +1,6 @@
 """Dirichlet calibration (Kull et al., 2019): a multinomial logistic regression on the log of
-the model's probabilities, with the ODIR regularisation."""
+the model's probabilities, fitted as structured matrix scaling (temperature scaling, then a
+ridge-penalised departure from it)."""
 
 from __future__ import annotations
 
@@ -13,22 +14,26 @@ from selfcal.predictions import Predictions
 
 @register_calibrator("dirichlet")
 class DirichletCalibration(MatrixScaling):
-    """Dirichlet calibration with ODIR: ``softmax(W log p + b)`` on the model's log-probabilities.
+    """Dirichlet calibration: ``softmax(W log p + b)`` on the model's log-probabilities, structured.
 
     Kull et al. (2019) model the class-conditional distributions of the probability vector
     ``p`` as Dirichlet distributions; the calibrated posterior is then
     ``softmax(W log p + b)``, a multinomial logistic regression on ``log p`` -- which is
     matrix scaling applied to ``log p`` instead of the logits. The fit is
-    :class:`MatrixScaling`'s: from ``W = I, b = 0`` (the identity map, since
-    ``softmax(log p) = p``), by the mean NLL plus the ODIR penalty
+    :class:`MatrixScaling`'s (methods §2.3): temperature scaling first (on ``log p``, the same
+    ``T`` as on the logits), then on ``x = log(p) / T`` the map ``softmax((I + Delta) x + b)``
+    minimising the mean NLL plus the ridge penalty
 
-    ``lambda / (C (C - 1)) sum_{j != k} W_jk^2 + mu / C sum_k b_k^2``
+    ``diagonal_l2 C/N sum_k Delta_kk^2 + off_diagonal_l2 C(C-1)/N sum_{j != k} Delta_jk^2
+    + bias_l2 C/N sum_k b_k^2``
 
-    (``lambda = off_diagonal_l2``, ``mu = bias_l2``; the paper's form -- the
-    ``dirichletcal`` package's ``reg_norm=True`` -- on ``W`` as fitted, with no reference
-    row; see methods §2.3). Newton's method with the exact Hessian converges to the float64
-    optimum; ``max_iter`` caps it with a :class:`~selfcal.exceptions.CalibrationNotConverged`
-    warning.
+    (Berta et al. 2026's structured scaling strengths, which grow with the number of classes
+    and fade with the validation size), so ``W = (I + Delta) / T`` -- every map of Kull et al.'s
+    family, and their unregularised optimum when every strength is 0. Their ODIR penalty
+    (off-diagonal and intercept only, with strengths chosen by cross-validation) left the
+    diagonal free: on separable scores it has no minimum. Newton's method with the exact
+    Hessian converges to the float64 optimum; ``max_iter`` caps it with a
+    :class:`~selfcal.exceptions.CalibrationNotConverged` warning.
 
     ``log p`` is ``log_softmax(z)`` for logits and ``log(max(p, tiny))`` for probabilities
     (a zero probability becomes ``-708``, as in ``dirichletcal``, which clips at ``tiny``
@@ -41,10 +46,11 @@ class DirichletCalibration(MatrixScaling):
 
     Parameters
     ----------
-    off_diagonal_l2 : ``lambda >= 0`` (default 1).
-    bias_l2 : ``mu >= 0`` (default 1).
+    off_diagonal_l2 : ``lambda >= 0`` of the off-diagonal penalty (default 1).
+    diagonal_l2 : ``lambda >= 0`` of the diagonal penalty (default 1).
+    bias_l2 : ``lambda >= 0`` of the intercepts' penalty (default 1).
     max_iter : Newton iterations at most (default 100); L-BFGS gets 50 times more.
-    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
     ----------
@@ -52,7 +58,7 @@ class DirichletCalibration(MatrixScaling):
     bias_ : (C,) float64 array
     """
 
-    def _features(self, pred: Predictions) -> torch.Tensor:
+    def _scores(self, pred: Predictions) -> torch.Tensor:
         """``log p``: the model's log-probabilities (float64)."""
         return pred.log_probs
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
-from selfcal.posthoc._base import Calibrator, scores_as_logits
+from selfcal.posthoc._base import Calibrator, Coverage, scores_as_logits
 from selfcal.posthoc._modules import score_logits
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.posthoc.temperature import fit_inverse_temperature
@@ -221,7 +221,7 @@ class EnsembleTemperatureScaling(Calibrator):
     Parameters
     ----------
     loss : ``"mse"`` (default, the authors' choice) or ``"ce"``.
-    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
     ----------
@@ -230,9 +230,10 @@ class EnsembleTemperatureScaling(Calibrator):
     """
 
     _hyperparameters = ("loss",)
+    _likelihood_fit = True
     _fitted_attributes = ("temperature_", "weights_")
 
-    def __init__(self, loss: str = "mse", kind: str = "logits") -> None:
+    def __init__(self, loss: str = "mse", kind: str | None = None) -> None:
         self.loss = loss
         self.kind = kind
 
@@ -241,11 +242,26 @@ class EnsembleTemperatureScaling(Calibrator):
 
     def _fit(self, pred: Predictions) -> None:
         z, y = scores_as_logits(pred), pred.require_labels()
+        if bool(pred.correct.all()):  # nothing is identified: the scores unchanged
+            self.temperature_, self.weights_ = 1.0, np.array([0.0, 1.0, 0.0])
+            return
         temperature = fit_temperature(z, y, self.loss)
+        if any(math.isclose(temperature, end, rel_tol=1e-9) for end in TEMPERATURE_BOUNDS):
+            self._warn_degenerate(
+                f"the validation {self.loss.upper()} is lowest at T = {temperature:g}, an end of "
+                f"the authors' interval [{TEMPERATURE_BOUNDS[0]:g}, {TEMPERATURE_BOUNDS[1]:g}], "
+                "so its minimum may lie beyond; returned that T"
+            )
         self.temperature_ = temperature
         # the weights' solver works on the CPU (3 x 3 systems): bring its (3, N, C) input there
         components = ets_components(z, temperature).cpu()
         self.weights_ = fit_weights(components, y.cpu(), self.loss)
+
+    def _all_correct_outcome(self, coverage: Coverage) -> str:
+        return (
+            "the MSE falls as T -> 0 and the weights follow; returned T = 1 and weights "
+            "(0, 1, 0): the scores unchanged"
+        )
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         z = scores_as_logits(pred)

@@ -22,22 +22,38 @@ class HistogramBinning(Calibrator):
     bin keeps its midpoint ``(e_m + e_{m+1}) / 2``. Rows are then renormalised,
     ``p'_j = theta_j(p_j) / sum_l theta_l(p_l)`` (uniform ``1/C`` if all are 0).
 
-    **Can change the predicted class** (the per-class maps are independent step functions).
+    The result is mixed with the uniform distribution (``mix``): a bin whose validation
+    samples are all negatives gives ``theta = 0``, and a new sample of that class there would
+    otherwise get probability exactly 0.
 
-    ``kind`` (``"logits"`` default, or ``"probs"``): what a positional score array holds.
+    **Can change the predicted class** (the per-class maps are independent step functions).
     :meth:`to_module` gives a module holding the edges and ``bin_values_`` as buffers.
+
+    Parameters
+    ----------
+    n_bins : bins per class (default 15).
+    mix : ``"auto"`` (default), a number in ``[0, 1)``, or 0: the weight ``eps`` of the
+        uniform distribution mixed into the output, ``(1 - eps) p + eps / C``; ``"auto"`` is
+        ``1 / (n + 1)`` for ``n`` validation rows (Laplace smoothing; Berta et al.'s
+        "ts-mix" weight), so no probability is exactly 0 or 1; 0 returns the un-mixed map.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
     ----------
     bin_values_ : (C, M) float64 array, ``theta_jm``
     bin_counts_ : (C, M) float64 array, validation samples per bin
+    mix_ : float, the mixing weight ``eps``
     """
 
-    _hyperparameters = ("n_bins",)
+    _hyperparameters = ("n_bins", "mix")
     _fitted_attributes = ("bin_values_", "bin_counts_")
+    _per_class = True
 
-    def __init__(self, n_bins: int = 15, kind: str = "logits") -> None:
+    def __init__(
+        self, n_bins: int = 15, mix: float | str = "auto", kind: str | None = None
+    ) -> None:
         self.n_bins = n_bins
+        self.mix = mix
         self.kind = kind
 
     def _validate_hyperparameters(self) -> None:

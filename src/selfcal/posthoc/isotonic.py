@@ -42,17 +42,36 @@ class IsotonicCalibration(Calibrator):
       proportion to the original probabilities: ``p'_j = (1 - f(c)) p_j / sum_{l != k^} p_l``
       for ``j != k^`` (uniformly ``(1 - f(c)) / (C - 1)`` when those ``p_j`` are all 0).
 
+    * Both are then mixed with the uniform distribution (``mix``): the confidence becomes
+      ``(1 - eps) f(c) + eps / C``. Without it a validation set whose most confident rows are
+      all correct gives ``f = 1`` there, and one error among such rows on new data costs an
+      infinite NLL.
+
     **Can change the predicted class** in :meth:`predict_proba` exactly when
     ``f(c) < (1 - f(c)) p_(2) / sum_{l != k^} p_l`` (``p_(2)`` the runner-up probability;
     on equality the first index wins): never when ``f(c) >= 1/2``; for two classes, whenever
     ``f(c) < 1/2``. :meth:`predict_confidence` never changes it.
 
+    Parameters
+    ----------
+    mix : ``"auto"`` (default), a number in ``[0, 1)``, or 0: the weight ``eps`` of the
+        uniform distribution mixed into the output, ``(1 - eps) p + eps / C``; ``"auto"`` is
+        ``1 / (n + 1)`` for ``n`` validation rows (Laplace smoothing; Berta et al.'s
+        "ts-mix" weight), so no probability is exactly 0 or 1; 0 returns the un-mixed map.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
+
     Attributes
     ----------
     x_thresholds_, y_thresholds_ : (K,) float64 arrays, the knots of ``f``
+    mix_ : float, the mixing weight ``eps``
     """
 
+    _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_")
+
+    def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
+        self.mix = mix
+        self.kind = kind
 
     def _fit(self, pred: Predictions) -> None:
         self.x_thresholds_, self.y_thresholds_ = fit_isotonic(pred.confidence, pred.correct)
@@ -91,15 +110,34 @@ class OneVsRestIsotonic(Calibrator):
     For two classes (like scikit-learn) one map is fitted, on the positive class:
     ``p'_1 = f_1(p_1)``, ``p'_0 = 1 - p'_1``.
 
+    The result is mixed with the uniform distribution (``mix``), so that a class whose map
+    is 0 where a new score falls (for example one absent from the validation labels) keeps a
+    probability of about ``eps / C`` instead of exactly 0.
+
     **Can change the predicted class**: the per-class maps are fitted independently.
+
+    Parameters
+    ----------
+    mix : ``"auto"`` (default), a number in ``[0, 1)``, or 0: the weight ``eps`` of the
+        uniform distribution mixed into the output, ``(1 - eps) p + eps / C``; ``"auto"`` is
+        ``1 / (n + 1)`` for ``n`` validation rows (Laplace smoothing; Berta et al.'s
+        "ts-mix" weight), so no probability is exactly 0 or 1; 0 returns the un-mixed map.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
     ----------
     x_thresholds_, y_thresholds_ : (K,) float64 arrays -- the knots of all maps concatenated
     knot_counts_ : (C,) or (1,) int64 array -- knots per map
+    mix_ : float, the mixing weight ``eps``
     """
 
+    _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_", "knot_counts_")
+    _per_class = True
+
+    def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
+        self.mix = mix
+        self.kind = kind
 
     def _fit(self, pred: Predictions) -> None:
         p, y = pred.probs, pred.require_labels()

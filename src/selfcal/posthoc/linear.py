@@ -1,15 +1,17 @@
-"""Affine logit calibrators fitted by NLL: vector scaling, matrix scaling (Guo et al., 2017;
-with the ODIR regularisation of Kull et al., 2019) and Platt scaling (Platt, 1999) for binary
-problems."""
+"""Affine logit calibrators fitted by NLL: vector scaling, matrix scaling (Guo et al., 2017)
+-- both structured as temperature scaling plus a ridge-penalised departure from it whose
+strength scales with the data (Berta et al., 2026) -- and Platt scaling (Platt, 1999) for
+binary problems."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from selfcal._validation import check_int, check_nonnegative
-from selfcal.posthoc._base import Calibrator, as_tensor, scores_as_logits
+from selfcal.posthoc._base import Calibrator, Coverage, as_tensor, scores_as_logits
 from selfcal.posthoc._modules import AffineModule, PlattModule, VectorScalingModule
 from selfcal.posthoc._solvers import (
     ClassFeatures,
@@ -21,6 +23,7 @@ from selfcal.posthoc._solvers import (
     warn_not_converged,
 )
 from selfcal.posthoc.registry import register_calibrator
+from selfcal.posthoc.temperature import TemperatureFit, report_fit, solve_temperature
 from selfcal.predictions import Predictions
 
 MAX_ITER = 100
@@ -35,41 +38,113 @@ NEWTON_BUDGET = 2e9
 Hessian, ``N (C (C + 1))^2`` multiply-adds, costs at most this (``C <= 20`` at ``N = 10^4``);
 beyond it, L-BFGS on the exact gradient."""
 
-ODIR_LAMBDA = 1.0
-"""Default ODIR coefficient ``lambda`` of the mean squared off-diagonal weight. Kull et al.
-(2019) select ``lambda`` and ``mu`` by cross-validation over ``10^-5 .. 10^6``; the values
-their experiments pre-tuned for 10-class networks lie between 0.1 and 250. 1 is a middle of
-that range and, on the bundled digits logits, gives a lower test NLL than temperature and
-vector scaling (``benchmarks/bench_calibrators.py`` prints the held-out NLL over a grid)."""
-
-ODIR_MU = 1.0
-"""Default ODIR coefficient ``mu`` of the mean squared intercept (see :data:`ODIR_LAMBDA`)."""
+RIDGE_L2 = 1.0
+"""Default multiplier ``lambda`` of every ridge penalty of the structured fits: the squared
+bias and the squared departure of each class's scale from the temperature's are penalised by
+``lambda C / N``, an off-diagonal weight by ``lambda C (C - 1) / N`` -- the defaults of
+Berta et al.'s structured vector and matrix scaling (probmetrics' ``SVSCalibrator`` /
+``SMSCalibrator``, ``lambda = rho = tau = 1``): stronger with more classes, weaker with more
+validation rows."""
 
 
 def check_max_iter(max_iter: object) -> int:
     return check_int("max_iter", max_iter)
 
 
-@register_calibrator("vector")
-class VectorScaling(Calibrator):
-    """Vector scaling: a scale and a bias per class on the logits, fitted by NLL.
+def check_flag(name: str, value: object) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
 
-    ``p = softmax(w * z + b)`` with per-class ``w, b`` (``2C`` parameters), fitted by the mean
-    validation NLL in float64 with Newton's method on the exact gradient and ``2C x 2C``
-    Hessian (backtracking line search), started from ``w = 1, b = 0``; the biases keep
-    ``sum_k b_k = 0`` (adding a constant to every ``b_k`` changes nothing). Newton converges
-    quadratically, to the float64 optimum (``tests/posthoc/test_scaling.py`` compares it
-    with an independent scipy minimisation). Unregularised, the NLL has no minimum when the
-    scaled validation logits separate the classes: the fit then stops at ``max_iter``
-    iterations with a :class:`~selfcal.exceptions.CalibrationNotConverged` warning.
+
+def platt_targets(y: torch.Tensor) -> torch.Tensor:
+    """Platt's (1999) out-of-sample targets for 0/1 labels ``y`` (float64):
+    ``(N_+ + 1) / (N_+ + 2)`` for the positives, ``1 / (N_- + 2)`` for the negatives."""
+    n_pos = float(y.sum())
+    n_neg = y.shape[0] - n_pos
+    # float64 targets (a where() of two Python floats would be float32)
+    return torch.full_like(y, 1 / (n_neg + 2)).masked_fill(y > 0, (n_pos + 1) / (n_pos + 2))
+
+
+def ridge_strength(lam: float, n: int, c: int, off_diagonal: bool = False) -> float:
+    """The coefficient of one squared parameter: ``lambda C / N``, or ``lambda C (C - 1) / N``
+    for an off-diagonal weight."""
+    return lam * c * ((c - 1) if off_diagonal else 1) / n
+
+
+class _StructuredScaling(Calibrator):
+    """What vector and matrix scaling (and Dirichlet calibration) share: temperature scaling
+    first, then a ridge-penalised departure from it (methods §2.3).
+
+    1. ``beta = 1/T`` by temperature scaling of the scores ``s`` (logits, or ``log p``),
+       with its degenerate cases (:func:`~selfcal.posthoc.temperature.solve_temperature`).
+    2. On ``x = beta s``: ``softmax(x + Delta x + b)`` minimising the mean NLL plus the ridge
+       penalty of :data:`RIDGE_L2` on ``Delta`` and ``b`` (``Delta`` diagonal for vector
+       scaling, full for matrix scaling), by Newton's method from ``Delta = 0, b = 0``.
+
+    The map is ``softmax(W s + b)`` with ``W = beta (I + Delta)``, the family of the
+    unstructured calibrator (and its optimum, when every ``*_l2`` is 0). With the penalty on,
+    the objective is strictly convex, so a minimum exists even when the scores separate the
+    classes. When step 1 is not identified (every validation prediction correct, or the
+    NLL's minimum at a bound of the temperature's search interval), neither is step 2: the
+    map is the identity, with a :class:`~selfcal.exceptions.DegenerateCalibration`
+    warning."""
+
+    _per_class = True
+    _likelihood_fit = True
+
+    def _scores(self, pred: Predictions) -> torch.Tensor:
+        """``s``: what the map acts on (float64)."""
+        return scores_as_logits(pred)
+
+    def _temperature(self, pred: Predictions, s: torch.Tensor) -> tuple[float, bool]:
+        """Step 1: ``beta``, and whether step 2 can be fitted: not when temperature scaling
+        itself is not identified (every prediction correct, or the NLL's minimum at a bound;
+        the map is then the identity, and the warning says why)."""
+        all_correct = bool(pred.correct.all())
+        fit: TemperatureFit = solve_temperature(s, pred.require_labels(), all_correct)
+        report_fit(self, fit)
+        return 1.0 / fit.temperature, not (all_correct or fit.problem)
+
+    def _all_correct_outcome(self, coverage: Coverage) -> str:
+        return (
+            "the NLL falls without limit as the map sharpens (every confidence 1); returned "
+            "the identity map (the scores unchanged)"
+        )
+
+    def _missing_outcome(self, coverage: Coverage) -> str:
+        return (
+            "those classes' parameters rest on the ridge penalty alone, which holds them at "
+            "temperature scaling"
+        )
+
+
+@register_calibrator("vector")
+class VectorScaling(_StructuredScaling):
+    """Vector scaling: a scale and a bias per class on the logits, structured and regularised.
+
+    ``p = softmax(w * z + b)`` with per-class ``w, b`` (``2C`` parameters), fitted in float64
+    as temperature scaling followed by a penalised departure from it (methods §2.3): ``T``
+    first, then on ``x = z / T`` the map ``softmax((1 + v) * x + b)`` minimising
+
+    ``(1/N) sum_i -log p_{i,y_i} + diagonal_l2 C/N sum_k v_k^2 + bias_l2 C/N sum_k b_k^2``
+
+    by Newton's method on the exact gradient and ``2C x 2C`` Hessian, from ``v = 0, b = 0``;
+    ``w = (1 + v) / T``. The penalty (Berta et al. 2026's structured vector scaling, here on
+    the logits) grows with the number of classes and fades with the validation size, so with
+    a few hundred rows vector scaling stays near temperature scaling, and with many it is
+    the classical unregularised fit (``diagonal_l2 = bias_l2 = 0``; that NLL has no minimum
+    when the scaled logits separate the classes, and the fit then stops at ``max_iter``
+    with a :class:`~selfcal.exceptions.CalibrationNotConverged` warning).
 
     **Can change the predicted class**: per-class scales and biases reorder the logits.
     Given ``probs=``, the scores are ``z = log(p)``.
 
     Parameters
     ----------
+    diagonal_l2 : ``lambda >= 0`` of the scales' penalty (default 1; see ``RIDGE_L2``).
+    bias_l2 : ``lambda >= 0`` of the biases' penalty (default 1).
     max_iter : Newton iterations at most (default 100; a typical fit takes 5 to 15).
-    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
     ----------
@@ -77,24 +152,47 @@ class VectorScaling(Calibrator):
     bias_ : (C,) float64 array
     """
 
-    _hyperparameters = ("max_iter",)
+    _hyperparameters = ("diagonal_l2", "bias_l2", "max_iter")
     _fitted_attributes = ("weight_", "bias_")
 
-    def __init__(self, max_iter: int = MAX_ITER, kind: str = "logits") -> None:
+    def __init__(
+        self,
+        diagonal_l2: float = RIDGE_L2,
+        bias_l2: float = RIDGE_L2,
+        max_iter: int = MAX_ITER,
+        kind: str | None = None,
+    ) -> None:
+        self.diagonal_l2 = diagonal_l2
+        self.bias_l2 = bias_l2
         self.max_iter = max_iter
         self.kind = kind
 
     def _validate_hyperparameters(self) -> None:
+        check_nonnegative("diagonal_l2", self.diagonal_l2)
+        check_nonnegative("bias_l2", self.bias_l2)
         check_max_iter(self.max_iter)
 
     def _fit(self, pred: Predictions) -> None:
-        z, y = scores_as_logits(pred), pred.require_labels()
-        c = pred.n_classes
-        start = torch.cat([torch.ones(c), torch.zeros(c)]).to(dtype=z.dtype, device=z.device)
-        solution = newton(ClassFeatures(z, y), start, self.max_iter)
-        warn_not_converged("VectorScaling", solution, "the scaled logits may separate the classes")
-        theta = solution.theta.cpu().numpy()
-        self.weight_, self.bias_ = theta[:c].copy(), theta[c:].copy()
+        s, y = self._scores(pred), pred.require_labels()
+        n, c = s.shape
+        beta, identified = self._temperature(pred, s)
+        theta = torch.zeros(2 * c, dtype=s.dtype, device=s.device)
+        if identified:
+            penalty = torch.cat(
+                [
+                    torch.full((c,), ridge_strength(float(self.diagonal_l2), n, c)),
+                    torch.full((c,), ridge_strength(float(self.bias_l2), n, c)),
+                ]
+            ).to(s)
+            solution = newton(ClassFeatures(beta * s, y, penalty), theta, self.max_iter)
+            warn_not_converged(
+                "VectorScaling",
+                solution,
+                "raise diagonal_l2 / bias_l2 (the scaled logits may separate the classes)",
+            )
+            theta = solution.theta
+        v, b = theta[:c].cpu().numpy(), theta[c:].cpu().numpy()
+        self.weight_, self.bias_ = beta * (1.0 + v), b.copy()
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         z = scores_as_logits(pred)
@@ -104,70 +202,67 @@ class VectorScaling(Calibrator):
         return VectorScalingModule(self.weight_, self.bias_, from_probs)
 
 
-def odir_penalty(c: int, d: int, lam: float, mu: float, like: torch.Tensor) -> torch.Tensor:
-    """Coefficients of the squared entries of ``[W, b]`` (``C x (C + 1)``, ``d = C + 1``) in
-    the ODIR penalty ``lam * mean_{j != k} W_jk^2 + mu * mean_k b_k^2``: ``lam / (C (C - 1))``
-    off the diagonal of ``W``, 0 on it, ``mu / C`` on ``b``."""
-    penalty = torch.full((c, d), lam / (c * (c - 1)), dtype=like.dtype, device=like.device)
-    penalty[:, :c].fill_diagonal_(0.0)
-    penalty[:, c] = mu / c
+def structured_penalty(
+    n: int, c: int, bias_l2: float, diagonal_l2: float, off_diagonal_l2: float, like: torch.Tensor
+) -> torch.Tensor:
+    """Coefficients of the squared entries of ``[Delta, b]`` (``C x (C + 1)``): on the
+    diagonal of ``Delta`` and on ``b`` ``lambda C / N``, off the diagonal
+    ``lambda C (C - 1) / N`` (:func:`ridge_strength`)."""
+    off = ridge_strength(off_diagonal_l2, n, c, off_diagonal=True)
+    penalty = torch.full((c, c + 1), off, dtype=like.dtype, device=like.device)
+    penalty[:, :c].fill_diagonal_(ridge_strength(diagonal_l2, n, c))
+    penalty[:, c] = ridge_strength(bias_l2, n, c)
     return penalty
 
 
 def fit_affine(
-    features: torch.Tensor,
-    labels: torch.Tensor,
-    lam: float,
-    mu: float,
-    max_iter: int,
+    x: torch.Tensor, labels: torch.Tensor, penalty: torch.Tensor, max_iter: int
 ) -> Solution:
-    """``argmin`` over ``W`` ``(C, C)``, ``b`` ``(C,)`` of the mean NLL of
-    ``softmax(x W^T + b)`` plus the ODIR penalty of :func:`odir_penalty`, from ``W = I,
-    b = 0``; ``theta`` is ``[W, b]`` ``(C, C + 1)`` flattened by rows. Newton while a Hessian
-    fits :data:`NEWTON_BUDGET`, else L-BFGS."""
-    n, c = features.shape
-    x = torch.cat([features, torch.ones(n, 1, dtype=features.dtype, device=features.device)], 1)
-    objective = SharedFeatures(x, labels, odir_penalty(c, c + 1, lam, mu, x))
-    start = torch.cat([torch.eye(c), torch.zeros(c, 1)], 1).to(x).reshape(-1)
+    """``argmin`` over ``Delta`` ``(C, C)``, ``b`` ``(C,)`` of the mean NLL of
+    ``softmax(x + x Delta^T + b)`` plus ``sum penalty * [Delta, b]^2``, from ``Delta = 0,
+    b = 0``; ``theta`` is ``[Delta, b]`` ``(C, C + 1)`` flattened by rows. Newton while a
+    Hessian fits :data:`NEWTON_BUDGET`, else L-BFGS."""
+    n, c = x.shape
+    features = torch.cat([x, torch.ones(n, 1, dtype=x.dtype, device=x.device)], 1)
+    objective = SharedFeatures(features, labels, penalty, offset=x)
+    start = torch.zeros(c * (c + 1), dtype=x.dtype, device=x.device)
     if n * (c * (c + 1)) ** 2 <= NEWTON_BUDGET:
         return newton(objective, start, max_iter)
     return lbfgs(objective, start, max_iter * LBFGS_ITER_FACTOR)
 
 
 @register_calibrator("matrix")
-class MatrixScaling(Calibrator):
-    """Matrix scaling with ODIR regularisation: a full affine map of the logits.
+class MatrixScaling(_StructuredScaling):
+    """Matrix scaling: a full affine map of the logits, structured and regularised.
 
     ``p = softmax(W z + b)`` with a full ``C x C`` matrix ``W`` and bias ``b``, fitted in
-    float64 from ``W = I, b = 0`` by the penalised mean NLL of Kull et al. (2019)'s ODIR
-    (off-diagonal and intercept regularisation):
+    float64 as temperature scaling followed by a penalised departure from it (methods §2.3):
+    ``T`` first, then on ``x = z / T`` the map ``softmax((I + Delta) x + b)`` minimising
 
-    ``(1/N) sum_i -log p_{i,y_i} + lambda / (C (C - 1)) sum_{j != k} W_jk^2
-    + mu / C sum_k b_k^2``
+    ``(1/N) sum_i -log p_{i,y_i} + diagonal_l2 C/N sum_k Delta_kk^2
+    + off_diagonal_l2 C(C-1)/N sum_{j != k} Delta_jk^2 + bias_l2 C/N sum_k b_k^2``
 
-    with ``lambda = off_diagonal_l2`` and ``mu = bias_l2`` -- the mean squared off-diagonal
-    entry and the mean squared intercept, as in their paper (their code's ``reg_norm=True``).
-    The diagonal of ``W`` is free, so temperature and vector scaling are special cases.
-    Differences from their ``dirichletcal`` package: it penalises the plain sums unless
-    ``reg_norm=True``, and by default (``ref_row=True``) subtracts the last row from ``W``
-    and ``b`` before the penalty, which makes the fit depend on the class order; here ``W``
-    is penalised as fitted, the same for every class order. See methods §2.3.
-
-    Unregularised (``off_diagonal_l2 = bias_l2 = 0``, the default before ODIR), the NLL has
-    no minimum when the validation logits are separable -- on the bundled digits validation
-    logits a fit ran for minutes. With the penalty on by default it has one; Newton's method
-    with the exact ``C(C+1)``-dimensional Hessian finds it (L-BFGS on the exact gradient when
-    that Hessian is too large, see ``NEWTON_BUDGET``), and a fit that reaches ``max_iter``
-    stops with a :class:`~selfcal.exceptions.CalibrationNotConverged` warning.
+    from ``Delta = 0, b = 0``; ``W = (I + Delta) / T``. This is Berta et al. (2026)'s
+    structured matrix scaling with their default strengths, applied to the logits: the
+    penalty grows with the number of classes and fades with the validation size, so with few
+    rows the map stays near temperature scaling. It replaces the fixed ODIR penalty of Kull
+    et al. (2019) that selfcal used before, which left the diagonal free (no minimum on
+    separable scores) and did not scale with ``N`` or ``C``. The objective is strictly convex
+    when every strength is positive; Newton's method with the exact ``C(C+1)``-dimensional
+    Hessian finds it (L-BFGS on the exact gradient when that Hessian is too large, see
+    ``NEWTON_BUDGET``), and a fit that reaches ``max_iter`` stops with a
+    :class:`~selfcal.exceptions.CalibrationNotConverged` warning. All strengths 0 give the
+    classical unregularised matrix scaling.
 
     **Can change the predicted class.** Given ``probs=``, the scores are ``z = log(p)``.
 
     Parameters
     ----------
-    off_diagonal_l2 : ``lambda >= 0`` (default 1; see ``ODIR_LAMBDA``).
-    bias_l2 : ``mu >= 0`` (default 1; see ``ODIR_MU``).
+    off_diagonal_l2 : ``lambda >= 0`` of the off-diagonal penalty (default 1; ``RIDGE_L2``).
+    diagonal_l2 : ``lambda >= 0`` of the diagonal penalty (default 1).
+    bias_l2 : ``lambda >= 0`` of the intercepts' penalty (default 1).
     max_iter : Newton iterations at most (default 100); L-BFGS gets 50 times more.
-    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds.
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
     ----------
@@ -175,50 +270,56 @@ class MatrixScaling(Calibrator):
     bias_ : (C,) float64 array
     """
 
-    _hyperparameters = ("off_diagonal_l2", "bias_l2", "max_iter")
+    _hyperparameters = ("off_diagonal_l2", "diagonal_l2", "bias_l2", "max_iter")
     _fitted_attributes = ("weight_", "bias_")
 
     def __init__(
         self,
-        off_diagonal_l2: float = ODIR_LAMBDA,
-        bias_l2: float = ODIR_MU,
+        off_diagonal_l2: float = RIDGE_L2,
+        diagonal_l2: float = RIDGE_L2,
+        bias_l2: float = RIDGE_L2,
         max_iter: int = MAX_ITER,
-        kind: str = "logits",
+        kind: str | None = None,
     ) -> None:
         self.off_diagonal_l2 = off_diagonal_l2
+        self.diagonal_l2 = diagonal_l2
         self.bias_l2 = bias_l2
         self.max_iter = max_iter
         self.kind = kind
 
     def _validate_hyperparameters(self) -> None:
         check_nonnegative("off_diagonal_l2", self.off_diagonal_l2)
+        check_nonnegative("diagonal_l2", self.diagonal_l2)
         check_nonnegative("bias_l2", self.bias_l2)
         check_max_iter(self.max_iter)
 
-    def _features(self, pred: Predictions) -> torch.Tensor:
-        """What the affine map acts on: the logits (``log p`` given probabilities)."""
-        return scores_as_logits(pred)
-
     def _fit(self, pred: Predictions) -> None:
-        c = pred.n_classes
-        solution = fit_affine(
-            self._features(pred),
-            pred.require_labels(),
-            float(self.off_diagonal_l2),
-            float(self.bias_l2),
-            self.max_iter,
-        )
-        warn_not_converged(
-            type(self).__name__,
-            solution,
-            "raise off_diagonal_l2 / bias_l2 or max_iter (the scores may separate the classes)",
-        )
-        theta = solution.theta.reshape(c, c + 1).cpu().numpy()
-        self.weight_ = theta[:, :c].copy()
-        self.bias_ = theta[:, c].copy()
+        s, y = self._scores(pred), pred.require_labels()
+        n, c = s.shape
+        beta, identified = self._temperature(pred, s)
+        delta = torch.zeros(c, c + 1, dtype=s.dtype, device=s.device)
+        if identified:
+            penalty = structured_penalty(
+                n,
+                c,
+                float(self.bias_l2),
+                float(self.diagonal_l2),
+                float(self.off_diagonal_l2),
+                s,
+            )
+            solution = fit_affine(beta * s, y, penalty, self.max_iter)
+            warn_not_converged(
+                type(self).__name__,
+                solution,
+                "raise the *_l2 strengths or max_iter (the scores may separate the classes)",
+            )
+            delta = solution.theta.reshape(c, c + 1)
+        eye = torch.eye(c, dtype=s.dtype, device=s.device)
+        self.weight_ = (beta * (eye + delta[:, :c])).cpu().numpy()
+        self.bias_ = delta[:, c].cpu().numpy().copy()
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
-        z = self._features(pred)
+        z = self._scores(pred)
         return torch.softmax(z @ as_tensor(self.weight_, z).T + as_tensor(self.bias_, z), dim=1)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
@@ -251,20 +352,22 @@ class PlattScaling(Calibrator):
     ``s = z_1 - z_0`` (``s = logit(p_1)`` given ``probs=``).
 
     ``(a, b)`` minimise the mean binary cross-entropy against targets ``t_i`` by Newton's
-    method in float64 (to the float64 optimum, in a few milliseconds; when the log-odds
-    separate the classes there is no minimum and the fit stops after 100 steps with a
-    :class:`~selfcal.exceptions.CalibrationNotConverged` warning). By default ``t_i = y_i``
-    (maximum likelihood). With
-    ``smooth_targets=True`` Platt's (1999) out-of-sample targets are used instead,
+    method in float64 (to the float64 optimum, in a few milliseconds). By default
+    (``smooth_targets=True``) these are Platt's (1999) out-of-sample targets,
     ``t = (N_+ + 1) / (N_+ + 2)`` for positives and ``1 / (N_- + 2)`` for negatives -- what
-    scikit-learn's ``CalibratedClassifierCV(method="sigmoid")`` does.
+    scikit-learn's ``CalibratedClassifierCV(method="sigmoid")`` does: a minimum then exists
+    even when the log-odds separate the classes (every validation prediction correct), and
+    no confidence reaches 1. ``smooth_targets=False`` is maximum likelihood, ``t_i = y_i``:
+    on separable log-odds it has no minimum, and the fit stops after 100 steps with a
+    :class:`~selfcal.exceptions.CalibrationNotConverged` warning.
 
     **Can change the predicted class**: ``sigmoid(a s + b) > 1/2`` iff ``a s + b > 0``, which
     differs from ``s > 0`` unless ``b = 0`` and ``a > 0``.
 
     Scikit-learn writes the same map as ``1 / (1 + exp(A f + B))``: ``A = -a``, ``B = -b``.
-    Multi-class input (``C > 2``) raises ``ValueError``. ``kind`` (``"logits"`` default, or
-    ``"probs"``): what a positional score array holds (one column: the positive class's).
+    Multi-class input (``C > 2``) raises ``ValueError``. ``kind`` (``"logits"``, ``"probs"``
+    or ``None``, the default): what a positional score array holds (one column: the positive
+    class's).
 
     Attributes
     ----------
@@ -272,15 +375,15 @@ class PlattScaling(Calibrator):
     """
 
     _hyperparameters = ("smooth_targets",)
+    _likelihood_fit = True
     _fitted_attributes = ("slope_", "intercept_")
 
-    def __init__(self, smooth_targets: bool = False, kind: str = "logits") -> None:
+    def __init__(self, smooth_targets: bool = True, kind: str | None = None) -> None:
         self.smooth_targets = smooth_targets
         self.kind = kind
 
     def _validate_hyperparameters(self) -> None:
-        if not isinstance(self.smooth_targets, bool):
-            raise ValueError(f"smooth_targets must be True or False, got {self.smooth_targets!r}")
+        check_flag("smooth_targets", self.smooth_targets)
 
     def _check_classes(self, n_classes: int) -> None:
         if n_classes != 2:
@@ -291,12 +394,7 @@ class PlattScaling(Calibrator):
 
     def _fit(self, pred: Predictions) -> None:
         y = pred.require_labels().double()
-        t = y
-        if self.smooth_targets:
-            n_pos = float(y.sum())
-            n_neg = y.shape[0] - n_pos
-            # float64 targets (a where() of two Python floats would be float32)
-            t = torch.full_like(y, 1 / (n_neg + 2)).masked_fill(y > 0, (n_pos + 1) / (n_pos + 2))
+        t = platt_targets(y) if self.smooth_targets else y
         solution = _platt_newton(positive_score(pred), t)
         warn_not_converged(
             "PlattScaling", solution, "the log-odds may separate the classes (no minimum)"
@@ -305,6 +403,14 @@ class PlattScaling(Calibrator):
         if not (math.isfinite(a) and math.isfinite(b)):  # pragma: no cover - defensive
             raise RuntimeError("Platt scaling failed to converge")
         self.slope_, self.intercept_ = a, b
+
+    def _all_correct_outcome(self, coverage: Coverage) -> str:
+        if self.smooth_targets:
+            return (
+                "returned the fit to Platt's smoothed targets (n+ + 1)/(n+ + 2) and "
+                "1/(n- + 2), whose minimum exists and keeps every confidence below 1"
+            )
+        return "with smooth_targets=False the likelihood has no minimum (see the warning)"
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         p1 = torch.sigmoid(self.slope_ * positive_score(pred) + self.intercept_)

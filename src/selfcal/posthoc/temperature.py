@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from selfcal._validation import check_choice
+from selfcal.exceptions import CalibrationNotConverged
 from selfcal.metrics import ece, nll
-from selfcal.posthoc._base import Calibrator, scores_as_logits
+from selfcal.posthoc._base import Calibrator, Coverage, scores_as_logits
 from selfcal.posthoc._modules import TemperatureModule
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
@@ -182,7 +184,9 @@ def _bound_passed(new: float, lo: float, hi: float) -> float | None:
     return None
 
 
-def _newton(derivs: Derivatives, beta: float, rtol: float, max_iter: int = 200) -> float:
+def _newton(
+    derivs: Derivatives, beta: float, rtol: float, max_iter: int = 200
+) -> tuple[float, bool]:
     """Safeguarded Newton on the convex ``L(beta)``; ``derivs(beta)`` gives its derivatives
     1 to 4.
 
@@ -192,8 +196,9 @@ def _newton(derivs: Derivatives, beta: float, rtol: float, max_iter: int = 200) 
     same way without shrinking (an exponential tail, e.g. separable data where the infimum
     is at ``T -> 0``), the bound ahead is probed once: if ``L'`` has the same sign there,
     the minimum over :data:`LOG_BETA_BOUNDS` is that bound.
-    Stops once the predicted error is below ``rtol * beta``. Returns NaN if a derivative is
-    not finite (only possible in a float32 pass).
+    Stops once the predicted error is below ``rtol * beta``. Returns ``(beta, converged)``;
+    ``beta`` is NaN if a derivative is not finite (only possible in a float32 pass), and
+    ``converged`` is false when ``max_iter`` iterations did not meet ``rtol``.
     """
     bound_lo, bound_hi = (math.exp(b) for b in LOG_BETA_BOUNDS)
     lo, hi = bound_lo, bound_hi
@@ -202,13 +207,13 @@ def _newton(derivs: Derivatives, beta: float, rtol: float, max_iter: int = 200) 
     for _ in range(max_iter):
         g, h, t, q = derivs(beta)
         if not math.isfinite(g + h + t + q):
-            return math.nan
+            return math.nan, False
         if g == 0.0:
-            return beta
+            return beta, True
         lo, hi = (beta, hi) if g < 0 else (lo, beta)
         new, err = _step(beta, g, h, t, q)
         if lo <= new <= hi and err <= rtol * beta:
-            return new
+            return new, True
         ahead = _bound_passed(new, lo, hi)
         if not lo < new < hi:
             new = math.sqrt(lo * hi)
@@ -219,21 +224,23 @@ def _newton(derivs: Derivatives, beta: float, rtol: float, max_iter: int = 200) 
             probed.add(ahead)
             g_bound = g if ahead == beta else derivs(ahead)[0]
             if g_bound == 0.0 or (g_bound < 0) == (g < 0):
-                return ahead
+                return ahead, True
         if hi - lo <= rtol * lo:
-            return new
+            return new, True
         beta, prev_step = new, step
-    return beta
+    return beta, False
 
 
-def _solve(data: _Logits, beta: float, dtype: torch.dtype, rtol: float, max_iter: int) -> float:
+def _solve(
+    data: _Logits, beta: float, dtype: torch.dtype, rtol: float, max_iter: int
+) -> tuple[float, bool]:
     """:func:`_newton` with :func:`nll_derivatives` in ``dtype``."""
     return _newton(lambda b: nll_derivatives(data, b, dtype), beta, rtol, max_iter)
 
 
 def _coarse(data: _Logits, beta: float, rtol: float) -> float:
     """A float32 stage: its result, or ``beta`` unchanged if it failed (non-finite)."""
-    new = _solve(data, beta, torch.float32, rtol, 20)
+    new, _ = _solve(data, beta, torch.float32, rtol, 20)
     return new if math.isfinite(new) else beta
 
 
@@ -258,6 +265,11 @@ def moment_start(data: _Logits) -> float:
 
 
 def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """:func:`solve_inverse_temperature`'s ``beta`` (whether or not it converged)."""
+    return solve_inverse_temperature(_Logits.build(logits, labels))[0]
+
+
+def solve_inverse_temperature(data: _Logits) -> tuple[float, bool]:
     """``argmin_{beta > 0}`` of the mean NLL of ``softmax(beta z)``, exact in float64.
 
     The NLL is convex in ``beta`` (its second derivative is the mean predictive variance of
@@ -273,15 +285,88 @@ def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float
        with the full bracket ``[e^-10, e^10]`` -- the float32 stages only choose the start.
 
     ``z`` is read in its own dtype chunk by chunk (no float64 copy of the matrix). Constant
-    rows (zero variance) leave ``beta = 1``.
+    rows (zero variance) leave ``beta = 1``. Returns ``(beta, converged)``.
     """
-    data = _Logits.build(logits, labels)
     n = data.z.shape[0]
     sub = data.rows(slice(None, None, n // WARM_START_ROWS)) if n > 2 * WARM_START_ROWS else data
     beta = _coarse(sub, moment_start(sub), SUBSAMPLE_RTOL)
     if sub is not data:
         beta = _coarse(data, beta, COARSE_RTOL)
     return _solve(data, beta, torch.float64, FINE_RTOL, 200)
+
+
+@dataclass(frozen=True)
+class TemperatureFit:
+    """A fitted temperature; ``problem`` says (in one clause) why the validation data did not
+    identify it and what was returned instead, ``converged`` whether the solver met its
+    tolerance."""
+
+    temperature: float
+    problem: str | None = None
+    converged: bool = True
+
+
+IDENTITY = "returned T = 1 (the scores unchanged)"
+"""What temperature scaling returns when the validation data do not identify ``T``."""
+
+
+def uniform_slopes(data: _Logits) -> torch.Tensor:
+    """``(N,)`` float64 ``mean_k z_ik - z_iy``: each row's share of ``N L'(0)``, the NLL's
+    slope in ``beta`` at the uniform prediction ``beta = 0``."""
+    n = data.z.shape[0]
+    buf = _chunk_buffer(data.z, torch.float64)
+    out = torch.empty(n, dtype=torch.float64, device=data.z.device)
+    for span in _chunks(n, buf.shape[0]):
+        s = _shifted_chunk(data.z[span], data.top[span], buf[: span.stop - span.start])
+        torch.mean(s, 1, out=out[span])
+    return out - data.s_true
+
+
+def _at_bound_problem(data: _Logits, beta: float) -> str | None:
+    """Why the NLL's minimiser over ``beta`` lies at a bound of :data:`LOG_BETA_BOUNDS`, if it
+    does: the NLL falls all the way to ``T = e^10`` when the true class's logit is on
+    average no higher than its row's mean (the row that outweighs all others is named), and
+    to ``T = e^-10`` only when almost every prediction is correct by a tiny margin."""
+    lo, hi = (math.exp(b) for b in LOG_BETA_BOUNDS)
+    if lo < beta < hi:
+        return None
+    if beta >= hi:
+        return (
+            "the validation NLL keeps falling as T shrinks to its bound e^-10, every "
+            f"confidence towards 1; {IDENTITY}"
+        )
+    slopes = uniform_slopes(data)
+    positive = slopes.clamp_min(0)
+    worst = int(positive.argmax())
+    dominant = ""
+    if float(positive[worst]) > 0.5 * float(positive.sum()):
+        span = float(data.z[worst].double().abs().max())
+        dominant = (
+            f"; row {worst} alone outweighs all others (a logit of magnitude {span:.3g}: not "
+            "the scores of a trained model?)"
+        )
+    return (
+        "the validation NLL keeps falling as T grows to its bound e^10, every probability "
+        "towards 1/C: on average the true class's logit is no higher than its row's mean "
+        f"(by {float(slopes.mean()):.3g}){dominant}; {IDENTITY}"
+    )
+
+
+def solve_temperature(
+    logits: torch.Tensor, labels: torch.Tensor, all_correct: bool
+) -> TemperatureFit:
+    """Temperature scaling's fit, with its degenerate cases (methods §2.1): the exact NLL
+    minimiser (:func:`solve_inverse_temperature`) when it lies inside
+    :data:`LOG_BETA_BOUNDS`; otherwise the validation data do not identify ``T`` and it is
+    1, the scores unchanged -- when every prediction is correct (the NLL falls without limit
+    as ``T -> 0``; the caller warns) or when the minimiser lies at a bound (``problem``
+    says why)."""
+    if all_correct:
+        return TemperatureFit(1.0)
+    data = _Logits.build(logits, labels)
+    beta, converged = solve_inverse_temperature(data)
+    problem = _at_bound_problem(data, beta)
+    return TemperatureFit(1.0 if problem else 1.0 / beta, problem, converged)
 
 
 def grid_temperatures() -> list[float]:
@@ -294,13 +379,58 @@ def grid_temperatures() -> list[float]:
     return out
 
 
+def grid_fit(
+    z: torch.Tensor, labels: torch.Tensor, criterion: str, all_correct: bool
+) -> TemperatureFit:
+    """The reference code's grid search (:func:`grid_search_temperature`), with the degenerate
+    cases of :func:`solve_temperature`: ``T = 1`` (the reference loop's starting value, the
+    scores unchanged) when every prediction is correct, and a ``problem`` when the best ``T``
+    is an end of the grid (the criterion's minimum may lie beyond it)."""
+    grid = grid_temperatures()
+    if all_correct:
+        return TemperatureFit(1.0)
+    t = grid_search_temperature(z.double(), labels, criterion)
+    if t not in (grid[0], grid[-1]):
+        return TemperatureFit(t)
+    inner = grid[1] if t == grid[0] else grid[-2]
+    if _grid_criterion(z, labels, criterion, t) >= _grid_criterion(z, labels, criterion, inner):
+        return TemperatureFit(t)  # flat at the edge (e.g. constant scores): nothing beyond
+    end = "smallest" if t == grid[0] else "largest"
+    return TemperatureFit(
+        t,
+        f"the validation {criterion.upper()} is lowest at the grid's {end} temperature, "
+        f"T = {t:.3g}, so its minimum may lie beyond the grid; returned T = {t:.3g} "
+        "(method='nll' searches [e^-10, e^10])",
+    )
+
+
+def report_fit(calibrator: Calibrator, fit: TemperatureFit) -> None:
+    """Warn what a temperature fit's ``problem`` says
+    (:class:`~selfcal.exceptions.DegenerateCalibration`), or that it did not converge
+    (:class:`~selfcal.exceptions.CalibrationNotConverged`)."""
+    if fit.problem is not None:
+        calibrator._warn_degenerate(fit.problem)
+    if not fit.converged:
+        warnings.warn(
+            f"{type(calibrator).__name__}: the temperature's Newton iteration stopped at its "
+            f"cap before its tolerance (T = {fit.temperature:.6g})",
+            CalibrationNotConverged,
+            stacklevel=4,
+        )
+
+
+def _grid_criterion(z: torch.Tensor, labels: torch.Tensor, criterion: str, t: float) -> float:
+    """The grid search's criterion, 15-bin ECE or NLL, of ``softmax(z / T)``."""
+    metric = ece.core if criterion == "ece" else nll.core
+    return float(metric(Predictions.from_logits(z.double() / t, labels)))
+
+
 def grid_search_temperature(z: torch.Tensor, labels: torch.Tensor, criterion: str) -> float:
     """The reference code's loop: the first ``T`` (strict ``<``) with the lowest criterion
     (15-bin ECE or NLL of ``softmax(z / T)``); starts from ``T = 1`` with best ``1e7``."""
-    metric = ece.core if criterion == "ece" else nll.core
     best, best_t = 10.0**7, 1.0
     for t in grid_temperatures():
-        value = float(metric(Predictions.from_logits(z / t, labels)))
+        value = _grid_criterion(z, labels, criterion, t)
         if value < best:
             best, best_t = value, t
     return best_t
@@ -320,7 +450,7 @@ class TemperatureScaling(Calibrator):
         reference code's grid search over ``T = 0.1, ..., 10.0``.
     criterion : for ``method="grid"`` only: ``"ece"`` (default, 15 equal-width bins) or
         ``"nll"``.
-    kind : ``"logits"`` (default) or ``"probs"``: what a positional score array holds
+    kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds
         (``fit(X, y)``, ``predict_proba(X)``) and what :meth:`to_module` takes.
 
     Given ``probs=``, the scores are ``z = log(p)`` (so ``T = 1`` returns ``p``).
@@ -347,9 +477,12 @@ class TemperatureScaling(Calibrator):
     """
 
     _hyperparameters = ("method", "criterion")
+    _likelihood_fit = True
     _fitted_attributes = ("temperature_",)
 
-    def __init__(self, method: str = "nll", criterion: str = "ece", kind: str = "logits") -> None:
+    def __init__(
+        self, method: str = "nll", criterion: str = "ece", kind: str | None = None
+    ) -> None:
         self.method = method
         self.criterion = criterion
         self.kind = kind
@@ -360,11 +493,18 @@ class TemperatureScaling(Calibrator):
 
     def _fit(self, pred: Predictions) -> None:
         y = pred.require_labels()
+        # logits in their own dtype: the solver never copies the matrix to float64
+        z = pred.scores if pred.kind == "logits" else pred.log_probs
+        all_correct = bool(pred.correct.all())
         if self.method == "grid":
-            self.temperature_ = grid_search_temperature(scores_as_logits(pred), y, self.criterion)
-        else:  # logits in their own dtype: the solver never copies the matrix to float64
-            z = pred.scores if pred.kind == "logits" else pred.log_probs
-            self.temperature_ = 1.0 / fit_inverse_temperature(z, y)
+            fit = grid_fit(z, y, self.criterion, all_correct)
+        else:
+            fit = solve_temperature(z, y, all_correct)
+        self.temperature_ = fit.temperature
+        report_fit(self, fit)
+
+    def _all_correct_outcome(self, coverage: Coverage) -> str:
+        return f"the NLL falls without limit as T -> 0 (every confidence 1); {IDENTITY}"
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         return torch.softmax(scores_as_logits(pred) / self.temperature_, dim=1)

@@ -23,7 +23,7 @@ from selfcal.studies.benchmark.protocol import (
 @register_study
 class Benchmark(Study[BenchmarkProtocol]):
     title = "Benchmark: every method of the three papers on the same data, one leaderboard"
-    version = 1
+    version = 2
 
     def fingerprint_extras(self) -> dict[str, object]:
         return {"methods": METHODS, "recipes": {k: repr(v) for k, v in RECIPES.items()}}

@@ -30,7 +30,7 @@ from selfcal.experiments import RunResult, RunSpec
 from selfcal.metrics.binning import top_label_bins
 from selfcal.pipeline.fitting import train_method
 from selfcal.pipeline.recipe import build_network
-from selfcal.posthoc import IsotonicCalibration, TemperatureScaling
+from selfcal.posthoc import IsotonicCalibration, TemperatureScaling, recorded_degenerate_fits
 from selfcal.studies import _images
 from selfcal.studies.benchmark.protocol import METHODS, BenchmarkProtocol
 from selfcal.training import BestCheckpoint
@@ -86,8 +86,9 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
     temperature scaling and after isotonic regression, with their reliability bins."""
     z_val, z = _images.logits(model, data.val.x), _images.logits(model, data.test.x)
     val = Predictions.from_logits(z_val, data.val.y)
-    temperature = float(TemperatureScaling().fit(logits=z_val, labels=data.val.y).temperature_)
-    iso = IsotonicCalibration().fit(logits=z_val, labels=data.val.y)
+    with recorded_degenerate_fits() as degenerate:  # counted per run, not printed
+        temperature = float(TemperatureScaling().fit(logits=z_val, labels=data.val.y).temperature_)
+        iso = IsotonicCalibration().fit(logits=z_val, labels=data.val.y)
     raw = Predictions.from_logits(z, data.test.y)
     calibrated = {
         "": raw,
@@ -100,6 +101,7 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
         "val_ece": float(M.ece(val, n_bins=bins)),
         "val_accuracy": float(M.accuracy(val)),
         "temperature": temperature,
+        "degenerate_fits": float(len(degenerate)),
         "train_error": float(
             M.error(logits=_images.logits(model, data.train.x), labels=data.train.y)
         ),

@@ -254,7 +254,8 @@ def posthoc_results(
 
     logits, val_logits = forward(model, params, split.test.x), forward(model, params, split.val.x)
     standard = Predictions.from_logits(logits, split.test.y)
-    iso = IsotonicCalibration().fit(logits=val_logits, labels=split.val.y)
+    # the paper's IsoReg: isotonic regression as it is, not mixed with the uniform distribution
+    iso = IsotonicCalibration(mix=0).fit(logits=val_logits, labels=split.val.y)
     iso_pred = standard.with_confidence(iso.predict_confidence(logits=logits))
     iso_probs = Predictions.from_probs(iso.predict_proba(logits=logits), split.test.y)
     ts = TemperatureScaling().fit(logits=val_logits, labels=split.val.y)

@@ -200,7 +200,7 @@ class Rebuilt:
 
             with torch.no_grad():
                 z = self.model(self.data.val.x).double()
-            self.iso = IsotonicCalibration().fit(logits=z, labels=self.data.val.y)
+            self.iso = IsotonicCalibration(mix=0).fit(logits=z, labels=self.data.val.y)
 
     def confidence(self, x: torch.Tensor) -> torch.Tensor:
         """The method's top-label confidence on model inputs ``x`` (float64)."""

@@ -1,0 +1,124 @@
+"""Every registered calibrator on every degenerate validation set of ``helpers.degenerate``:
+the one rule of ``Calibrator.fit`` (issue 22), cell by cell.
+
+* nothing sensible exists (labels of one class; logits too large for a likelihood fit):
+  ``ValueError`` with one line;
+* the data do not identify the fit: a bounded result and exactly the
+  ``DegenerateCalibration`` warnings listed in :data:`WARNS` (no other calibrator warns);
+* the held-out NLL is finite; a calibrator mixed with the uniform distribution never gives a
+  row an NLL above ``log(C / eps)``, and a temperature-scaling fit the data do not identify is
+  the identity (the held-out NLL of the scores as given).
+
+``python scripts/degenerate_cases.py`` prints the same matrix with the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from helpers.degenerate import Case, cases
+
+from selfcal.exceptions import DegenerateCalibration
+from selfcal.metrics import nll
+from selfcal.posthoc import build_calibrator, calibrator_names
+
+PER_CLASS = {"vector", "matrix", "dirichlet", "beta", "isotonic-ovr", "histogram", "bbq"}
+"""Calibrators with per-class parameters: a class missing from the labels is warned."""
+LIKELIHOOD = {"ts", "ts-grid", "ets", "vector", "matrix", "dirichlet", "platt", "beta"}
+"""Calibrators fitted by a likelihood in the logits (a 1e308 logit is a ValueError)."""
+MIXED = {"isotonic", "isotonic-ovr", "histogram", "bbq"}
+"""Calibrators mixed with the uniform distribution by default."""
+TS_FAMILY = {"ts", "vector", "matrix", "dirichlet"}
+"""Calibrators whose first step is temperature scaling by NLL."""
+
+WARNS: dict[str, set[str]] = {
+    "all-correct": set(calibrator_names()),
+    "binary-separable": set(calibrator_names()),
+    "missing-class": PER_CLASS,
+    "huge-logit": set(),
+    "outlier-logit": TS_FAMILY,
+    "tiny": PER_CLASS,
+    "constant": set(),
+    # log(0) = log(tiny) = -708 features: the ETS interval and the reference grid are too
+    # narrow for these scores' temperature (their ends are warned, not returned silently)
+    "zero-probs": {"ets", "ts-grid"},
+    "ordinary": set(),
+}
+"""Who warns ``DegenerateCalibration`` on each case (everyone else must not)."""
+
+IDENTITY = {
+    "all-correct": {"ts", "ts-grid", "ets", "vector", "matrix", "dirichlet"},
+    "binary-separable": {"ts", "ts-grid", "ets", "vector", "matrix", "dirichlet"},
+    "outlier-logit": TS_FAMILY,
+}
+"""Where the rule returns the identity map (the scores unchanged)."""
+
+CASES = cases()
+
+
+def _raises(name: str, case: Case) -> str | None:
+    """The start of the error ``name`` must raise on ``case``, or ``None``."""
+    if case.expect == "error":
+        return "the validation labels hold only class 0 of 3"
+    if case.name == "huge-logit" and name in LIKELIHOOD:
+        return r"row 7 has a logit of magnitude 1e\+308"
+    return None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("name", calibrator_names())
+def test_every_calibrator_follows_the_rule_on_every_case(name, case):
+    (sv, yv), (st, yt) = case.val, case.test
+    n_classes = sv.shape[1]
+    if name == "platt" and n_classes != 2:
+        pytest.skip("Platt scaling is binary")
+    message = _raises(name, case)
+    if message is not None:
+        with pytest.raises(ValueError, match=message) as error:
+            build_calibrator(name).fit(**{case.kind: sv}, labels=yv)
+        assert "\n" not in str(error.value)
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cal = build_calibrator(name).fit(**{case.kind: sv}, labels=yv)
+    degenerate = [w for w in caught if issubclass(w.category, DegenerateCalibration)]
+    assert bool(degenerate) == (name in WARNS[case.name]), [str(w.message) for w in degenerate]
+    assert len(degenerate) <= 1  # one warning names every cause
+    for w in degenerate:
+        text = str(w.message)
+        assert text.startswith(type(cal).__name__ + ": ") and "\n" not in text
+        assert "returned" in text or "rest on" in text or "fitted to" in text
+    p = np.asarray(cal.predict_proba(**{case.kind: st}))
+    assert np.isfinite(p).all() and np.allclose(p.sum(1), 1.0, atol=1e-12)
+    row_nll = -np.log(p[np.arange(len(yt)), yt])
+    assert np.isfinite(row_nll).all()
+    raw = float(nll(**{case.kind: st}, labels=yt))
+    if name in MIXED:
+        eps = 1.0 / (len(yv) + 1)
+        assert cal.mix_ == eps
+        assert row_nll.max() <= math.log(n_classes / eps) + 1e-9
+    if name in IDENTITY.get(case.name, ()):
+        assert row_nll.mean() == pytest.approx(raw, rel=1e-12)
+
+
+def test_the_temperature_warning_names_the_row_that_outweighs_the_rest():
+    case = next(c for c in CASES if c.name == "outlier-logit")
+    with pytest.warns(DegenerateCalibration) as record:
+        cal = build_calibrator("ts").fit(logits=case.val[0], labels=case.val[1])
+    assert cal.temperature_ == 1.0
+    text = str(record[0].message)
+    assert "keeps falling as T grows to its bound e^10" in text
+    assert "row 7 alone outweighs all others (a logit of magnitude 1e+06" in text
+    assert text.endswith(
+        "returned T = 1 (the scores unchanged). Fit on more validation rows: "
+        "stratified, so that every class and some of the model's errors appear."
+    )
+
+
+def test_a_missing_class_is_named():
+    case = next(c for c in CASES if c.name == "missing-class")
+    with pytest.warns(DegenerateCalibration, match=r"hold 3 of the 4 classes \(none of class 3\)"):
+        build_calibrator("isotonic-ovr").fit(logits=case.val[0], labels=case.val[1])
