@@ -67,7 +67,7 @@ def test_binary_map_equals_the_papers_formula(seed):
     s = rng.beta(2, 2, n)
     y = (rng.random(n) < s**2).astype(int)
     x = np.concatenate([rng.random(50), s[:10], [0.0, 1.0]])
-    cal = BBQ().fit(probs=s, labels=y)
+    cal = BBQ(mix=0).fit(probs=s, labels=y)  # the paper's map, un-mixed
     ours = cal.predict_proba(probs=x)[:, 1]
     np.testing.assert_allclose(ours, paper_bbq(s, y, x), rtol=0, atol=1e-12)
 
@@ -88,11 +88,13 @@ def test_cut_points_are_the_authors():
 def test_one_vs_rest_renormalises_binary_maps():
     z, y = make_logits(4, 300, 4)
     p = softmax(z)
-    cal = BBQ().fit(logits=z, labels=y)
+    cal = BBQ(mix=0).fit(logits=z, labels=y)
     zt, _ = make_logits(5, 60, 4)
     pt = softmax(zt)
     columns = [
-        BBQ().fit(probs=p[:, j], labels=(y == j).astype(int)).predict_proba(probs=pt[:, j])[:, 1]
+        BBQ(mix=0)
+        .fit(probs=p[:, j], labels=(y == j).astype(int))
+        .predict_proba(probs=pt[:, j])[:, 1]
         for j in range(4)
     ]
     expected = np.stack(columns, 1)
@@ -132,7 +134,7 @@ def test_netcal_treats_two_classes_as_binary_as_we_do():
     z, y = make_logits(7, 400, 2)
     p = softmax(z)
     ref = netcal.BBQ().fit(p, y).transform(p)
-    ours = BBQ().fit(probs=p, labels=y).predict_proba(probs=p)
+    ours = BBQ(mix=0).fit(probs=p, labels=y).predict_proba(probs=p)
     assert ref.ndim == 1  # netcal returns the class-1 probability for binary input
     np.testing.assert_allclose(ours.sum(1), 1.0, atol=1e-15)
     np.testing.assert_allclose(
@@ -153,7 +155,7 @@ def test_pinned_difference_quantile_bins_against_netcals_equal_width_bins():
     s = np.concatenate([low, high])
     y = np.concatenate([np.tile([0, 1], 10), np.ones(20, dtype=int)])
     ref = netcal.BBQ().fit(s, y).transform(s)
-    ours = BBQ().fit(probs=s, labels=y).predict_proba(probs=s)[:, 1]
+    ours = BBQ(mix=0).fit(probs=s, labels=y).predict_proba(probs=s)[:, 1]
     assert np.ptp(ref) < 1e-12  # one bin for all
     assert ours[20:].mean() - ours[:20].mean() > 0.25
 
@@ -167,7 +169,7 @@ def test_pinned_difference_single_bin_estimate():
     s = np.array([0.1, 0.4, 0.6, 0.8, 0.9])
     y = np.array([0, 1, 1, 1, 1])
     ref = netcal.BBQ().fit(s, y).transform(np.array([0.5]))
-    ours = BBQ().fit(probs=s, labels=y).predict_proba(probs=np.array([0.5]))[0, 1]
+    ours = BBQ(mix=0).fit(probs=s, labels=y).predict_proba(probs=np.array([0.5]))[0, 1]
     assert ref[0] == pytest.approx(4 / 5)
     assert ours == pytest.approx(5 / 7, abs=1e-15)
 

@@ -24,7 +24,8 @@ def binary_scores(seed: int, n: int = 400) -> tuple[np.ndarray, np.ndarray]:
 
 def constrained_log_loss_minimum(s: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``(a, b, c)`` by scipy's L-BFGS-B with bounds ``a, b >= 0`` on the mean log-loss of
-    ``sigmoid(a log s - b log(1 - s) + c)``, written here in numpy."""
+    ``sigmoid(a log s - b log(1 - s) + c)`` against the targets ``y`` (0/1 or smoothed),
+    written here in numpy."""
     from scipy.optimize import minimize
 
     x = np.stack([np.log(s), -np.log1p(-s), np.ones_like(s)], 1)
@@ -45,12 +46,42 @@ def constrained_log_loss_minimum(s: np.ndarray, y: np.ndarray) -> np.ndarray:
     return res.x
 
 
+def platt_targets(y: np.ndarray) -> np.ndarray:
+    """Platt's (1999) targets, written here: ``(N+ + 1)/(N+ + 2)`` and ``1/(N- + 2)``."""
+    n_pos, n_neg = y.sum(), len(y) - y.sum()
+    return np.where(y > 0, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_equals_bounded_minimisation(seed):
+    """``smooth_targets=False``: the constrained maximum-likelihood fit to the 0/1 labels."""
     s, y = binary_scores(seed)
-    cal = BetaCalibration().fit(probs=s, labels=y)
+    cal = BetaCalibration(smooth_targets=False).fit(probs=s, labels=y)
     ref = constrained_log_loss_minimum(s, y)
     np.testing.assert_allclose([cal.a_[0], cal.b_[0], cal.c_[0]], ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_default_equals_bounded_minimisation_with_smoothed_targets(seed):
+    """The default fit is the same constrained minimisation against Platt's targets -- and
+    differs from the fit to the 0/1 labels."""
+    s, y = binary_scores(seed, n=150)
+    cal = BetaCalibration().fit(probs=s, labels=y)
+    ref = constrained_log_loss_minimum(s, platt_targets(y))
+    np.testing.assert_allclose([cal.a_[0], cal.b_[0], cal.c_[0]], ref, rtol=1e-5, atol=1e-6)
+    plain = constrained_log_loss_minimum(s, y.astype(float))
+    assert np.abs(ref - plain).max() > 1e-3
+
+
+def test_default_one_vs_rest_smooths_each_maps_targets():
+    """For ``C > 2`` each class's map gets the smoothed targets of its own one-vs-rest
+    labels (``N+`` = that class's count)."""
+    z, y = make_logits(9, 300, 3)
+    p = softmax(z)
+    cal = BetaCalibration().fit(probs=p, labels=y)
+    for j in range(3):
+        ref = constrained_log_loss_minimum(p[:, j], platt_targets((y == j).astype(int)))
+        np.testing.assert_allclose([cal.a_[j], cal.b_[j], cal.c_[j]], ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.reference
@@ -71,7 +102,7 @@ def test_matches_betacal_abm(seed, monkeypatch):
     s, y = binary_scores(100 + seed)
     ref = betacal.BetaCalibration("abm").fit(s, y)
     a, b, m = ref.calibrator_.map_
-    cal = BetaCalibration().fit(probs=s, labels=y)
+    cal = BetaCalibration(smooth_targets=False).fit(probs=s, labels=y)  # betacal fits 0/1
     assert cal.a_[0] == pytest.approx(a, rel=1e-5, abs=1e-7)
     assert cal.b_[0] == pytest.approx(b, rel=1e-5, abs=1e-7)
     assert cal.c_[0] == pytest.approx(ref.calibrator_.lr_.intercept_[0], rel=1e-5, abs=1e-7)
@@ -91,7 +122,7 @@ def test_pinned_difference_betacal_keeps_a_negative_b():
     y = (rng.random(500) < 1 - s).astype(int)
     ref = betacal.BetaCalibration("abm").fit(s, y)
     assert ref.calibrator_.map_[0] == 0 and ref.calibrator_.map_[1] < 0
-    cal = BetaCalibration().fit(probs=s, labels=y)
+    cal = BetaCalibration(smooth_targets=False).fit(probs=s, labels=y)
     assert cal.a_[0] == 0 and cal.b_[0] == 0
     np.testing.assert_allclose(cal.predict_proba(probs=s)[:, 1], y.mean(), rtol=1e-12)
 

@@ -56,10 +56,83 @@ def test_loading_another_class_fails(tmp_path):
 
 @pytest.mark.parametrize("name", calibrator_names())
 def test_predict_before_fit_fails_clearly(name):
+    """Using an unfitted calibrator raises selfcal's ``NotFittedError``, which scikit-learn's
+    ``NotFittedError``, ``ValueError``, ``AttributeError`` and ``RuntimeError`` all catch."""
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
     z, _, _ = data_for(name)
-    with pytest.raises(NotFittedError, match="not fitted yet"):
-        build_calibrator(name).predict_proba(logits=z)
-    assert issubclass(NotFittedError, ValueError) and issubclass(NotFittedError, RuntimeError)
+    for caught in (NotFittedError, SklearnNotFittedError, ValueError, AttributeError, RuntimeError):
+        with pytest.raises(caught, match="not fitted yet"):
+            build_calibrator(name).predict_proba(logits=z)
+    with pytest.raises(SklearnNotFittedError, match="not fitted yet"):
+        build_calibrator(name).to_module()
+    assert issubclass(NotFittedError, ValueError) and issubclass(NotFittedError, AttributeError)
+
+
+NUMPY_PARAMS = {
+    "histogram": {"n_bins": np.int64(15), "mix": np.float64(0.01)},
+    "vector": {"max_iter": np.int64(50), "diagonal_l2": np.float32(1), "bias_l2": np.int64(2)},
+    "matrix": {"max_iter": np.int64(50), "off_diagonal_l2": np.float32(0.5)},
+    "beta": {"max_iter": np.int32(50), "smooth_targets": np.bool_(False)},
+    "platt": {"smooth_targets": np.bool_(True)},
+    "isotonic-ovr": {"mix": np.float32(0.25)},
+}
+"""Hyperparameters given as numpy scalars (what a grid from ``np.arange`` / ``np.logspace``
+yields); every value is exact in float32."""
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_PARAMS))
+def test_numpy_scalar_hyperparameters_fit_and_save(name, tmp_path):
+    """Numpy scalars are accepted as hyperparameters: the fit equals the one with the same
+    Python numbers, and ``save`` / ``load`` round-trips it."""
+    z, y, zt = data_for(name)
+    numpy_params = NUMPY_PARAMS[name]
+    python_params = {k: v.item() for k, v in numpy_params.items()}
+    cal = build_calibrator(name, **numpy_params).fit(logits=z, labels=y)
+    ref = build_calibrator(name, **python_params).fit(logits=z, labels=y)
+    expected = ref.predict_proba(logits=zt)
+    np.testing.assert_array_equal(cal.predict_proba(logits=zt), expected)
+    cal.save(tmp_path / "cal.json")
+    loaded = Calibrator.load(tmp_path / "cal.json")
+    assert loaded.get_params() == ref.get_params()
+    np.testing.assert_array_equal(loaded.predict_proba(logits=zt), expected)
+
+
+def test_load_rejects_an_unknown_fitted_attribute(tmp_path):
+    """A file whose ``fitted`` block holds a key the class does not set is refused (not set
+    silently as an attribute)."""
+    z, y, _ = data_for("ts")
+    path = tmp_path / "ts.json"
+    TemperatureScaling().fit(logits=z, labels=y).save(path)
+    doc = json.loads(path.read_text())
+    doc["fitted"]["scale_"] = 2.0
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="TemperatureScaling has no fitted attribute 'scale_'"):
+        Calibrator.load(path)
+    with pytest.raises(ValueError, match="no fitted attribute 'scale_'"):
+        TemperatureScaling.load(path)
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_tensors_that_require_grad_are_detached(name):
+    """``fit(logits=model(x))`` outside ``torch.no_grad()`` works for every calibrator and
+    equals the fit on the same values without grad; the outputs carry no graph."""
+    z, y, zt = data_for(name)
+    c = z.shape[1]
+    model = torch.nn.Linear(c, c, dtype=torch.float64)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(c))
+        model.bias.zero_()
+    logits, test = model(torch.from_numpy(z)), model(torch.from_numpy(zt))
+    assert logits.requires_grad and test.requires_grad
+    cal = build_calibrator(name).fit(logits=logits, labels=torch.from_numpy(y))
+    ref = build_calibrator(name).fit(logits=z, labels=y)
+    out, conf = cal.predict_proba(logits=test), cal.predict_confidence(logits=test)
+    assert not out.requires_grad and not conf.requires_grad
+    np.testing.assert_allclose(out.numpy(), ref.predict_proba(logits=zt), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(conf.numpy(), ref.predict_confidence(logits=zt), rtol=0, atol=1e-12)
+    positional = build_calibrator(name, kind="logits").fit(logits, torch.from_numpy(y))
+    assert not positional.predict_proba(test).requires_grad
 
 
 @pytest.mark.parametrize("name", calibrator_names())
@@ -88,9 +161,52 @@ def test_calibrated_confidence_is_the_top_calibrated_probability(name):
         np.testing.assert_array_equal(confidence, fitted.predict_proba(logits=zt).max(1))
     else:
         own = torch.softmax(torch.from_numpy(zt), 1).amax(1).numpy()
-        np.testing.assert_allclose(
-            confidence, np.interp(own, fitted.x_thresholds_, fitted.y_thresholds_)
-        )
+        eps = fitted.mix_  # mixed with the uniform distribution as predict_proba is
+        mapped = np.interp(own, fitted.x_thresholds_, fitted.y_thresholds_)
+        np.testing.assert_allclose(confidence, (1 - eps) * mapped + eps / zt.shape[1])
+
+
+MIXED = [name for name in calibrator_names() if "mix" in build_calibrator(name).get_params()]
+
+
+def test_the_non_parametric_calibrators_are_mixed():
+    """Exactly the isotonic, histogram and BBQ maps have a ``mix`` hyperparameter."""
+    assert MIXED == ["bbq", "histogram", "isotonic", "isotonic-ovr"]
+
+
+@pytest.mark.parametrize("c", [2, 4])
+@pytest.mark.parametrize("name", MIXED)
+def test_default_output_is_the_unmixed_map_mixed_with_uniform(name, c):
+    """``mix="auto"``: ``predict_proba`` and ``predict_confidence`` are the ``mix=0`` outputs
+    mixed with the uniform distribution, ``(1 - eps) q + eps / C`` with ``eps = 1/(n + 1)``;
+    ``mix=0`` sets ``mix_ = 0`` and a number sets ``eps`` itself."""
+    z, y = make_logits(13, 200, c)
+    zt, _ = make_logits(14, 60, c, scale=5.0)
+    mixed = build_calibrator(name).fit(logits=z, labels=y)
+    plain = build_calibrator(name, mix=0).fit(logits=z, labels=y)
+    eps = 1 / 201
+    assert mixed.mix_ == eps and plain.mix_ == 0
+    q = plain.predict_proba(logits=zt)
+    np.testing.assert_allclose(
+        mixed.predict_proba(logits=zt), (1 - eps) * q + eps / c, rtol=0, atol=1e-15
+    )
+    np.testing.assert_allclose(
+        mixed.predict_confidence(logits=zt),
+        (1 - eps) * plain.predict_confidence(logits=zt) + eps / c,
+        rtol=0,
+        atol=1e-15,
+    )
+    tenth = build_calibrator(name, mix=0.1).fit(logits=z, labels=y)
+    assert tenth.mix_ == 0.1
+    np.testing.assert_allclose(tenth.predict_proba(logits=zt), 0.9 * q + 0.1 / c, atol=1e-15)
+
+
+@pytest.mark.parametrize("mix", [-0.1, 1.0, "none"])
+def test_bad_mix_raises_in_fit(mix):
+    """``mix`` must be ``"auto"`` or a number in ``[0, 1)``: checked by ``fit``."""
+    z, y, _ = data_for("histogram")
+    with pytest.raises(ValueError, match="mix"):
+        build_calibrator("histogram", mix=mix).fit(logits=z, labels=y)
 
 
 def test_bad_input_names_the_row():
@@ -104,7 +220,7 @@ def test_bad_input_names_the_row():
     y[3] = 9
     with pytest.raises(ValueError, match="row 3"):
         TemperatureScaling().fit(logits=z, labels=y)
-    cal = TemperatureScaling().fit(logits=z, labels=np.zeros(len(z), dtype=int))
+    cal = TemperatureScaling().fit(logits=z, labels=np.arange(len(z)) % 4)
     with pytest.raises(ValueError, match="fitted on 4 classes"):
         cal.predict_proba(logits=z[:, :3])
     with pytest.raises(ValueError, match="exactly one"):

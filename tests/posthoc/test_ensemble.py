@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers.posthoc import make_logits, softmax
 
+from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc import EnsembleTemperatureScaling
 
 
@@ -89,9 +90,11 @@ def authors_ets(logit, label, logit_eval, n_class, loss):
 @pytest.mark.parametrize(
     ("seed", "c", "scale"), [(0, 3, 3.0), (1, 10, 2.0), (2, 5, 0.5), (3, 4, 6.0)]
 )
+@pytest.mark.filterwarnings("ignore::selfcal.exceptions.DegenerateCalibration")
 def test_matches_the_authors_code(loss, seed, c, scale):
     """Same temperature and weights as their L-BFGS-B / SLSQP fits (to their solvers'
-    precision), hence the same probabilities."""
+    precision), hence the same probabilities. (At scale 6 both stop at the authors' bound
+    ``T = 5``, which ours warns: see ``test_temperature_stays_in_the_authors_bounds``.)"""
     z, y = make_logits(seed, 500, c, scale=scale)
     zt, _ = make_logits(seed + 50, 100, c, scale=scale)
     onehot = np.eye(c)[y]
@@ -137,9 +140,26 @@ def test_map_formula_and_argmax():
 
 
 def test_temperature_stays_in_the_authors_bounds():
-    z, y = make_logits(5, 300, 4, scale=10.0, margin=0.0)  # pure noise: wants T -> infinity
-    cal = EnsembleTemperatureScaling(loss="ce").fit(logits=z, labels=y)
+    """Pure noise wants ``T -> infinity``: the fit returns the authors' upper bound and warns
+    that the minimum may lie beyond it."""
+    z, y = make_logits(5, 300, 4, scale=10.0, margin=0.0)
+    with pytest.warns(DegenerateCalibration, match="lowest at T = 5, an end of the authors'"):
+        cal = EnsembleTemperatureScaling(loss="ce").fit(logits=z, labels=y)
     assert cal.temperature_ == 5.0
+
+
+@pytest.mark.parametrize("loss", ["mse", "ce"])
+def test_all_correct_returns_the_scores_unchanged(loss):
+    """Every validation prediction correct: ``T = 1`` and weights ``(0, 1, 0)`` -- the
+    scores unchanged -- with a warning."""
+    z, y = make_logits(6, 300, 4, margin=6.0)
+    keep = z.argmax(1) == y
+    z, y = z[keep], y[keep]
+    with pytest.warns(DegenerateCalibration, match="validation predictions are correct"):
+        cal = EnsembleTemperatureScaling(loss=loss).fit(logits=z, labels=y)
+    assert cal.temperature_ == 1.0
+    np.testing.assert_array_equal(cal.weights_, [0.0, 1.0, 0.0])
+    np.testing.assert_allclose(cal.predict_proba(logits=z), softmax(z), rtol=0, atol=1e-15)
 
 
 def test_bad_loss_raises():

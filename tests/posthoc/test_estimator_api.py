@@ -27,10 +27,10 @@ def test_clone_gives_an_unfitted_copy_with_equal_params(name):
     from sklearn.base import clone
 
     z, y, _ = data_for(name)
-    fitted = build_calibrator(name).fit(z, y)
+    fitted = build_calibrator(name, kind="logits").fit(z, y)
     copy = clone(fitted)
     assert type(copy) is type(fitted) and copy is not fitted
-    assert copy.get_params() == fitted.get_params()
+    assert copy.get_params() == fitted.get_params() and copy.kind == "logits"
     assert not any(hasattr(copy, a) for a in ("n_classes_", *fitted._fitted_attributes))
     copy.fit(z, y)  # and it fits like the original
     np.testing.assert_array_equal(copy.predict_proba(z), fitted.predict_proba(z))
@@ -43,23 +43,70 @@ def test_params_are_the_constructor_arguments(name):
     names = [p for p in signature.parameters if p != "self"]
     assert list(cal.get_params(deep=True)) == names
     assert cal.get_params(deep=False) == cal.get_params(deep=True)
-    assert names[-1] == "kind" and cal.kind == "logits"
+    assert names[-1] == "kind" and cal.kind is None  # selfcal never guesses a kind
     assert cal.set_params(kind="probs") is cal and cal.kind == "probs"
     with pytest.raises(ValueError, match="has no hyperparameter 'n_neighbours'; valid: "):
         cal.set_params(n_neighbours=3)
+
+
+DEFAULTS = {
+    "bbq": {"mix": "auto"},
+    "beta": {"smooth_targets": True, "max_iter": 100},
+    "dirichlet": {"off_diagonal_l2": 1.0, "diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},
+    "ets": {"loss": "mse"},
+    "histogram": {"n_bins": 15, "mix": "auto"},
+    "isotonic": {"mix": "auto"},
+    "isotonic-ovr": {"mix": "auto"},
+    "matrix": {"off_diagonal_l2": 1.0, "diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},
+    "platt": {"smooth_targets": True},
+    "ts": {"method": "nll", "criterion": "ece"},
+    "ts-grid": {"method": "grid", "criterion": "ece"},
+    "vector": {"diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},
+}
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_default_params(name):
+    """The defaults, pinned: ``kind=None`` (never guessed), smoothed targets for Platt and
+    beta, ``mix="auto"`` for the non-parametric maps, unit ridge strengths for the
+    structured fits."""
+    assert build_calibrator(name).get_params() == {**DEFAULTS[name], "kind": None}
 
 
 @pytest.mark.parametrize("name", calibrator_names())
 def test_positional_fit_equals_keyword_fit(name):
     z, y, zt = data_for(name)
     keyword = build_calibrator(name).fit(logits=z, labels=y)
-    positional = build_calibrator(name).fit(z, y)
+    positional = build_calibrator(name, kind="logits").fit(z, y)
+    np.testing.assert_array_equal(positional.predict_proba(zt), keyword.predict_proba(logits=zt))
+    np.testing.assert_array_equal(
+        positional.predict_confidence(zt), keyword.predict_confidence(logits=zt)
+    )
+    # validated predictions say their own kind: no kind needed at construction
     validated = build_calibrator(name).fit(Predictions.from_logits(z, y))
-    for other in (positional, validated):
-        np.testing.assert_array_equal(other.predict_proba(zt), keyword.predict_proba(logits=zt))
-        np.testing.assert_array_equal(
-            other.predict_confidence(zt), keyword.predict_confidence(logits=zt)
-        )
+    test = Predictions.from_logits(zt)
+    np.testing.assert_array_equal(validated.predict_proba(test), keyword.predict_proba(logits=zt))
+    np.testing.assert_array_equal(
+        validated.predict_confidence(test), keyword.predict_confidence(logits=zt)
+    )
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_positional_scores_without_kind_raise(name):
+    """Without ``kind`` a positional score array is a ``ValueError`` in ``fit`` and in
+    ``predict_proba`` (selfcal never guesses); when the scores are probabilities, the
+    message names that evidence, and for logits it does not."""
+    z, y, zt = data_for(name)
+    with pytest.raises(ValueError, match="got scores positionally but no kind") as logits_error:
+        build_calibrator(name).fit(z, y)
+    assert "look like probabilities" not in str(logits_error.value)
+    with pytest.raises(ValueError, match="look like probabilities: every row lies in"):
+        build_calibrator(name).fit(softmax(z), y)
+    fitted = build_calibrator(name).fit(logits=z, labels=y)
+    with pytest.raises(ValueError, match="got scores positionally but no kind"):
+        fitted.predict_proba(zt)
+    with pytest.raises(ValueError, match="look like probabilities"):
+        fitted.predict_confidence(softmax(zt))
 
 
 @pytest.mark.parametrize("name", calibrator_names())
@@ -76,11 +123,11 @@ def test_kind_probs_reads_positional_probabilities(name):
 def test_scores_and_labels_given_twice_raise():
     z, y, _ = data_for("ts")
     with pytest.raises(ValueError, match="pass the scores once"):
-        TemperatureScaling().fit(z, y, logits=z)
+        TemperatureScaling(kind="logits").fit(z, y, logits=z)
     with pytest.raises(ValueError, match="pass the labels once"):
-        TemperatureScaling().fit(z, y, labels=y)
+        TemperatureScaling(kind="logits").fit(z, y, labels=y)
     with pytest.raises(ValueError, match="labels are required"):
-        TemperatureScaling().fit(z)
+        TemperatureScaling(kind="logits").fit(z)
     with pytest.raises(ValueError, match="kind must be one of"):
         TemperatureScaling(kind="scores").fit(z, y)
 
@@ -92,7 +139,7 @@ def test_grid_search_over_a_calibrator():
 
     z, y = make_logits(23, 300, 3)
     search = GridSearchCV(
-        build_calibrator("matrix"),
+        build_calibrator("matrix", kind="logits"),
         {"off_diagonal_l2": [0.01, 1.0, 100.0]},
         scoring=lambda est, x, t: (
             -float(-np.mean(np.log(est.predict_proba(x)[np.arange(len(t)), t])))

@@ -12,6 +12,7 @@ import torch
 from helpers.posthoc import make_logits, softmax
 
 from selfcal.posthoc import build_calibrator, calibrator_names
+from selfcal.posthoc._modules import MixtureModule
 
 TABLES = {
     "histogram": {"bin_values": ("bin_values_", None, 0)},
@@ -45,7 +46,7 @@ def data_for(name: str, c: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.T
 @pytest.mark.parametrize(("name", "c"), CASES)
 def test_softmax_of_the_module_is_predict_proba(name, c):
     z, y, zt = data_for(name, c)
-    cal = build_calibrator(name).fit(z, y)
+    cal = build_calibrator(name, kind="logits").fit(z, y)
     module = cal.to_module()
     with torch.no_grad():
         out = module(zt)
@@ -72,9 +73,18 @@ def test_probability_modules(name):
 
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_tables_are_buffers(name):
+    """The fitted tables are buffers of the module; with the default ``mix`` it is a
+    :class:`MixtureModule` holding ``eps`` (a buffer) around the un-mixed map's module, and
+    with ``mix=0`` it is that module itself."""
     z, y, _ = data_for(name)
-    cal = build_calibrator(name).fit(z, y)
-    buffers = dict(cal.to_module().named_buffers())
+    cal = build_calibrator(name, kind="logits").fit(z, y)
+    module = cal.to_module()
+    assert isinstance(module, MixtureModule) and not isinstance(module.inner, MixtureModule)
+    buffers = dict(module.named_buffers())
+    assert buffers.pop("weight").item() == cal.mix_ > 0
+    buffers = {key.removeprefix("inner."): value for key, value in buffers.items()}
+    plain = build_calibrator(name, mix=0, kind="logits").fit(z, y).to_module()
+    assert type(plain) is type(module.inner)
     for buffer, (attribute, lengths, extra) in TABLES[name].items():
         fitted = np.asarray(getattr(cal, attribute))
         held = buffers[buffer].numpy()
@@ -91,7 +101,7 @@ def test_tables_are_buffers(name):
 @pytest.mark.parametrize("name", calibrator_names())
 def test_module_exports_and_scripts(name):
     z, y, zt = data_for(name)
-    cal = build_calibrator(name).fit(z, y)
+    cal = build_calibrator(name, kind="logits").fit(z, y)
     module = cal.to_module()
     with torch.no_grad():
         expected = module(zt)
@@ -108,12 +118,26 @@ def test_float32_module(name):
     """``module.float()`` computes in float32 (for the step and isotonic maps, float32
     rounding can move a score across a cut or onto a steep segment, so they are left out)."""
     z, y, zt = data_for(name)
-    cal = build_calibrator(name).fit(z, y)
+    cal = build_calibrator(name, kind="logits").fit(z, y)
     module = cal.to_module().float()
     with torch.no_grad():
         out = torch.softmax(module(zt.float()), 1)
     assert out.dtype == torch.float32
     np.testing.assert_allclose(out.numpy(), cal.predict_proba(logits=zt.numpy()), atol=2e-4)
+
+
+def test_mixture_module_in_float32():
+    """``MixtureModule.float()`` computes in float32 (its ``eps`` buffer too) and matches
+    ``log((1 - eps) softmax(inner) + eps / C)`` computed in float64 (the step maps are left
+    out of the float32 test above, so a smooth inner map is mixed here)."""
+    z, y, zt = data_for("ts")
+    cal = build_calibrator("ts").fit(logits=z, labels=y)
+    module = MixtureModule(cal.to_module(), 0.05).float()
+    with torch.no_grad():
+        out = module(zt.float())
+        expected = torch.log(0.95 * torch.softmax(cal.to_module()(zt), 1) + 0.05 / 4)
+    assert out.dtype == torch.float32 and module.weight.dtype == torch.float32
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=0, atol=1e-5)
 
 
 def test_module_before_fit_fails():
@@ -123,7 +147,7 @@ def test_module_before_fit_fails():
         build_calibrator("ts").to_module()
     z, y, _ = data_for("ts")
     with pytest.raises(ValueError, match="kind must be one of"):
-        build_calibrator("ts").fit(z, y).to_module(kind="log_probs")
+        build_calibrator("ts", kind="logits").fit(z, y).to_module(kind="log_probs")
 
 
 def test_one_hot_probabilities_through_the_isotonic_module():

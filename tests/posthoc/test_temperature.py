@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -11,8 +12,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc import TemperatureScaling
 from selfcal.posthoc import temperature as ts_module
+from selfcal.posthoc._base import LARGEST_FITTABLE
 from selfcal.posthoc.temperature import LOG_BETA_BOUNDS, grid_temperatures
 
 CASES = [
@@ -44,25 +47,54 @@ def brute_force_temperature(z: np.ndarray, y: np.ndarray) -> float:
     return math.exp(-(a + b) / 2)
 
 
+def at_a_bound(t: float) -> bool:
+    """Whether a reference temperature lies at an end of ``[e^-10, e^10]``."""
+    return abs(math.log(t)) > max(abs(b) for b in LOG_BETA_BOUNDS) - 1e-6
+
+
 @pytest.mark.parametrize(("seed", "n", "c"), CASES)
 def test_nll_matches_brute_force(seed, n, c):
+    """Where the NLL's minimiser is inside the bounds, ``T`` is it (and nothing warns);
+    where it lies at a bound (some margins near 0), ``T = 1`` with a warning."""
     rng = np.random.default_rng(1000 + seed)
     scale, margin = float(rng.uniform(0.3, 5)), float(rng.uniform(0, 3))
     z, y = make_logits(seed, n, c, scale=scale, margin=margin)
-    t = TemperatureScaling().fit(logits=z, labels=y).temperature_
-    assert t == pytest.approx(brute_force_temperature(z, y), rel=1e-6)
+    ref = brute_force_temperature(z, y)
+    if at_a_bound(ref):
+        with pytest.warns(DegenerateCalibration, match="keeps falling as T grows"):
+            assert TemperatureScaling().fit(logits=z, labels=y).temperature_ == 1.0
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateCalibration)
+        t = TemperatureScaling().fit(logits=z, labels=y).temperature_
+    assert t == pytest.approx(ref, rel=1e-6)
+
+
+def test_brute_force_cases_cover_both_branches():
+    """The cases above hold minimisers inside the bounds and at the upper bound."""
+    at_bound = []
+    for seed, n, c in CASES:
+        rng = np.random.default_rng(1000 + seed)
+        scale, margin = float(rng.uniform(0.3, 5)), float(rng.uniform(0, 3))
+        at_bound.append(
+            at_a_bound(brute_force_temperature(*make_logits(seed, n, c, scale, margin)))
+        )
+    assert 0 < sum(at_bound) < len(CASES) - 10
 
 
 @pytest.mark.reference
 @pytest.mark.parametrize(("seed", "n", "c"), CASES)
 def test_nll_matches_sklearn_temperature(seed, n, c):
+    """Margins of at least 0.5 noise units: every minimiser lies inside the bounds, where
+    scikit-learn's bounded search and ours agree."""
     from sklearn.calibration import _TemperatureScaling
 
     rng = np.random.default_rng(2000 + seed)
-    scale, margin = float(rng.uniform(0.3, 5)), float(rng.uniform(0, 3))
+    scale, margin = float(rng.uniform(0.3, 5)), float(rng.uniform(0.5, 3))
     z, y = make_logits(seed, n, c, scale=scale, margin=margin)
     t = TemperatureScaling().fit(logits=z, labels=y).temperature_
     ref = _TemperatureScaling().fit(z, y)
+    assert not at_a_bound(1.0 / float(ref.beta_))
     assert t == pytest.approx(1.0 / float(ref.beta_), rel=1e-4)
     np.testing.assert_allclose(
         TemperatureScaling().fit(logits=z, labels=y).predict_proba(logits=z),
@@ -95,12 +127,42 @@ def test_matches_calibrated_classifier_cv_temperature():
     np.testing.assert_allclose(ours.predict_proba(logits=z), cal.predict_proba(z), atol=1e-6)
 
 
-def test_minimum_outside_bounds_goes_to_bound():
-    # every sample correct with a margin: NLL decreases for ever as T -> 0
+@pytest.mark.reference
+def test_pinned_difference_sklearn_returns_the_bound():
+    """Labels against the logits: the NLL falls all the way to ``T = e^10``. scikit-learn
+    returns that bound (every probability ~1/C); we return ``T = 1`` with a warning. When
+    every prediction is correct scikit-learn returns some ``T < 1`` (wherever its search
+    stops on the flat, rounded NLL); we return ``T = 1`` with a warning."""
+    from sklearn.calibration import _TemperatureScaling
+
+    z, y = anti_or_separable(anti=True)
+    assert -math.log(float(_TemperatureScaling().fit(z, y).beta_)) > 9.98  # at its xatol
+    with pytest.warns(DegenerateCalibration, match="keeps falling as T grows to its bound e\\^10"):
+        assert TemperatureScaling().fit(logits=z, labels=y).temperature_ == 1.0
+    z, y = anti_or_separable(anti=False)
+    assert 1.0 / float(_TemperatureScaling().fit(z, y).beta_) < 1.0
+    with pytest.warns(DegenerateCalibration, match="all 3000 validation predictions are correct"):
+        assert TemperatureScaling().fit(logits=z, labels=y).temperature_ == 1.0
+
+
+def test_all_correct_returns_the_identity_with_a_warning():
+    """Every sample correct with a margin: the NLL decreases for ever as ``T -> 0``; the fit
+    returns ``T = 1`` (the scores unchanged) and says so."""
     z = np.array([[5.0, 0.0], [0.0, 5.0], [4.0, 1.0]])
     y = np.array([0, 1, 0])
-    t = TemperatureScaling().fit(logits=z, labels=y).temperature_
-    assert t == pytest.approx(math.exp(-10), rel=1e-8)
+    with pytest.warns(DegenerateCalibration, match="all 3 validation predictions are correct"):
+        cal = TemperatureScaling().fit(logits=z, labels=y)
+    assert cal.temperature_ == 1.0
+    np.testing.assert_array_equal(cal.predict_proba(logits=z), softmax(z))
+
+
+def test_minimum_at_the_lower_bound_returns_the_identity_with_a_warning():
+    """Correct rows and a wrong prediction whose true class ties the top logit: the NLL keeps
+    falling as ``T -> 0`` although not every prediction is correct; ``T = 1`` and a warning."""
+    z = np.array([[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    y = np.array([0, 1, 1])  # row 2 predicts class 0 (the first of the tie)
+    with pytest.warns(DegenerateCalibration, match="keeps falling as T shrinks to its bound"):
+        assert TemperatureScaling().fit(logits=z, labels=y).temperature_ == 1.0
 
 
 def test_constant_logits_keep_unit_temperature():
@@ -134,7 +196,8 @@ def bounded_temperature(z: np.ndarray, y: np.ndarray) -> float:
 def solver_problem(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Problems with interior optima far apart: 2 or 100 classes, very peaked logits
     (beta* ~ 0.02), very flat ones (beta* ~ 100), optima within 1 of the log(beta) bounds,
-    a large common offset, and -1e300 entries (below the float32 range)."""
+    a large common offset, and -1e140 entries (below the float32 range, within
+    ``LARGEST_FITTABLE``)."""
     n, c, scale = {
         "binary": (3000, 2, 3.0),
         "c100": (2000, 100, 3.0),
@@ -148,9 +211,9 @@ def solver_problem(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     z, y = make_logits(seed, n, c, scale=scale)
     if kind == "offset":
         z += 1000.0
-    if kind == "huge_negative":  # a few non-label entries at -1e300: weight 0 for every beta
+    if kind == "huge_negative":  # a few non-label entries at -1e140: weight 0 for every beta
         rows = np.arange(0, n, 7)
-        z[rows, (y[rows] + 1) % c] = -1e300
+        z[rows, (y[rows] + 1) % c] = -1e140
     return z, y
 
 
@@ -163,7 +226,7 @@ SOLVER_KINDS = ["binary", "c100", "peaked", "flat", "near_lo", "near_hi", "offse
         (kind, dtype)
         for kind in SOLVER_KINDS
         for dtype in (np.float64, np.float32)
-        if not (kind == "huge_negative" and dtype is np.float32)  # -1e300 is not a float32
+        if not (kind == "huge_negative" and dtype is np.float32)  # -1e140 is not a float32
     ],
 )
 def test_fast_solver_matches_bounded_minimiser(kind, dtype):
@@ -180,15 +243,27 @@ def test_fast_solver_matches_bounded_minimiser(kind, dtype):
     assert t == pytest.approx(brute_force_temperature(zz, y), rel=1e-6)
 
 
-@pytest.mark.parametrize(("anti", "bound"), [(True, math.exp(10)), (False, math.exp(-10))])
-def test_fast_solver_stops_at_the_bounds(anti, bound):
-    # labels against the logits: NLL decreases as T -> inf; separable: as T -> 0
+def anti_or_separable(anti: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Float32 logits with the labels against them (the NLL falls as ``T -> inf``) or every
+    prediction correct by a margin of ~20 (it falls as ``T -> 0``)."""
     rng = np.random.default_rng(5)
     z = rng.normal(size=(3000, 10)).astype(np.float32)
     y = rng.integers(0, 10, 3000)
     z[np.arange(3000), y] += -0.5 if anti else 20.0
-    t = TemperatureScaling().fit(logits=z, labels=y).temperature_
-    assert t == pytest.approx(bound, rel=1e-12)
+    return z, y
+
+
+@pytest.mark.parametrize(("anti", "bound"), [(True, math.exp(10)), (False, math.exp(-10))])
+def test_fast_solver_stops_at_the_bounds(anti, bound):
+    """The solver returns the bound the NLL falls towards; the calibrator then returns
+    ``T = 1`` with a warning."""
+    z, y = anti_or_separable(anti)
+    data = ts_module._Logits.build(torch.from_numpy(z), torch.from_numpy(y))
+    beta, converged = ts_module.solve_inverse_temperature(data)
+    assert converged and 1 / beta == pytest.approx(bound, rel=1e-12)
+    match = "keeps falling as T grows" if anti else "all 3000 validation predictions are correct"
+    with pytest.warns(DegenerateCalibration, match=match):
+        assert TemperatureScaling().fit(logits=z, labels=y).temperature_ == 1.0
     zz, beta = z.astype(np.float64), 1 / bound  # the NLL still falls towards that bound:
     p = softmax(beta * zz)  # L'(beta) = mean(E_p z - z_y) > 0 at beta_min, <= 0 at beta_max
     grad = np.mean((p * zz).sum(1) - zz[np.arange(len(y)), y])
@@ -300,8 +375,12 @@ def test_temperature_never_changes_argmax(z, seed):
     top2 = np.sort(z, 1)[:, -2:]
     assume(np.all(top2[:, 1] > top2[:, 0]))  # a unique maximum in every row
     y = np.random.default_rng(seed).integers(0, z.shape[1], z.shape[0])
+    assume(len(np.unique(y)) >= 2)  # labels of one class are a ValueError
     for method in ("nll", "grid"):
-        p = TemperatureScaling(method=method).fit(logits=z, labels=y).predict_proba(logits=z)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateCalibration)  # T = 1 is fine here
+            cal = TemperatureScaling(method=method).fit(logits=z, labels=y)
+        p = cal.predict_proba(logits=z)
         np.testing.assert_array_equal(p.argmax(1), z.argmax(1))
         assert np.all((p >= 0) & (p <= 1))
         np.testing.assert_allclose(p.sum(1), 1, atol=1e-12)
@@ -323,3 +402,36 @@ def test_bad_hyperparameters_raise_in_fit():
         est.fit(logits=z, labels=y)
     with pytest.raises(ValueError, match="criterion"):
         TemperatureScaling(criterion="brier").fit(logits=z, labels=y)
+
+
+def test_logits_beyond_the_largest_fittable_raise():
+    """A logit of magnitude just below ``LARGEST_FITTABLE`` is fitted (to the bounded
+    minimiser's temperature); just above, the fit is a ``ValueError`` naming the row."""
+    z, y = make_logits(9, 300, 4)
+    z[5, (y[5] + 1) % 4] = -0.99 * LARGEST_FITTABLE
+    t = TemperatureScaling().fit(logits=z, labels=y).temperature_
+    assert t == pytest.approx(bounded_temperature(z, y), rel=1e-6)
+    z[5, (y[5] + 1) % 4] = -1.01 * LARGEST_FITTABLE
+    with pytest.raises(ValueError, match="row 5 has a logit of magnitude 6.15e\\+149, beyond"):
+        TemperatureScaling().fit(logits=z, labels=y)
+
+
+def test_grid_edge_warns_and_returns_the_edge():
+    """Pure-noise logits want a temperature beyond the grid: ``method="grid"`` returns the
+    reference loop's ``T = 10.0`` (its largest) and warns that the minimum may lie beyond."""
+    z, y = make_logits(5, 300, 4, scale=10.0, margin=0.0)
+    ref = reference_grid_search(torch.from_numpy(z), torch.from_numpy(y), "nll")
+    assert ref == grid_temperatures()[-1]
+    with pytest.warns(DegenerateCalibration, match="lowest at the grid's largest temperature"):
+        cal = TemperatureScaling(method="grid", criterion="nll").fit(logits=z, labels=y)
+    assert cal.temperature_ == ref
+
+
+@pytest.mark.parametrize("criterion", ["ece", "nll"])
+def test_grid_all_correct_returns_the_identity(criterion):
+    """Every prediction correct: the grid's criterion falls towards its smallest ``T``;
+    ``method="grid"`` returns ``T = 1`` (the scores unchanged) with a warning."""
+    z, y = anti_or_separable(anti=False)
+    with pytest.warns(DegenerateCalibration, match="all 3000 validation predictions are correct"):
+        cal = TemperatureScaling(method="grid", criterion=criterion).fit(logits=z, labels=y)
+    assert cal.temperature_ == 1.0

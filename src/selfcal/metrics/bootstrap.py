@@ -173,9 +173,10 @@ def interval_bounds(
     check_choice("method", method, INTERVAL_METHODS)
     alpha = (1 - confidence) / 2
     lo, mid, hi = quantiles(values, [alpha, 0.5, 1 - alpha])
-    if method == "centred":
-        point = torch.as_tensor(point, dtype=torch.float64, device=lo.device)
-        return point - (mid - lo).nan_to_num(), point + (hi - mid).nan_to_num()
+    if method == "centred":  # q + (t - q_mid): no cancellation when t and q_mid are close
+        shift = torch.as_tensor(point, dtype=torch.float64, device=lo.device) - mid
+        shift = shift.nan_to_num(nan=0.0) if bool(torch.isinf(mid).any()) else shift
+        return lo + shift, hi + shift
     if method == "percentile":
         return lo, hi
     return 2 * point - hi, 2 * point - lo

@@ -178,12 +178,12 @@ class VectorScaling(_StructuredScaling):
         beta, identified = self._temperature(pred, s)
         theta = torch.zeros(2 * c, dtype=s.dtype, device=s.device)
         if identified:
-            penalty = torch.cat(
-                [
-                    torch.full((c,), ridge_strength(float(self.diagonal_l2), n, c)),
-                    torch.full((c,), ridge_strength(float(self.bias_l2), n, c)),
-                ]
-            ).to(s)
+            strengths = (float(self.diagonal_l2), float(self.bias_l2))
+            penalty = torch.tensor(
+                [ridge_strength(lam, n, c) for lam in strengths for _ in range(c)],
+                dtype=s.dtype,
+                device=s.device,
+            )
             solution = newton(ClassFeatures(beta * s, y, penalty), theta, self.max_iter)
             warn_not_converged(
                 "VectorScaling",
