@@ -112,9 +112,7 @@ def test_basic_interval_reflects_the_percentile_quantiles_about_the_estimate():
     conf = rng.uniform(0.5, 1.0, n)
     y = (rng.uniform(size=n) < conf).astype(int)  # P(y = 1 | p_1 = c) = c: calibrated
     probs = np.stack([1 - conf, conf], axis=1)
-    pct = M.bootstrap_ci(
-        M.ece, probs=probs, labels=y, n_resamples=400, seed=1, method="percentile"
-    )
+    pct = M.bootstrap_ci(M.ece, probs=probs, labels=y, n_resamples=400, seed=1, method="percentile")
     basic = M.bootstrap_ci(M.ece, probs=probs, labels=y, n_resamples=400, seed=1, method="basic")
     pred = Predictions.from_probs(probs, y)
     vals = resampled_values(lambda w: M.ece.core(pred, weights=w), n, 400, 1, pred.device)
