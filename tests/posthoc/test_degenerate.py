@@ -50,11 +50,12 @@ WARNS: dict[str, set[str]] = {
 """Who warns ``DegenerateCalibration`` on each case (everyone else must not)."""
 
 IDENTITY = {
-    "all-correct": {"ts", "ts-grid", "ets", "vector", "matrix", "dirichlet"},
-    "binary-separable": {"ts", "ts-grid", "ets", "vector", "matrix", "dirichlet"},
+    "all-correct": {"ts", "ets", "vector", "matrix", "dirichlet"},
+    "binary-separable": {"ts", "ets", "vector", "matrix", "dirichlet"},
     "outlier-logit": TS_FAMILY,
 }
-"""Where the rule returns the identity map (the scores unchanged)."""
+"""Where the rule returns the identity map (the scores unchanged). ``ts-grid`` reproduces the
+reference code's choice instead, and warns."""
 
 CASES = cases()
 

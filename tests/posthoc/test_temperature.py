@@ -16,7 +16,11 @@ from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc import TemperatureScaling
 from selfcal.posthoc import temperature as ts_module
 from selfcal.posthoc._base import LARGEST_FITTABLE
-from selfcal.posthoc.temperature import LOG_BETA_BOUNDS, grid_temperatures
+from selfcal.posthoc.temperature import (
+    LOG_BETA_BOUNDS,
+    grid_search_temperature,
+    grid_temperatures,
+)
 
 CASES = [
     (seed, n, c)
@@ -428,10 +432,16 @@ def test_grid_edge_warns_and_returns_the_edge():
 
 
 @pytest.mark.parametrize("criterion", ["ece", "nll"])
-def test_grid_all_correct_returns_the_identity(criterion):
+def test_grid_all_correct_keeps_the_reference_choice_and_warns(criterion):
     """Every prediction correct: the grid's criterion falls towards its smallest ``T``;
-    ``method="grid"`` returns ``T = 1`` (the scores unchanged) with a warning."""
+    ``method="grid"`` reproduces the reference loop's choice (the grid reproduces the papers'
+    numbers) and warns that the data do not identify it, pointing to ``method="nll"``."""
     z, y = anti_or_separable(anti=False)
-    with pytest.warns(DegenerateCalibration, match="all 3000 validation predictions are correct"):
+    match = r"all 3000 validation predictions are correct.*returned the grid's choice T = 0\.1"
+    with pytest.warns(DegenerateCalibration, match=match) as record:
         cal = TemperatureScaling(method="grid", criterion=criterion).fit(logits=z, labels=y)
-    assert cal.temperature_ == 1.0
+    assert len(record) == 1
+    assert cal.temperature_ == grid_search_temperature(
+        torch.as_tensor(z), torch.as_tensor(y), criterion
+    )
+    assert cal.temperature_ == grid_temperatures()[0]

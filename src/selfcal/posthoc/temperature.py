@@ -382,15 +382,14 @@ def grid_temperatures() -> list[float]:
 def grid_fit(
     z: torch.Tensor, labels: torch.Tensor, criterion: str, all_correct: bool
 ) -> TemperatureFit:
-    """The reference code's grid search (:func:`grid_search_temperature`), with the degenerate
-    cases of :func:`solve_temperature`: ``T = 1`` (the reference loop's starting value, the
-    scores unchanged) when every prediction is correct, and a ``problem`` when the best ``T``
-    is an end of the grid (the criterion's minimum may lie beyond it)."""
+    """The reference code's grid search (:func:`grid_search_temperature`), value for value --
+    it exists to reproduce the papers' numbers -- with a ``problem`` when the best ``T`` is an
+    end of the grid while the criterion still falls there (its minimum may lie beyond the
+    grid). When every prediction is correct the grid's choice is kept too (usually its
+    smallest ``T``); the caller warns that the data do not identify it."""
     grid = grid_temperatures()
-    if all_correct:
-        return TemperatureFit(1.0)
     t = grid_search_temperature(z.double(), labels, criterion)
-    if t not in (grid[0], grid[-1]):
+    if all_correct or t not in (grid[0], grid[-1]):
         return TemperatureFit(t)
     inner = grid[1] if t == grid[0] else grid[-2]
     if _grid_criterion(z, labels, criterion, t) >= _grid_criterion(z, labels, criterion, inner):
@@ -504,6 +503,11 @@ class TemperatureScaling(Calibrator):
         report_fit(self, fit)
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
+        if self.method == "grid":
+            return (
+                f"returned the grid's choice T = {self.temperature_:.3g}, as the reference code "
+                "does (method='nll' returns T = 1, the scores unchanged)"
+            )
         return f"the NLL falls without limit as T -> 0 (every confidence 1); {IDENTITY}"
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
