@@ -54,10 +54,8 @@ class IsotonicCalibration(Calibrator):
 
     Parameters
     ----------
-    mix : ``"auto"`` (default), a number in ``[0, 1)``, or 0: the weight ``eps`` of the
-        uniform distribution mixed into the output, ``(1 - eps) p + eps / C``; ``"auto"`` is
-        ``1 / (n + 1)`` for ``n`` validation rows (Laplace smoothing; Berta et al.'s
-        "ts-mix" weight), so no probability is exactly 0 or 1; 0 returns the un-mixed map.
+    mix : ``"auto"`` (default: ``eps = 1 / (n + 1)``), or ``eps`` in ``[0, 1)``: the output is
+        ``(1 - eps) p + eps / C`` (:mod:`selfcal.posthoc._base`); 0 is the un-mixed map.
     kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
@@ -118,10 +116,8 @@ class OneVsRestIsotonic(Calibrator):
 
     Parameters
     ----------
-    mix : ``"auto"`` (default), a number in ``[0, 1)``, or 0: the weight ``eps`` of the
-        uniform distribution mixed into the output, ``(1 - eps) p + eps / C``; ``"auto"`` is
-        ``1 / (n + 1)`` for ``n`` validation rows (Laplace smoothing; Berta et al.'s
-        "ts-mix" weight), so no probability is exactly 0 or 1; 0 returns the un-mixed map.
+    mix : ``"auto"`` (default: ``eps = 1 / (n + 1)``), or ``eps`` in ``[0, 1)``: the output is
+        ``(1 - eps) p + eps / C`` (:mod:`selfcal.posthoc._base`); 0 is the un-mixed map.
     kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
