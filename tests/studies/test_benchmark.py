@@ -135,3 +135,21 @@ def test_candidates_reuse_paper_studies_on_images_and_grid_the_tabular_sets():
     assert FULL.candidates("breast-cancer", "ce") == [{}]
     assert FULL.recipe("cifar10").epochs == 350 and FULL.recipe("spiral-3.5").batch_size is None
     assert FULL.candidates("cifar100", "focal") == [{"gamma": 1.0}]
+
+
+def test_the_summary_names_the_runs_whose_post_hoc_fits_were_degenerate():
+    from types import SimpleNamespace
+
+    from selfcal.studies.benchmark.report import degenerate
+
+    def run(method, seed, count):
+        spec = SimpleNamespace(dataset="breast-cancer", method=method, seed=seed)
+        return SimpleNamespace(spec=spec, metrics={"degenerate_fits": float(count)})
+
+    methods = ["ce", "focal", "brier", "mmce"]
+    runs = [run(m, 3, 2) for m in methods] + [run("ce", 4, 0), run("label-smoothing", 0, 2)]
+    results = SimpleNamespace(runs=lambda regime_name: runs)
+    line = degenerate(results, "memorise")
+    assert line.startswith("5 of 6 runs, breast-cancer seed 0 (Label smoothing); ")
+    assert "breast-cancer seed 3 (4 methods)" in line and "seed 4" not in line
+    assert degenerate(SimpleNamespace(runs=lambda regime_name: runs[4:5]), "x") == "none"

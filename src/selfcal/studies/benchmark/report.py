@@ -168,9 +168,33 @@ def summary_lines(results: StudyResults) -> list[str]:
             f"- chance: with {pairs} uncorrected comparisons per line, about "
             f'{0.025 * pairs:.1f} "better" verdicts per line are expected even if no '
             "method differed from CE.",
+            "- post-hoc fits the validation set could not identify: "
+            f"{degenerate(results, regime)}.",
             "",
         ]
     return lines
+
+
+def degenerate(results: StudyResults, regime: str) -> str:
+    """The selected runs whose post-hoc fits warned ``DegenerateCalibration`` (every validation
+    prediction correct, in practice: temperature scaling then returns ``T = 1``), grouped by
+    dataset and seed; or ``none``."""
+    runs = results.runs(regime_name=regime)
+    found: dict[tuple[str, int], list[str]] = {}
+    for r in runs:
+        if r.metrics.get("degenerate_fits", 0.0) > 0:
+            found.setdefault((r.spec.dataset, r.spec.seed), []).append(LABELS[r.spec.method])
+    if not found:
+        return "none"
+    groups = [
+        f"{d} seed {seed} ({', '.join(m) if len(m) <= 3 else f'{len(m)} methods'})"
+        for (d, seed), m in sorted(found.items())
+    ]
+    count = sum(map(len, found.values()))
+    return (
+        f"{count} of {len(runs)} runs, {'; '.join(groups)} (on a validation set where every "
+        "prediction is correct, temperature scaling returns T = 1, the scores unchanged)"
+    )
 
 
 def regime_names(results: StudyResults) -> list[str]:
