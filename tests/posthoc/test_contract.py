@@ -169,20 +169,23 @@ def test_calibrated_confidence_is_the_top_calibrated_probability(name):
 MIXED = [name for name in calibrator_names() if "mix" in build_calibrator(name).get_params()]
 
 
-def test_the_non_parametric_calibrators_are_mixed():
-    """Exactly the isotonic, histogram and BBQ maps have a ``mix`` hyperparameter."""
-    assert MIXED == ["bbq", "histogram", "isotonic", "isotonic-ovr"]
+def test_the_non_parametric_calibrators_and_ts_mix_are_mixed_by_default():
+    """The isotonic, histogram and BBQ maps and TS-mix mix by default (``mix="auto"``);
+    temperature scaling offers ``mix`` and is un-mixed by default."""
+    assert MIXED == ["bbq", "histogram", "isotonic", "isotonic-ovr", "ts", "ts-grid", "ts-mix"]
+    default = [name for name in MIXED if build_calibrator(name).get_params()["mix"] == "auto"]
+    assert default == ["bbq", "histogram", "isotonic", "isotonic-ovr", "ts-mix"]
 
 
 @pytest.mark.parametrize("c", [2, 4])
 @pytest.mark.parametrize("name", MIXED)
-def test_default_output_is_the_unmixed_map_mixed_with_uniform(name, c):
+def test_mix_auto_is_the_unmixed_map_mixed_with_uniform(name, c):
     """``mix="auto"``: ``predict_proba`` and ``predict_confidence`` are the ``mix=0`` outputs
     mixed with the uniform distribution, ``(1 - eps) q + eps / C`` with ``eps = 1/(n + 1)``;
     ``mix=0`` sets ``mix_ = 0`` and a number sets ``eps`` itself."""
     z, y = make_logits(13, 200, c)
     zt, _ = make_logits(14, 60, c, scale=5.0)
-    mixed = build_calibrator(name).fit(logits=z, labels=y)
+    mixed = build_calibrator(name, mix="auto").fit(logits=z, labels=y)
     plain = build_calibrator(name, mix=0).fit(logits=z, labels=y)
     eps = 1 / 201
     assert mixed.mix_ == eps and plain.mix_ == 0
@@ -238,8 +241,11 @@ def test_registry_factories():
         "isotonic-ovr",
         "matrix",
         "platt",
+        "sms",
+        "svs",
         "ts",
         "ts-grid",
+        "ts-mix",
         "vector",
     )
     assert build_calibrator("ts-grid").method == "grid"

@@ -24,14 +24,37 @@ from helpers.degenerate import Case, cases
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics import nll
 from selfcal.posthoc import build_calibrator, calibrator_names
+from selfcal.predictions import Predictions
 
-PER_CLASS = {"vector", "matrix", "dirichlet", "beta", "isotonic-ovr", "histogram", "bbq"}
+PER_CLASS = {
+    "vector",
+    "matrix",
+    "svs",
+    "sms",
+    "dirichlet",
+    "beta",
+    "isotonic-ovr",
+    "histogram",
+    "bbq",
+}
 """Calibrators with per-class parameters: a class missing from the labels is warned."""
-LIKELIHOOD = {"ts", "ts-grid", "ets", "vector", "matrix", "dirichlet", "platt", "beta"}
+LIKELIHOOD = {
+    "ts",
+    "ts-grid",
+    "ts-mix",
+    "ets",
+    "vector",
+    "matrix",
+    "svs",
+    "sms",
+    "dirichlet",
+    "platt",
+    "beta",
+}
 """Calibrators fitted by a likelihood in the logits (a 1e308 logit is a ValueError)."""
-MIXED = {"isotonic", "isotonic-ovr", "histogram", "bbq"}
+MIXED = {"isotonic", "isotonic-ovr", "histogram", "bbq", "ts-mix"}
 """Calibrators mixed with the uniform distribution by default."""
-TS_FAMILY = {"ts", "vector", "matrix", "dirichlet"}
+TS_FAMILY = {"ts", "ts-mix", "vector", "matrix", "svs", "sms", "dirichlet"}
 """Calibrators whose first step is temperature scaling by NLL."""
 
 WARNS: dict[str, set[str]] = {
@@ -50,12 +73,13 @@ WARNS: dict[str, set[str]] = {
 """Who warns ``DegenerateCalibration`` on each case (everyone else must not)."""
 
 IDENTITY = {
-    "all-correct": {"ts", "ets", "vector", "matrix", "dirichlet"},
-    "binary-separable": {"ts", "ets", "vector", "matrix", "dirichlet"},
+    "all-correct": {"ets", *TS_FAMILY},
+    "binary-separable": {"ets", *TS_FAMILY},
     "outlier-logit": TS_FAMILY,
 }
-"""Where the rule returns the identity map (the scores unchanged). ``ts-grid`` reproduces the
-reference code's choice instead, and warns."""
+"""Where the rule returns the identity map (the scores unchanged; mixed with the uniform
+distribution by TS-mix, SVS and SMS). ``ts-grid`` reproduces the reference code's choice
+instead, and warns."""
 
 CASES = cases()
 
@@ -102,7 +126,14 @@ def test_every_calibrator_follows_the_rule_on_every_case(name, case):
         assert cal.mix_ == eps
         assert row_nll.max() <= math.log(n_classes / eps) + 1e-9
     if name in IDENTITY.get(case.name, ()):
-        assert row_nll.mean() == pytest.approx(raw, rel=1e-12)
+        eps = getattr(cal, "mix_", 0.0) or getattr(cal, "ts_mix_", 0.0)
+        q = np.asarray(getattr(Predictions, f"from_{case.kind}")(st).probs)
+        mixed = (1 - eps) * q + eps / n_classes
+        assert row_nll.mean() == pytest.approx(
+            -np.log(mixed[np.arange(len(yt)), yt]).mean(), rel=1e-12
+        )
+        if not eps:
+            assert row_nll.mean() == pytest.approx(raw, rel=1e-12)
 
 
 def test_the_temperature_warning_names_the_row_that_outweighs_the_rest():

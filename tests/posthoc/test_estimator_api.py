@@ -59,8 +59,17 @@ DEFAULTS = {
     "isotonic-ovr": {"mix": "auto"},
     "matrix": {"off_diagonal_l2": 1.0, "diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},
     "platt": {"smooth_targets": True},
-    "ts": {"method": "nll", "criterion": "ece"},
-    "ts-grid": {"method": "grid", "criterion": "ece"},
+    "sms": {
+        "ts_mix": "auto",
+        "off_diagonal_l2": 1.0,
+        "diagonal_l2": 1.0,
+        "bias_l2": 1.0,
+        "max_iter": 100,
+    },
+    "svs": {"ts_mix": "auto", "diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},
+    "ts": {"method": "nll", "criterion": "ece", "mix": 0.0},
+    "ts-grid": {"method": "grid", "criterion": "ece", "mix": 0.0},
+    "ts-mix": {"method": "nll", "criterion": "ece", "mix": "auto"},
     "vector": {"diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},
 }
 

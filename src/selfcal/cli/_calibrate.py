@@ -77,8 +77,13 @@ def _value_text(value: Any) -> str:
 
 def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
     """``fitted ts on N rows: n_classes_=10, temperature_=1.834``: every fitted attribute
-    (:meth:`~selfcal.posthoc.Calibrator.fitted_attributes`), arrays summarised."""
-    parts = [f"{k}={_value_text(v)}" for k, v in calibrator.fitted_attributes().items()]
+    (:meth:`~selfcal.posthoc.Calibrator.fitted_attributes`), arrays summarised; a mixing
+    weight of 0 (no mixing) is left out."""
+    parts = [
+        f"{k}={_value_text(v)}"
+        for k, v in calibrator.fitted_attributes().items()
+        if not (k == "mix_" and v == 0)
+    ]
     return f"fitted {method} on {n} rows: " + "; ".join(parts)
 
 

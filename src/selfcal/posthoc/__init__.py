@@ -47,6 +47,7 @@ from selfcal.posthoc.registry import (
     calibrator_summary,
     register_calibrator,
 )
+from selfcal.posthoc.structured import StructuredMatrixScaling, StructuredVectorScaling
 from selfcal.posthoc.temperature import TemperatureScaling
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "MatrixScaling",
     "OneVsRestIsotonic",
     "PlattScaling",
+    "StructuredMatrixScaling",
+    "StructuredVectorScaling",
     "TemperatureScaling",
     "VectorScaling",
     "build_calibrator",

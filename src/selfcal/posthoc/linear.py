@@ -91,6 +91,10 @@ class _StructuredScaling(Calibrator):
 
     _per_class = True
     _likelihood_fit = True
+    diagonal_l2: float
+    off_diagonal_l2: float  # matrix-type maps only
+    bias_l2: float
+    max_iter: int
 
     def _scores(self, pred: Predictions) -> torch.Tensor:
         """``s``: what the map acts on (float64)."""
@@ -104,6 +108,51 @@ class _StructuredScaling(Calibrator):
         fit: TemperatureFit = solve_temperature(s, pred.require_labels(), all_correct)
         report_fit(self, fit)
         return 1.0 / fit.temperature, not (all_correct or fit.problem)
+
+    def _vector_step(
+        self, x: torch.Tensor, y: torch.Tensor, identified: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Step 2 of vector scaling: ``(v, b)`` minimising the mean NLL of
+        ``softmax((1 + v) * x + b)`` plus ``diagonal_l2 C/N |v|^2 + bias_l2 C/N |b|^2``, by
+        Newton's method from 0 (zeros when step 1 is not identified)."""
+        n, c = x.shape
+        theta = torch.zeros(2 * c, dtype=x.dtype, device=x.device)
+        if identified:
+            strengths = (float(self.diagonal_l2), float(self.bias_l2))
+            penalty = torch.tensor(
+                [ridge_strength(lam, n, c) for lam in strengths for _ in range(c)],
+                dtype=x.dtype,
+                device=x.device,
+            )
+            solution = newton(ClassFeatures(x, y, penalty), theta, self.max_iter)
+            warn_not_converged(
+                type(self).__name__,
+                solution,
+                "raise diagonal_l2 / bias_l2 (the scaled scores may separate the classes)",
+            )
+            theta = solution.theta
+        return theta[:c].cpu().numpy(), theta[c:].cpu().numpy().copy()
+
+    def _matrix_step(
+        self, x: torch.Tensor, y: torch.Tensor, identified: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Step 2 of matrix scaling: ``(I + Delta, b)`` minimising the mean NLL of
+        ``softmax((I + Delta) x + b)`` plus the penalty of :func:`structured_penalty`
+        (:func:`fit_affine`; ``Delta = 0, b = 0`` when step 1 is not identified)."""
+        n, c = x.shape
+        delta = torch.zeros(c, c + 1, dtype=x.dtype, device=x.device)
+        if identified:
+            lams = float(self.bias_l2), float(self.diagonal_l2), float(self.off_diagonal_l2)
+            penalty = structured_penalty(n, c, *lams, like=x)
+            solution = fit_affine(x, y, penalty, self.max_iter)
+            warn_not_converged(
+                type(self).__name__,
+                solution,
+                "raise the *_l2 strengths or max_iter (the scores may separate the classes)",
+            )
+            delta = solution.theta.reshape(c, c + 1)
+        eye = torch.eye(c, dtype=x.dtype, device=x.device)
+        return (eye + delta[:, :c]).cpu().numpy(), delta[:, c].cpu().numpy().copy()
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         return (
@@ -173,26 +222,10 @@ class VectorScaling(_StructuredScaling):
         check_max_iter(self.max_iter)
 
     def _fit(self, pred: Predictions) -> None:
-        s, y = self._scores(pred), pred.require_labels()
-        n, c = s.shape
+        s = self._scores(pred)
         beta, identified = self._temperature(pred, s)
-        theta = torch.zeros(2 * c, dtype=s.dtype, device=s.device)
-        if identified:
-            strengths = (float(self.diagonal_l2), float(self.bias_l2))
-            penalty = torch.tensor(
-                [ridge_strength(lam, n, c) for lam in strengths for _ in range(c)],
-                dtype=s.dtype,
-                device=s.device,
-            )
-            solution = newton(ClassFeatures(beta * s, y, penalty), theta, self.max_iter)
-            warn_not_converged(
-                "VectorScaling",
-                solution,
-                "raise diagonal_l2 / bias_l2 (the scaled logits may separate the classes)",
-            )
-            theta = solution.theta
-        v, b = theta[:c].cpu().numpy(), theta[c:].cpu().numpy()
-        self.weight_, self.bias_ = beta * (1.0 + v), b.copy()
+        v, b = self._vector_step(beta * s, pred.require_labels(), identified)
+        self.weight_, self.bias_ = beta * (1.0 + v), b
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         z = scores_as_logits(pred)
@@ -294,29 +327,10 @@ class MatrixScaling(_StructuredScaling):
         check_max_iter(self.max_iter)
 
     def _fit(self, pred: Predictions) -> None:
-        s, y = self._scores(pred), pred.require_labels()
-        n, c = s.shape
+        s = self._scores(pred)
         beta, identified = self._temperature(pred, s)
-        delta = torch.zeros(c, c + 1, dtype=s.dtype, device=s.device)
-        if identified:
-            penalty = structured_penalty(
-                n,
-                c,
-                float(self.bias_l2),
-                float(self.diagonal_l2),
-                float(self.off_diagonal_l2),
-                s,
-            )
-            solution = fit_affine(beta * s, y, penalty, self.max_iter)
-            warn_not_converged(
-                type(self).__name__,
-                solution,
-                "raise the *_l2 strengths or max_iter (the scores may separate the classes)",
-            )
-            delta = solution.theta.reshape(c, c + 1)
-        eye = torch.eye(c, dtype=s.dtype, device=s.device)
-        self.weight_ = (beta * (eye + delta[:, :c])).cpu().numpy()
-        self.bias_ = delta[:, c].cpu().numpy().copy()
+        w, b = self._matrix_step(beta * s, pred.require_labels(), identified)
+        self.weight_, self.bias_ = beta * w, b
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         z = self._scores(pred)

@@ -449,6 +449,10 @@ class TemperatureScaling(Calibrator):
         reference code's grid search over ``T = 0.1, ..., 10.0``.
     criterion : for ``method="grid"`` only: ``"ece"`` (default, 15 equal-width bins) or
         ``"nll"``.
+    mix : ``eps`` in ``[0, 1)`` (default 0) or ``"auto"`` (``1 / (n + 1)`` for ``n`` validation
+        rows): the output is ``(1 - eps) softmax(z / T) + eps / C``, Berta et al.'s "TS-mix"
+        (registered as ``ts-mix``), whose probabilities are never below ``eps / C``. ``T`` is
+        fitted on the un-mixed map, as theirs.
     kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds
         (``fit(X, y)``, ``predict_proba(X)``) and what :meth:`to_module` takes.
 
@@ -457,6 +461,7 @@ class TemperatureScaling(Calibrator):
     Attributes
     ----------
     temperature_ : float
+    mix_ : float, the mixing weight ``eps``
 
     Examples
     --------
@@ -475,15 +480,20 @@ class TemperatureScaling(Calibrator):
     [0.75 0.25]
     """
 
-    _hyperparameters = ("method", "criterion")
+    _hyperparameters = ("method", "criterion", "mix")
     _likelihood_fit = True
     _fitted_attributes = ("temperature_",)
 
     def __init__(
-        self, method: str = "nll", criterion: str = "ece", kind: str | None = None
+        self,
+        method: str = "nll",
+        criterion: str = "ece",
+        mix: float | str = 0.0,
+        kind: str | None = None,
     ) -> None:
         self.method = method
         self.criterion = criterion
+        self.mix = mix
         self.kind = kind
 
     def _validate_hyperparameters(self) -> None:
@@ -519,3 +529,4 @@ class TemperatureScaling(Calibrator):
 
 
 register_calibrator("ts-grid")(functools.partial(TemperatureScaling, method="grid"))
+register_calibrator("ts-mix")(functools.partial(TemperatureScaling, mix="auto"))
