@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+BINARY_ONLY = ("platt", "quadratic")
+"""Calibrators for two classes only."""
+
 
 def make_logits(seed: int, n: int = 400, c: int = 5, scale: float = 3.0, margin: float = 2.0):
     """Overconfident logits: noise times ``scale`` plus ``margin`` on a class that is the true

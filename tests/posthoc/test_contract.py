@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import make_logits
+from helpers.posthoc import BINARY_ONLY, make_logits
 
 from selfcal.exceptions import NotFittedError
 from selfcal.posthoc import (
@@ -23,7 +23,7 @@ from selfcal.posthoc import (
 
 
 def data_for(name: str):
-    c = 2 if name == "platt" else 4
+    c = 2 if name in BINARY_ONLY else 4
     z, y = make_logits(11, 200, c)
     zt, _ = make_logits(12, 50, c)
     return z, y, zt
@@ -75,6 +75,7 @@ NUMPY_PARAMS = {
     "matrix": {"max_iter": np.int64(50), "off_diagonal_l2": np.float32(0.5)},
     "beta": {"max_iter": np.int32(50), "smooth_targets": np.bool_(False)},
     "platt": {"smooth_targets": np.bool_(True)},
+    "quadratic": {"smooth_targets": np.bool_(True)},
     "isotonic-ovr": {"mix": np.float32(0.25)},
 }
 """Hyperparameters given as numpy scalars (what a grid from ``np.arange`` / ``np.logspace``
@@ -241,6 +242,7 @@ def test_registry_factories():
         "isotonic-ovr",
         "matrix",
         "platt",
+        "quadratic",
         "sms",
         "svs",
         "ts",

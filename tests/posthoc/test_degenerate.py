@@ -20,6 +20,7 @@ import warnings
 import numpy as np
 import pytest
 from helpers.degenerate import Case, cases
+from helpers.posthoc import BINARY_ONLY
 
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics import nll
@@ -49,6 +50,7 @@ LIKELIHOOD = {
     "sms",
     "dirichlet",
     "platt",
+    "quadratic",
     "beta",
 }
 """Calibrators fitted by a likelihood in the logits (a 1e308 logit is a ValueError)."""
@@ -98,8 +100,8 @@ def _raises(name: str, case: Case) -> str | None:
 def test_every_calibrator_follows_the_rule_on_every_case(name, case):
     (sv, yv), (st, yt) = case.val, case.test
     n_classes = sv.shape[1]
-    if name == "platt" and n_classes != 2:
-        pytest.skip("Platt scaling is binary")
+    if name in BINARY_ONLY and n_classes != 2:
+        pytest.skip("binary calibrator")
     message = _raises(name, case)
     if message is not None:
         with pytest.raises(ValueError, match=message) as error:

@@ -9,14 +9,14 @@ import inspect
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import make_logits, softmax
+from helpers.posthoc import BINARY_ONLY, make_logits, softmax
 
 from selfcal import Predictions
 from selfcal.posthoc import TemperatureScaling, build_calibrator, calibrator_names
 
 
 def data_for(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    c = 2 if name == "platt" else 4
+    c = 2 if name in BINARY_ONLY else 4
     z, y = make_logits(21, 200, c)
     zt, _ = make_logits(22, 40, c)
     return z, y, zt
@@ -59,6 +59,7 @@ DEFAULTS = {
     "isotonic-ovr": {"mix": "auto"},
     "matrix": {"off_diagonal_l2": 1.0, "diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},
     "platt": {"smooth_targets": True},
+    "quadratic": {"smooth_targets": True},
     "sms": {
         "ts_mix": "auto",
         "off_diagonal_l2": 1.0,

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import make_logits, softmax
+from helpers.posthoc import BINARY_ONLY, make_logits, softmax
 
 from selfcal.posthoc import build_calibrator, calibrator_names
 from selfcal.posthoc._modules import MixtureModule
@@ -33,11 +33,13 @@ TABLES = {
 attribute with its per-class lengths if the classes' tables are concatenated, extra entries
 per class)."""
 
-CASES = [(name, c) for name in calibrator_names() for c in (2, 4) if name != "platt" or c == 2]
+CASES = [
+    (name, c) for name in calibrator_names() for c in (2, 4) if name not in BINARY_ONLY or c == 2
+]
 
 
 def data_for(name: str, c: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    c = 2 if name == "platt" else c
+    c = 2 if name in BINARY_ONLY else c
     z, y = make_logits(31, 300, c)
     zt, _ = make_logits(32, 80, c, scale=5.0)  # beyond the validation range too
     return torch.from_numpy(z), torch.from_numpy(y), torch.from_numpy(zt)

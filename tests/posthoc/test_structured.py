@@ -1,13 +1,14 @@
-"""TS-mix, SVS and SMS against their authors' library (probmetrics 1.3) and temperature scaling
-against scikit-learn's (``CalibratedClassifierCV(method="temperature")``).
+"""TS-mix, SVS, SMS and binary affine / quadratic scaling against their authors' library
+(probmetrics 1.3), and temperature scaling against scikit-learn's
+(``CalibratedClassifierCV(method="temperature")``).
 
 probmetrics fits SVS / SMS by torchmin's BFGS with its default stopping rule (gradient norm
 1e-5) on float32 log-probabilities; selfcal runs Newton's method to the float64 optimum. The
 tests therefore compare the *penalised objective*, written out here independently in numpy:
 selfcal's value is never above probmetrics', within 5e-5 of it on their default float32 path
-(1.8e-5 is seen with 30 classes) and within 1e-6 when their code runs on float64 features. Their probabilities differ by up to ~1e-3, the
-distance their stopping rule leaves to the optimum, which a last test pins: selfcal's gradient
-there is ~1e-10, theirs ~1e-5.
+(1.8e-5 is seen with 30 classes) and within 1e-6 when their code runs on float64 features.
+Their probabilities differ by up to ~1e-3, the distance their stopping rule leaves to the
+optimum, which a test pins: selfcal's gradient there is ~1e-10, theirs ~1e-5.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from selfcal.posthoc import build_calibrator
 from selfcal.posthoc.structured import ts_mix_log_probs
 
 probmetrics = pytest.importorskip("probmetrics.calibrators")
+pytestmark = pytest.mark.filterwarnings("ignore:.penalty. was deprecated:FutureWarning")  # theirs
 
 SHAPES = [(300, 2), (400, 3), (1000, 10), (2000, 30)]
 
@@ -162,3 +164,63 @@ def test_ts_mix_log_probs_never_underflow():
     assert torch.isfinite(x).all() and float(x.min()) >= np.log(0.01 / 3) - 1e-12
     np.testing.assert_allclose(x.exp().sum().item(), 1.0, rtol=1e-14)
     np.testing.assert_array_equal(ts_mix_log_probs(z, 2.0, 0.0), torch.log_softmax(z / 2, 1))
+
+
+def binary_log_loss(s: np.ndarray, y: np.ndarray, coefficients: np.ndarray) -> float:
+    """Mean binary cross-entropy of ``sigmoid(a s + b + q s^2)`` (``q`` absent: Platt)."""
+    u = coefficients[0] * s + coefficients[1]
+    if len(coefficients) == 3:
+        u = u + coefficients[2] * s * s
+    return float(np.mean(np.logaddexp(0.0, u) - y * u))
+
+
+@pytest.mark.parametrize("n", [200, 2000])
+@pytest.mark.parametrize(("name", "reference"), [("platt", "affine"), ("quadratic", "quadratic")])
+def test_binary_scaling_equals_probmetrics(name, reference, n):
+    """Maximum likelihood (``smooth_targets=False``) is probmetrics' ``affine-scaling`` /
+    ``quadratic-scaling``: an unpenalised scikit-learn logistic regression on ``[1, s, s^2]``
+    (L-BFGS, tolerance 1e-4), ``s`` the log-odds of the float32-rounded probabilities. On the
+    same ``s``: never below ours, within 1e-4 of it, and equal to 1e-9 when that regression
+    runs to a tight tolerance."""
+    from sklearn.linear_model import LogisticRegression
+
+    z, y = draw(n + 11, 2 * n, 2)
+    z[:, 1] += 0.1 * z[:, 1] ** 2  # a bend that the quadratic term can fit
+    p = torch.softmax(torch.from_numpy(z), 1).numpy()
+    ref = theirs(f"{reference}-scaling", z[:n], y[:n])
+    s = ref._get_logits(p)[:, 1].astype(np.float64)  # their log-odds: [1, s(, s^2)]
+    scores = np.stack([np.zeros_like(s), s], 1)
+    ours = build_calibrator(name, smooth_targets=False).fit(logits=scores[:n], labels=y[:n])
+    mine = [ours.slope_, ours.intercept_] + ([ours.quadratic_] if name == "quadratic" else [])
+
+    def loss(coef: np.ndarray) -> float:  # coefficients on [1, s, s^2]
+        return binary_log_loss(s[:n], y[:n], np.array([coef[1], coef[0], *coef[2:]]))
+
+    f_ours = binary_log_loss(s[:n], y[:n], np.array(mine))
+    f_ref = loss(ref.cal_.coef_[0])
+    assert f_ours <= f_ref + 1e-12 and f_ref - f_ours < 1e-4
+    tight = LogisticRegression(C=np.inf, fit_intercept=False, tol=1e-12, max_iter=100_000)
+    features = ref._get_logits(p[:n]).astype(np.float64)
+    assert abs(loss(tight.fit(features, y[:n]).coef_[0]) - f_ours) < 1e-9
+    np.testing.assert_allclose(
+        ours.predict_proba(logits=scores[n:]), ref.predict_proba(p[n:]), atol=2e-3, rtol=0
+    )
+
+
+def test_quadratic_scaling_bends_where_platt_cannot():
+    """On log-odds whose true calibration map is quadratic, quadratic scaling recovers it and
+    beats Platt scaling on held-out NLL; with ``q = 0`` data it is Platt to 1e-3."""
+    rng = np.random.default_rng(5)
+    s = rng.normal(scale=2.0, size=20000)
+    y = (rng.random(s.size) < 1 / (1 + np.exp(-(0.8 * s - 0.3 + 0.15 * s * s)))).astype(int)
+    z = np.stack([np.zeros_like(s), s], 1)
+    fit = build_calibrator("quadratic").fit(logits=z[:10000], labels=y[:10000])
+    np.testing.assert_allclose(
+        [fit.slope_, fit.intercept_, fit.quadratic_], [0.8, -0.3, 0.15], atol=0.05
+    )
+    platt = build_calibrator("platt").fit(logits=z[:10000], labels=y[:10000])
+    held_out = {}
+    for cal in (fit, platt):
+        p = cal.predict_proba(logits=z[10000:])[np.arange(10000), y[10000:]]
+        held_out[type(cal).__name__] = -np.log(p).mean()
+    assert held_out["QuadraticScaling"] < held_out["PlattScaling"] - 0.01

@@ -39,7 +39,7 @@ from selfcal.posthoc.dirichlet import DirichletCalibration
 from selfcal.posthoc.ensemble import EnsembleTemperatureScaling
 from selfcal.posthoc.histogram import HistogramBinning
 from selfcal.posthoc.isotonic import IsotonicCalibration, OneVsRestIsotonic
-from selfcal.posthoc.linear import MatrixScaling, PlattScaling, VectorScaling
+from selfcal.posthoc.linear import MatrixScaling, PlattScaling, QuadraticScaling, VectorScaling
 from selfcal.posthoc.registry import (
     CALIBRATORS,
     build_calibrator,
@@ -62,6 +62,7 @@ __all__ = [
     "MatrixScaling",
     "OneVsRestIsotonic",
     "PlattScaling",
+    "QuadraticScaling",
     "StructuredMatrixScaling",
     "StructuredVectorScaling",
     "TemperatureScaling",

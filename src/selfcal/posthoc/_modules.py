@@ -191,22 +191,28 @@ class AffineModule(torch.nn.Module):
 
 
 class PlattModule(torch.nn.Module):
-    """``[0, a s + b]`` with ``s = z_1 - z_0`` (``logit p_1`` for probabilities)."""
+    """``[0, a s + b + q s^2]`` with ``s = z_1 - z_0`` (``logit p_1`` for probabilities);
+    ``q = 0`` for Platt scaling."""
 
     if TYPE_CHECKING:  # buffers (TorchScript cannot read string annotations)
         slope: torch.Tensor
         intercept: torch.Tensor
+        quadratic: torch.Tensor
     __constants__ = ("from_probs",)
 
-    def __init__(self, slope: float, intercept: float, from_probs: bool) -> None:
+    def __init__(
+        self, slope: float, intercept: float, from_probs: bool, quadratic: float = 0.0
+    ) -> None:
         super().__init__()
         self.register_buffer("slope", _buffer(slope))
         self.register_buffer("intercept", _buffer(intercept))
+        self.register_buffer("quadratic", _buffer(quadratic))
         self.from_probs = from_probs
 
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
         x = score_logits(scores.to(self.slope.dtype), self.from_probs)
-        u = self.slope * (x[:, 1] - x[:, 0]) + self.intercept
+        s = x[:, 1] - x[:, 0]
+        u = self.slope * s + self.intercept + self.quadratic * s * s
         return torch.stack([torch.zeros_like(u), u], 1)
 
 

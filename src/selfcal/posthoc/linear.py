@@ -6,6 +6,7 @@ binary problems."""
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -347,15 +348,17 @@ def positive_score(pred: Predictions) -> torch.Tensor:
     return z[:, 1] - z[:, 0]
 
 
-def _platt_newton(s: torch.Tensor, t: torch.Tensor, max_iter: int = MAX_ITER) -> Solution:
-    """Minimise ``mean[softplus(x) - t x]``, ``x = a s + b``, by Newton's method with
-    backtracking (the loss is convex in ``(a, b)``), from ``a = 1, b = 0``: the solver of
-    :mod:`selfcal.posthoc._solvers` on the exact 2 x 2 Hessian, which stops at the float64
-    optimum (the loop used before stopped only at a decrement of ``1e-24``, below the
-    rounding floor of most data, and so ran all its 100 iterations of 34 halvings each)."""
-    design = torch.stack([s, torch.ones_like(s)], 1)
-    theta = torch.tensor([1.0, 0.0], dtype=torch.float64, device=s.device)
-    return newton(Logistic(design, t), theta, max_iter)
+def _platt_newton(
+    s: torch.Tensor, t: torch.Tensor, quadratic: bool = False, max_iter: int = MAX_ITER
+) -> Solution:
+    """Minimise ``mean[softplus(x) - t x]``, ``x = a s + b`` (``+ q s^2`` when ``quadratic``),
+    by Newton's method with backtracking (the loss is convex in the coefficients), from
+    ``a = 1`` and the others 0: the solver of :mod:`selfcal.posthoc._solvers` on the exact
+    Hessian, which stops at the float64 optimum."""
+    columns = [s, torch.ones_like(s)] + ([s * s] if quadratic else [])
+    theta = torch.zeros(len(columns), dtype=torch.float64, device=s.device)
+    theta[0] = 1.0
+    return newton(Logistic(torch.stack(columns, 1), t), theta, max_iter)
 
 
 @register_calibrator("platt")
@@ -390,7 +393,7 @@ class PlattScaling(Calibrator):
 
     _hyperparameters = ("smooth_targets",)
     _likelihood_fit = True
-    _fitted_attributes = ("slope_", "intercept_")
+    _fitted_attributes: ClassVar[tuple[str, ...]] = ("slope_", "intercept_")
 
     def __init__(self, smooth_targets: bool = True, kind: str | None = None) -> None:
         self.smooth_targets = smooth_targets
@@ -402,21 +405,24 @@ class PlattScaling(Calibrator):
     def _check_classes(self, n_classes: int) -> None:
         if n_classes != 2:
             raise ValueError(
-                f"PlattScaling is for binary problems; got C={n_classes} classes (use "
+                f"{type(self).__name__} is for binary problems; got C={n_classes} classes (use "
                 "TemperatureScaling, VectorScaling or OneVsRestIsotonic for multi-class)"
             )
 
     def _fit(self, pred: Predictions) -> None:
+        self.slope_, self.intercept_ = self._coefficients(pred, quadratic=False)
+
+    def _coefficients(self, pred: Predictions, quadratic: bool) -> list[float]:
         y = pred.require_labels().double()
         t = platt_targets(y) if self.smooth_targets else y
-        solution = _platt_newton(positive_score(pred), t)
+        solution = _platt_newton(positive_score(pred), t, quadratic)
         warn_not_converged(
-            "PlattScaling", solution, "the log-odds may separate the classes (no minimum)"
+            type(self).__name__, solution, "the log-odds may separate the classes (no minimum)"
         )
-        a, b = solution.theta.tolist()
-        if not (math.isfinite(a) and math.isfinite(b)):  # pragma: no cover - defensive
-            raise RuntimeError("Platt scaling failed to converge")
-        self.slope_, self.intercept_ = a, b
+        coefficients: list[float] = solution.theta.tolist()
+        if not all(map(math.isfinite, coefficients)):  # pragma: no cover - defensive
+            raise RuntimeError(f"{type(self).__name__} failed to converge")
+        return coefficients
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         if self.smooth_targets:
@@ -433,3 +439,38 @@ class PlattScaling(Calibrator):
     def _module(self, from_probs: bool) -> torch.nn.Module:
         """``[0, a s + b]``: its softmax is ``[1 - p_1, p_1]``."""
         return PlattModule(self.slope_, self.intercept_, from_probs)
+
+
+@register_calibrator("quadratic")
+class QuadraticScaling(PlattScaling):
+    """Quadratic scaling for binary problems: a sigmoid of a quadratic in the log-odds.
+
+    ``p_1 = sigmoid(a s + b + q s^2)`` on the positive-class log-odds ``s = z_1 - z_0``
+    (``logit(p_1)`` given ``probs=``): Platt scaling with one more feature, which lets the
+    calibration map bend differently for confident positives and negatives (Berta et al.
+    2026 rank it among the best binary calibrators; probmetrics' ``quadratic-scaling``). Fitted
+    as :class:`PlattScaling` -- Newton's method on the exact 3 x 3 Hessian, to Platt's smoothed
+    targets by default (``smooth_targets=True``; a minimum then exists on separable log-odds),
+    or maximum likelihood (``smooth_targets=False``, probmetrics' unpenalised fit).
+
+    **Can change the predicted class** (a quadratic can cross 0 twice). Multi-class input
+    raises ``ValueError``.
+
+    Attributes
+    ----------
+    slope_, intercept_, quadratic_ : float (``a``, ``b``, ``q``)
+    """
+
+    _fitted_attributes = ("slope_", "intercept_", "quadratic_")
+
+    def _fit(self, pred: Predictions) -> None:
+        self.slope_, self.intercept_, self.quadratic_ = self._coefficients(pred, quadratic=True)
+
+    def _predict(self, pred: Predictions) -> torch.Tensor:
+        s = positive_score(pred)
+        p1 = torch.sigmoid(self.slope_ * s + self.intercept_ + self.quadratic_ * s * s)
+        return torch.stack([1 - p1, p1], 1)
+
+    def _module(self, from_probs: bool) -> torch.nn.Module:
+        """``[0, a s + b + q s^2]``: its softmax is ``[1 - p_1, p_1]``."""
+        return PlattModule(self.slope_, self.intercept_, from_probs, self.quadratic_)
