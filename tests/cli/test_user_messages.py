@@ -219,6 +219,22 @@ def test_calibrate_prints_the_fitted_parameters(tmp_path, capsys):
     assert "; bias_=4 values in [" in first
 
 
+def test_calibrate_auto_names_its_choice_and_prints_the_cross_validation(tmp_path, capsys):
+    z, y = scores(n=300, c=3)
+    np.savez(tmp_path / "v.npz", logits=3 * z, labels=y)
+    code, stdout, err = run(
+        capsys, "calibrate", "--method", "auto", "--param", "candidates=ts,svs,platt", "--fit",
+        tmp_path / "v.npz", "--apply", tmp_path / "v.npz", "--out", tmp_path / "o.npz",
+    )  # fmt: skip
+    assert code == 0, err
+    first = stdout.splitlines()[0]
+    assert first.startswith("fitted auto on 300 rows: chose ")
+    chosen = first.split("chose ", 1)[1].split(":", 1)[0]
+    assert chosen in ("ts", "svs")
+    assert "3 candidates, nll of out-of-fold predictions" in stdout
+    assert "PlattScaling" in stdout  # why platt failed, in its row
+
+
 # ----------------------------------------------------------------------------- 6, 7. train/predict
 @pytest.fixture(scope="module")
 def blobs(tmp_path_factory) -> dict[str, object]:

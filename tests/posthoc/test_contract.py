@@ -233,6 +233,7 @@ def test_bad_input_names_the_row():
 
 def test_registry_factories():
     assert calibrator_names() == (
+        "auto",
         "bbq",
         "beta",
         "dirichlet",
@@ -241,6 +242,7 @@ def test_registry_factories():
         "isotonic",
         "isotonic-ovr",
         "matrix",
+        "none",
         "platt",
         "quadratic",
         "sms",
@@ -253,7 +255,7 @@ def test_registry_factories():
     assert build_calibrator("ts-grid").method == "grid"
     assert type(build_calibrator("ts")) is TemperatureScaling
     assert build_calibrator("matrix", bias_l2=2.0).bias_l2 == 2.0
-    with pytest.raises(ValueError, match="unknown calibrator 'magic'; known: bbq"):
+    with pytest.raises(ValueError, match="unknown calibrator 'magic'; known: auto, bbq"):
         build_calibrator("magic")
     with pytest.raises(ValueError, match="bad arguments for calibrator 'ts'"):
         build_calibrator("ts", n_bins=3)

@@ -50,6 +50,8 @@ def test_params_are_the_constructor_arguments(name):
 
 
 DEFAULTS = {
+    "auto": {"candidates": None, "criterion": "nll", "n_folds": 5, "seed": 0},
+    "none": {},
     "bbq": {"mix": "auto"},
     "beta": {"smooth_targets": True, "max_iter": 100},
     "dirichlet": {"off_diagonal_l2": 1.0, "diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},

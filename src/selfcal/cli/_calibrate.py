@@ -78,13 +78,42 @@ def _value_text(value: Any) -> str:
 def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
     """``fitted ts on N rows: n_classes_=10, temperature_=1.834``: every fitted attribute
     (:meth:`~selfcal.posthoc.Calibrator.fitted_attributes`), arrays summarised; a mixing
-    weight of 0 (no mixing) is left out."""
+    weight of 0 (no mixing) is left out. ``auto`` names its choice and gives that one's."""
+    from selfcal.posthoc import AutoCalibration
+
+    if isinstance(calibrator, AutoCalibration):
+        inner = fitted_line(calibrator.chosen_, calibrator.calibrator_, n).split(": ", 1)[1]
+        return f"fitted {method} on {n} rows: chose {calibrator.chosen_}: {inner}"
     parts = [
         f"{k}={_value_text(v)}"
         for k, v in calibrator.fitted_attributes().items()
         if not (k == "mix_" and v == 0)
     ]
     return f"fitted {method} on {n} rows: " + "; ".join(parts)
+
+
+def cv_table(calibrator: Calibrator) -> Table:
+    """``auto``'s cross-validation: each candidate's score, its paired difference from the
+    chosen one with the 95% interval, its fit time, and why it failed if it did."""
+    r = calibrator.cv_results_  # type: ignore[attr-defined]
+    criterion = calibrator.criterion  # type: ignore[attr-defined]
+    table = Table(title=f"{len(r['candidate'])} candidates, {criterion} of out-of-fold predictions")
+    for column in ("candidate", criterion, "− chosen [95% CI]", "fit s", "note"):
+        table.add_column(column, justify="left" if column in ("candidate", "note") else "right")
+    for i, name in enumerate(r["candidate"]):
+        failed = bool(r["error"][i])
+        chosen = name == calibrator.chosen_  # type: ignore[attr-defined]
+        difference = (
+            "—"
+            if failed or chosen
+            else f"{r['difference'][i]:+.4f} [{r['low'][i]:+.4f}, {r['high'][i]:+.4f}]"
+        )
+        note = r["error"][i] or ("chosen" if chosen else "")
+        if r["warnings"][i] and not failed:
+            note = f"{note}; {r['warnings'][i]} fold warnings".lstrip("; ")
+        score = "—" if failed else f"{r['score'][i]:.4f}"
+        table.add_row(name, score, difference, f"{r['fit_seconds'][i]:.2f}", note)
+    return table
 
 
 def _calibrate_table(before: dict[str, float], after: dict[str, float], n: int) -> Table:
@@ -133,6 +162,8 @@ def calibrate(
         test = read(apply, kind, label_column, require_labels=False)
         calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
         typer.echo(fitted_line(method, calibrator, train.n_samples))
+        if hasattr(calibrator, "cv_results_"):
+            stdout().print(cv_table(calibrator))
         probs = _as_numpy(calibrator.predict_proba(**{test.kind: _as_numpy(test.scores)}))
         labels = None if test.labels is None else _as_numpy(test.labels)
         after = Predictions.from_probs(probs, labels)

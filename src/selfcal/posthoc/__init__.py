@@ -33,6 +33,7 @@ ensemble temperature scaling's MSE temperature.
 from __future__ import annotations
 
 from selfcal.posthoc._base import Calibrator, recorded_degenerate_fits
+from selfcal.posthoc.auto import AutoCalibration, Uncalibrated
 from selfcal.posthoc.bbq import BBQ
 from selfcal.posthoc.beta import BetaCalibration
 from selfcal.posthoc.dirichlet import DirichletCalibration
@@ -53,6 +54,7 @@ from selfcal.posthoc.temperature import TemperatureScaling
 __all__ = [
     "BBQ",
     "CALIBRATORS",
+    "AutoCalibration",
     "BetaCalibration",
     "Calibrator",
     "DirichletCalibration",
@@ -66,6 +68,7 @@ __all__ = [
     "StructuredMatrixScaling",
     "StructuredVectorScaling",
     "TemperatureScaling",
+    "Uncalibrated",
     "VectorScaling",
     "build_calibrator",
     "calibrator_names",

@@ -159,7 +159,9 @@ def _version() -> str:
 
 
 def _encode(value: Any) -> Any:
-    """Fitted value -> JSON-able (arrays as dtype/shape/flat data)."""
+    """Fitted value or hyperparameter -> JSON-able: arrays as dtype/shape/flat data, a
+    calibrator as its own document (``{"calibrator": {class, params, fitted}}``), mappings
+    as ``{"mapping": ...}``, sequences as lists."""
     if isinstance(value, np.ndarray):
         data = (
             [float(x) for x in value.reshape(-1)]
@@ -167,6 +169,12 @@ def _encode(value: Any) -> Any:
             else [int(x) for x in value.reshape(-1)]
         )
         return {"dtype": str(value.dtype), "shape": list(value.shape), "data": data}
+    if isinstance(value, Calibrator):
+        return {"calibrator": value._document()}
+    if isinstance(value, dict):
+        return {"mapping": {str(k): _encode(v) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
     if isinstance(value, (bool, str)) or value is None:
         return value
     if isinstance(value, (np.bool_,)):
@@ -178,10 +186,16 @@ def _encode(value: Any) -> Any:
     raise TypeError(f"cannot serialise fitted value of type {type(value).__name__}")
 
 
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        return np.asarray(value["data"], dtype=value["dtype"]).reshape(value["shape"])
-    return value
+def _decode(value: Any, path: str | Path) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, path) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "calibrator" in value:
+        return Calibrator._from_document(value["calibrator"], path)
+    if "mapping" in value:
+        return {k: _decode(v, path) for k, v in value["mapping"].items()}
+    return np.asarray(value["data"], dtype=value["dtype"]).reshape(value["shape"])
 
 
 class Calibrator:
@@ -347,14 +361,11 @@ class Calibrator:
 
     def save(self, path: str | Path) -> None:
         """Write hyperparameters and fitted attributes to a JSON file."""
-        fitted = {name: _encode(value) for name, value in self.fitted_attributes().items()}
         doc = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "class": type(self).__name__,
             "selfcal_version": _version(),
-            "params": {k: _encode(v) for k, v in self.get_params().items()},
-            "fitted": fitted,
+            **self._document(),
         }
         Path(path).write_text(json.dumps(doc, indent=1, allow_nan=False))
 
@@ -370,9 +381,22 @@ class Calibrator:
                 f"{path} has calibrator format version {doc.get('format_version')!r}; "
                 f"this selfcal reads version {FORMAT_VERSION}"
             )
+        cls._resolve(doc.get("class"), path)
+        return Calibrator._from_document(doc, path)
+
+    def _document(self) -> dict[str, Any]:
+        """``{"class", "params", "fitted"}``: what :meth:`save` writes for this calibrator."""
+        return {
+            "class": type(self).__name__,
+            "params": {k: _encode(v) for k, v in self.get_params().items()},
+            "fitted": {k: _encode(v) for k, v in self.fitted_attributes().items()},
+        }
+
+    @staticmethod
+    def _from_document(doc: dict[str, Any], path: str | Path) -> Calibrator:
         name = doc.get("class")
-        target = cls._resolve(name, path)
-        obj = target(**doc["params"])
+        params = {k: _decode(v, path) for k, v in doc["params"].items()}
+        obj = Calibrator._resolve(name, path)(**params)
         fitted = doc["fitted"]
         unknown = sorted(set(fitted) - set(obj._all_fitted()))
         if unknown:
@@ -381,7 +405,7 @@ class Calibrator:
                 f"{', '.join(obj._all_fitted())})"
             )
         for key, value in fitted.items():
-            setattr(obj, key, _decode(value))
+            setattr(obj, key, _decode(value, path))
         obj._check_fitted()
         return obj
 

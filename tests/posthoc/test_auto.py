@@ -1,0 +1,108 @@
+"""AutoCalibration: stratified folds, out-of-fold scores recomputed by hand, the choice, the
+paired intervals, failed candidates, the refit, and its hyperparameter errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from selfcal.metrics import brier, nll
+from selfcal.posthoc import AutoCalibration, build_calibrator
+from selfcal.posthoc.auto import stratified_folds
+
+
+def biased_logits(seed: int, n: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """Over-confident logits with per-class biases: TS cannot fix the biases, SVS can."""
+    rng = np.random.default_rng(seed)
+    z = 3.0 * rng.normal(size=(n, c))
+    bias = np.linspace(-1.5, 1.5, c)
+    p = torch.softmax(torch.from_numpy(0.5 * z + bias), 1).numpy()
+    y = (p.cumsum(1) > rng.random((n, 1))).argmax(1)
+    return z, y
+
+
+def test_stratified_folds_deal_each_class_evenly():
+    y = torch.as_tensor(np.repeat([0, 1, 2], [50, 23, 7]))
+    folds = stratified_folds(y, 5, seed=3)
+    assert sorted(np.concatenate(folds).tolist()) == list(range(80))
+    sizes = [len(f) for f in folds]
+    assert max(sizes) - min(sizes) <= 1
+    for c in range(3):
+        counts = [int((y[f] == c).sum()) for f in folds]
+        assert max(counts) - min(counts) <= 1
+    again = stratified_folds(y, 5, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip(folds, again, strict=True))
+    assert not all(
+        np.array_equal(a, b) for a, b in zip(folds, stratified_folds(y, 5, 4), strict=True)
+    )
+
+
+@pytest.mark.parametrize("criterion", ["nll", "brier"])
+def test_scores_are_the_criterion_of_out_of_fold_predictions(criterion):
+    z, y = biased_logits(0, 600, 4)
+    auto = AutoCalibration(candidates=["ts", "svs", "platt"], criterion=criterion).fit(
+        logits=z, labels=y
+    )
+    results = auto.cv_results_
+    assert results["candidate"] == ["ts", "svs", "platt"]
+    # by hand: the same folds, each fold's fit predicting its held-out rows
+    folds = stratified_folds(torch.as_tensor(y), 5, 0)
+    for i, name in enumerate(["ts", "svs"]):
+        out = np.empty((len(y), 4))
+        for rows in folds:
+            train = np.setdiff1d(np.arange(len(y)), rows)
+            cal = build_calibrator(name).fit(logits=z[train], labels=y[train])
+            out[rows] = cal.predict_proba(logits=z[rows])
+        metric = nll if criterion == "nll" else brier
+        assert results["score"][i] == pytest.approx(float(metric(probs=out, labels=y)), rel=1e-12)
+        assert results["error"][i] == ""
+    # a binary calibrator on four classes fails on its first fold, and says why
+    assert results["score"][2] == float("inf") and "binary problems" in results["error"][2]
+    assert np.isnan(results["difference"][2])
+    best = int(np.argmin(results["score"]))
+    assert auto.chosen_ == results["candidate"][best]
+    assert results["difference"][best] == 0.0
+    assert results["low"][best] == results["high"][best] == 0.0
+
+
+def test_svs_is_chosen_where_class_biases_need_it_and_its_rival_is_significantly_worse():
+    z, y = biased_logits(1, 3000, 5)
+    auto = AutoCalibration(candidates=["none", "ts", "svs"]).fit(logits=z, labels=y)
+    assert auto.chosen_ == "svs"
+    r = auto.cv_results_
+    ts = r["candidate"].index("ts")
+    assert r["low"][ts] > 0  # temperature scaling: significantly worse, paired over rows
+    refit = build_calibrator("svs").fit(logits=z, labels=y)
+    np.testing.assert_array_equal(auto.predict_proba(logits=z), refit.predict_proba(logits=z))
+    np.testing.assert_array_equal(auto.calibrator_.weight_, refit.weight_)
+
+
+def test_the_default_candidates_add_the_binary_ones_for_two_classes():
+    z, y = biased_logits(2, 300, 2)
+    auto = AutoCalibration().fit(logits=z, labels=y)
+    assert auto.cv_results_["candidate"] == [
+        "none", "ts", "ts-mix", "svs", "sms", "ets", "isotonic", "platt", "beta", "quadratic",
+    ]  # fmt: skip
+    z, y = biased_logits(2, 300, 3)
+    assert (
+        "platt"
+        not in AutoCalibration(candidates=None).fit(logits=z, labels=y).cv_results_["candidate"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"candidates": ["magic"]}, "unknown calibrator 'magic'"),
+        ({"candidates": ["ts", "auto"]}, "cannot include 'auto'"),
+        ({"candidates": []}, "candidates must be calibrator names"),
+        ({"candidates": ", "}, "candidates must be calibrator names"),
+        ({"criterion": "auc"}, "criterion"),
+        ({"n_folds": 1}, "n_folds must be an integer >= 2"),
+    ],
+)
+def test_bad_hyperparameters_are_one_line_errors(params, message):
+    z, y = biased_logits(3, 100, 3)
+    with pytest.raises(ValueError, match=message):
+        AutoCalibration(**params).fit(logits=z, labels=y)
