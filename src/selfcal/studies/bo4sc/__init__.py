@@ -19,7 +19,7 @@ from selfcal.studies.bo4sc.protocol import METHODS, Bo4scProtocol
 @register_study
 class Bo4sc(Study[Bo4scProtocol]):
     title = "BO4SC reproduction (Sanguin et al., AICS 2024, Table 1 and Figures 1-3)"
-    version = 3
+    version = 4  # 4: temperature scaling returns T = 1 on an all-correct validation set
 
     def specs(self, protocol: Bo4scProtocol) -> list[RunSpec]:
         out: list[RunSpec] = []
