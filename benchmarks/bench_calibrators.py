@@ -142,6 +142,35 @@ def old_matrix(z: np.ndarray, y: np.ndarray, cap: float) -> tuple[float, str]:
     return time.perf_counter() - start, message
 
 
+class LogitsClassifier:
+    """A fitted scikit-learn classifier whose decision function is its input: the logits
+    (one column ``z_1 - z_0`` for two classes, as scikit-learn reads binary scores)."""
+
+    _estimator_type = "classifier"
+
+    def fit(self, z: np.ndarray, y: np.ndarray) -> LogitsClassifier:
+        self.classes_ = np.arange(z.shape[1])
+        return self
+
+    def decision_function(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return (x > 0).astype(int) if x.ndim == 1 else x.argmax(1)
+
+    def get_params(self, deep: bool = True) -> dict[str, object]:
+        return {}
+
+    def __sklearn_tags__(self) -> object:
+        from sklearn.utils import ClassifierTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="classifier",
+            target_tags=TargetTags(required=True),
+            classifier_tags=ClassifierTags(),
+        )
+
+
 # ------------------------------------------------------------------ rows
 def peers(name: str, z: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], object]]:
     """Peer fits of the calibrator ``name`` on ``(z, y)`` (probabilities where they take
@@ -153,6 +182,23 @@ def peers(name: str, z: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], obj
         from netcal.scaling import TemperatureScaling
 
         out["netcal TemperatureScaling"] = lambda: TemperatureScaling().fit(p, y)
+    probmetrics = {"ts": "temp-scaling", "ts-mix": "ts-mix", "svs": "svs", "sms": "sms"}
+    if c == 2:
+        probmetrics["quadratic"] = "quadratic-scaling"
+    if name in probmetrics:
+        from probmetrics.calibrators import get_calibrator
+
+        key = probmetrics[name]
+        out[f"probmetrics `{key}`"] = lambda: get_calibrator(key).fit(p, y)
+    if name == "ts":
+        from sklearn.calibration import CalibratedClassifierCV
+        from sklearn.frozen import FrozenEstimator
+
+        scores = z[:, 1] - z[:, 0] if c == 2 else z
+        frozen = FrozenEstimator(LogitsClassifier().fit(z, y))
+        out["scikit-learn CalibratedClassifierCV(method='temperature')"] = lambda: (
+            CalibratedClassifierCV(frozen, method="temperature").fit(scores, y)
+        )
     if name == "bbq":
         from netcal.binning import BBQ
 
@@ -191,7 +237,7 @@ def timing_table(
         "|---|---:|---:|---:|---|",
     ]
     for name in calibrator_names():
-        if name == "platt" and z.shape[1] != 2:
+        if name in ("platt", "quadratic") and z.shape[1] != 2:
             continue
         ours = f"selfcal `{name}`"
         rows = {ours: quiet(lambda name=name: build_calibrator(name).fit(logits=z, labels=y))}
@@ -244,7 +290,7 @@ def quality_table() -> list[str]:
     ]
     fitted: dict[str, np.ndarray] = {}
     for name in calibrator_names():
-        if name == "platt":
+        if name in ("platt", "quadratic"):
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -322,7 +368,7 @@ def validation_size_table() -> list[str]:
         "| (none) | " + " | ".join(f"{M.nll(logits=zt, labels=yt):.4f}" for _ in sizes) + " |",
     ]
     for name in calibrator_names():
-        if name == "platt":
+        if name in ("platt", "quadratic"):
             continue
         cells = []
         for n in sizes:
