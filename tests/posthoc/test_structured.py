@@ -6,7 +6,7 @@ probmetrics fits SVS / SMS by torchmin's BFGS with its default stopping rule (gr
 1e-5) on float32 log-probabilities; selfcal runs Newton's method to the float64 optimum. The
 tests therefore compare the *penalised objective*, written out here independently in numpy:
 selfcal's value is never above probmetrics', within 5e-5 of it on their default float32 path
-(1.8e-5 is seen with 30 classes) and within 1e-6 when their code runs on float64 features.
+(1.8e-5 was seen with 30 classes) and within 1e-6 when their code runs on float64 features.
 Their probabilities differ by up to ~1e-3, the distance their stopping rule leaves to the
 optimum, which a test pins: selfcal's gradient there is ~1e-10, theirs ~1e-5.
 """
@@ -23,7 +23,7 @@ from selfcal.posthoc.structured import ts_mix_log_probs
 probmetrics = pytest.importorskip("probmetrics.calibrators")
 pytestmark = pytest.mark.filterwarnings("ignore:.penalty. was deprecated:FutureWarning")  # theirs
 
-SHAPES = [(300, 2), (400, 3), (1000, 10), (2000, 30)]
+SHAPES = [(300, 2), (400, 3), (1000, 10), (2000, 20)]
 
 
 def draw(seed: int, n: int, c: int) -> tuple[np.ndarray, np.ndarray]:
