@@ -61,9 +61,26 @@ def test_scores_are_the_criterion_of_out_of_fold_predictions(criterion):
     assert results["score"][2] == float("inf") and "binary problems" in results["error"][2]
     assert np.isnan(results["difference"][2])
     best = int(np.argmin(results["score"]))
-    assert auto.chosen_ == results["candidate"][best]
     assert results["difference"][best] == 0.0
     assert results["low"][best] == results["high"][best] == 0.0
+    # the first candidate whose paired interval against the lowest score reaches 0
+    first = next(i for i, low in enumerate(results["low"]) if low <= 0)
+    assert auto.chosen_ == results["candidate"][first]
+    best_only = AutoCalibration(candidates=["ts", "svs"], criterion=criterion, selection="best")
+    assert best_only.fit(logits=z, labels=y).chosen_ == results["candidate"][best]
+
+
+def test_simplest_keeps_temperature_scaling_when_a_richer_map_is_only_luckier():
+    """On logits whose only miscalibration is a temperature, the richer candidates cannot be
+    significantly better: ``simplest`` keeps ``ts`` even where another scores lower."""
+    rng = np.random.default_rng(4)
+    z = 4.0 * rng.normal(size=(400, 4))
+    p = torch.softmax(torch.from_numpy(z / 2.5), 1).numpy()
+    y = (p.cumsum(1) > rng.random((400, 1))).argmax(1)
+    auto = AutoCalibration(candidates=["ts", "svs", "sms", "isotonic"]).fit(logits=z, labels=y)
+    assert auto.chosen_ == "ts"
+    r = auto.cv_results_
+    assert all(low <= 0 for low in r["low"][:3])  # svs and sms are tied with the lowest
 
 
 def test_svs_is_chosen_where_class_biases_need_it_and_its_rival_is_significantly_worse():
@@ -82,7 +99,7 @@ def test_the_default_candidates_add_the_binary_ones_for_two_classes():
     z, y = biased_logits(2, 300, 2)
     auto = AutoCalibration().fit(logits=z, labels=y)
     assert auto.cv_results_["candidate"] == [
-        "none", "ts", "ts-mix", "svs", "sms", "ets", "isotonic", "platt", "beta", "quadratic",
+        "ts", "ts-mix", "platt", "beta", "quadratic", "svs", "sms", "ets", "isotonic", "none",
     ]  # fmt: skip
     z, y = biased_logits(2, 300, 3)
     assert (
@@ -100,6 +117,7 @@ def test_the_default_candidates_add_the_binary_ones_for_two_classes():
         ({"candidates": ", "}, "candidates must be calibrator names"),
         ({"criterion": "auc"}, "criterion"),
         ({"n_folds": 1}, "n_folds must be an integer >= 2"),
+        ({"selection": "luckiest"}, "selection"),
     ],
 )
 def test_bad_hyperparameters_are_one_line_errors(params, message):

@@ -50,7 +50,13 @@ def test_params_are_the_constructor_arguments(name):
 
 
 DEFAULTS = {
-    "auto": {"candidates": None, "criterion": "nll", "n_folds": 5, "seed": 0},
+    "auto": {
+        "candidates": None,
+        "criterion": "nll",
+        "selection": "simplest",
+        "n_folds": 5,
+        "seed": 0,
+    },
     "none": {},
     "bbq": {"mix": "auto"},
     "beta": {"smooth_targets": True, "max_iter": 100},

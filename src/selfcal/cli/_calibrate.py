@@ -94,25 +94,26 @@ def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
 
 def cv_table(calibrator: Calibrator) -> Table:
     """``auto``'s cross-validation: each candidate's score, its paired difference from the
-    chosen one with the 95% interval, its fit time, and why it failed if it did."""
+    lowest score with the 95% interval, its fit time, and which was chosen (or why it failed)."""
     r = calibrator.cv_results_  # type: ignore[attr-defined]
     criterion = calibrator.criterion  # type: ignore[attr-defined]
     table = Table(title=f"{len(r['candidate'])} candidates, {criterion} of out-of-fold predictions")
-    for column in ("candidate", criterion, "− chosen [95% CI]", "fit s", "note"):
+    for column in ("candidate", criterion, "− lowest [95% CI]", "fit s", "note"):
         table.add_column(column, justify="left" if column in ("candidate", "note") else "right")
     for i, name in enumerate(r["candidate"]):
         failed = bool(r["error"][i])
-        chosen = name == calibrator.chosen_  # type: ignore[attr-defined]
         difference = (
             "—"
-            if failed or chosen
+            if failed
             else f"{r['difference'][i]:+.4f} [{r['low'][i]:+.4f}, {r['high'][i]:+.4f}]"
         )
-        note = r["error"][i] or ("chosen" if chosen else "")
+        notes = [r["error"][i]] if failed else []
+        if name == calibrator.chosen_:  # type: ignore[attr-defined]
+            notes.append("chosen")
         if r["warnings"][i] and not failed:
-            note = f"{note}; {r['warnings'][i]} fold warnings".lstrip("; ")
+            notes.append(f"{r['warnings'][i]} fold warnings")
         score = "—" if failed else f"{r['score'][i]:.4f}"
-        table.add_row(name, score, difference, f"{r['fit_seconds'][i]:.2f}", note)
+        table.add_row(name, score, difference, f"{r['fit_seconds'][i]:.2f}", "; ".join(notes))
     return table
 
 

@@ -1,12 +1,13 @@
 """A calibrator chosen for the data: stratified K-fold cross-validation over a stated set of
-candidate calibrators on the user's validation predictions, the best by cross-validated NLL
-(Brier score or ECE by option), refitted on every row.
+candidate calibrators on the user's validation predictions, scored by cross-validated NLL
+(Brier score or ECE by option); the first candidate not significantly worse than the lowest
+score is refitted on every row.
 
 Nothing here is new mathematics: each candidate is fitted on K - 1 folds and predicts the
 held-out fold, so every validation row gets one out-of-fold prediction per candidate; the
 criterion of those pooled predictions ranks the candidates, and a paired bootstrap over rows
-(the same resamples for every candidate) gives each candidate's difference from the chosen
-one with a centred 95% interval (:func:`selfcal.metrics.bootstrap.interval_bounds`).
+(the same resamples for every candidate) gives each candidate's difference from the
+lowest-scoring one with a centred 95% interval (:func:`selfcal.metrics.bootstrap.interval_bounds`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from selfcal.posthoc._base import Calibrator, mix_confidence, mix_uniform
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
 from selfcal.predictions import Predictions
 
-CANDIDATES = ("none", "ts", "ts-mix", "svs", "sms", "ets", "isotonic")
-"""The default candidates: no calibration, temperature scaling with and without mixing,
-structured vector and matrix scaling, ensemble temperature scaling, mixed top-label isotonic
-regression."""
+CANDIDATES = ("ts", "ts-mix", "svs", "sms", "ets", "isotonic", "none")
+"""The default candidates, in the order of preference that ``selection="simplest"`` follows:
+temperature scaling with and without mixing, structured vector and matrix scaling, ensemble
+temperature scaling, mixed top-label isotonic regression, and last no calibration at all."""
 BINARY_CANDIDATES = ("platt", "beta", "quadratic")
-"""Added to the default candidates for two classes."""
+"""Inserted after ``ts-mix`` in the default candidates for two classes."""
+SELECTIONS = ("simplest", "best")
 CRITERIA = {"nll": nll, "brier": brier, "ece": ece}
 N_RESAMPLES = 200
 """Bootstrap resamples of the paired intervals in ``cv_results_``."""
@@ -58,12 +60,16 @@ class Uncalibrated(Calibrator):
 
 @register_calibrator("auto")
 class AutoCalibration(Calibrator):
-    """A calibrator chosen for the data: the candidate with the best cross-validated score.
+    """A calibrator chosen for the data: the simplest candidate that cross-validates as well as any.
 
     ``fit`` splits the validation rows into ``n_folds`` stratified folds (seeded), fits every
     candidate on ``K - 1`` folds and predicts the held-out one, scores the pooled
     out-of-fold predictions by ``criterion`` (``"nll"``, default; ``"brier"``; ``"ece"``, 15
-    bins), chooses the lowest (ties: the earlier candidate), and refits it on every row. A
+    bins), compares every candidate with the lowest-scoring one by a paired bootstrap over the
+    rows, and chooses (``selection="simplest"``, default) the first candidate in the list that
+    is not significantly worse than the lowest -- a one-standard-error rule, which keeps
+    temperature scaling unless the data show a richer map is better -- or
+    (``selection="best"``) the lowest itself; then refits the choice on every row. A
     candidate that cannot be fitted on some fold (an error, e.g. a binary calibrator on three
     classes) is skipped and its reason recorded; the DegenerateCalibration / not-converged
     warnings of the fold fits are counted, not shown; those of the final refit are re-warned
@@ -74,6 +80,7 @@ class AutoCalibration(Calibrator):
     candidates : registered calibrator names, a list or one comma-separated string (default
         ``None``: :data:`CANDIDATES`, plus :data:`BINARY_CANDIDATES` for two classes).
     criterion : ``"nll"`` (default), ``"brier"`` or ``"ece"``.
+    selection : ``"simplest"`` (default) or ``"best"`` (see above).
     n_folds : folds of the cross-validation (default 5; at most the smallest class's count).
     seed : the folds' and the bootstrap's seed (default 0).
     kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
@@ -84,30 +91,33 @@ class AutoCalibration(Calibrator):
     calibrator_ : the chosen calibrator, fitted on every row
     cv_results_ : dict of equal-length lists, one entry per candidate: ``candidate``,
         ``score`` (cross-validated criterion; ``inf`` if it failed), ``difference`` (score
-        minus the chosen one's), ``low`` / ``high`` (its paired bootstrap 95% interval),
+        minus the lowest score), ``low`` / ``high`` (its paired bootstrap 95% interval),
         ``fit_seconds`` (all folds), ``warnings`` (in the fold fits), ``error`` (``""``,
         or why it failed)
     """
 
-    _hyperparameters = ("candidates", "criterion", "n_folds", "seed")
+    _hyperparameters = ("candidates", "criterion", "selection", "n_folds", "seed")
     _fitted_attributes = ("chosen_", "calibrator_", "cv_results_")
 
     def __init__(
         self,
         candidates: str | tuple[str, ...] | list[str] | None = None,
         criterion: str = "nll",
+        selection: str = "simplest",
         n_folds: int = 5,
         seed: int = 0,
         kind: str | None = None,
     ) -> None:
         self.candidates = candidates
         self.criterion = criterion
+        self.selection = selection
         self.n_folds = n_folds
         self.seed = seed
         self.kind = kind
 
     def _validate_hyperparameters(self) -> None:
         check_choice("criterion", self.criterion, tuple(CRITERIA))
+        check_choice("selection", self.selection, SELECTIONS)
         check_int("n_folds", self.n_folds, minimum=2)
         check_int("seed", self.seed, minimum=0)
         if self.candidates is not None:
@@ -132,7 +142,8 @@ class AutoCalibration(Calibrator):
     def _names(self, n_classes: int) -> list[str]:
         if self.candidates is not None:
             return self._given()
-        return list(CANDIDATES) + (list(BINARY_CANDIDATES) if n_classes == 2 else [])
+        binary = list(BINARY_CANDIDATES) if n_classes == 2 else []
+        return list(CANDIDATES[:2]) + binary + list(CANDIDATES[2:])
 
     def _fit(self, pred: Predictions) -> None:
         names = self._names(pred.n_classes)
@@ -159,10 +170,12 @@ class AutoCalibration(Calibrator):
             raise ValueError(
                 f"AutoCalibration: no candidate could be fitted ({names[0]}: {results['error'][0]})"
             )
-        best = int(np.argmin(results["score"]))
-        self.chosen_ = names[best]
-        results.update(paired_intervals(out_of_fold, names, self.chosen_, pred, metric, self.seed))
+        best = names[int(np.argmin(results["score"]))]
+        results.update(paired_intervals(out_of_fold, names, best, pred, metric, self.seed))
         self.cv_results_ = results
+        self.chosen_ = best
+        if self.selection == "simplest":  # the first not significantly worse than the best
+            self.chosen_ = next(n for n, low in zip(names, results["low"]) if low <= 0.0)
         self.calibrator_ = self._refit(pred)
 
     def _refit(self, pred: Predictions) -> Calibrator:
@@ -241,12 +254,12 @@ def cross_validated(
 def paired_intervals(
     out_of_fold: dict[str, torch.Tensor],
     names: list[str],
-    chosen: str,
+    reference: str,
     pred: Predictions,
     metric: Any,
     seed: int,
 ) -> dict[str, list[float]]:
-    """Each candidate's criterion minus the chosen one's, with a centred 95% interval from
+    """Each candidate's criterion minus ``reference``'s, with a centred 95% interval from
     :data:`N_RESAMPLES` paired bootstrap resamples of the rows (NaN for failed candidates)."""
     labels = pred.require_labels()
     resamples = Resamples(pred.n_samples, N_RESAMPLES, seed, pred.device)
@@ -263,7 +276,7 @@ def paired_intervals(
             resamples,
         )
 
-    base, base_values = values(out_of_fold[chosen])
+    base, base_values = values(out_of_fold[reference])
     out: dict[str, list[float]] = {"difference": [], "low": [], "high": []}
     for name in names:
         if name not in out_of_fold:
