@@ -1,8 +1,8 @@
 """``selfcal reproduce benchmark``: every method of the three papers on the same data, backbone,
 initialisation and epoch budget -- cross-entropy, Brier, MMCE, label smoothing, mixup, focal,
 FLSD-53, dual focal, BSCE, BSCE-GRA, CE-DECE (meta-calibration), FLγ-SECE (γ-Net) and BO4SC --
-each scored raw, after temperature scaling and after isotonic regression, in a memorising and
-an early-stopped regime, 10 seeds: one leaderboard per dataset and regime that answers *does
+each scored raw and after temperature scaling, structured matrix scaling, the calibrator ``auto``
+chooses and isotonic regression, in a memorising and an early-stopped regime, 10 seeds: one leaderboard per dataset and regime that answers *does
 any of them beat cross-entropy followed by temperature scaling?*"""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from selfcal.studies.benchmark.protocol import (
 @register_study
 class Benchmark(Study[BenchmarkProtocol]):
     title = "Benchmark: every method of the three papers on the same data, one leaderboard"
-    version = 2
+    version = 3
 
     def fingerprint_extras(self) -> dict[str, object]:
         return {"methods": METHODS, "recipes": {k: repr(v) for k, v in RECIPES.items()}}

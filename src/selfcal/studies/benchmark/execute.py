@@ -9,10 +9,16 @@ The validation split picks the checkpoint, selects the candidates, and fits the 
 calibrators; the test split is scored once per record and read by nothing else.
 
 Each regime's model is scored raw, after temperature scaling (a single ``T`` fitted by
-validation NLL, Guo et al.'s, ``*_ts``; the predicted class is unchanged) and after top-label
-isotonic regression fitted on validation (``*_iso``: the top-label confidence is remapped, the
-class unchanged, so only top-label metrics exist). ``train_seconds`` is the training time
-(the per-epoch validation pass of the checkpointing included, the same for every method).
+validation NLL, Guo et al.'s, ``*_ts``; the predicted class is unchanged), after structured
+matrix scaling (Berta et al.'s SMS, ``*_sms``; it can change the class), after the calibrator
+that :class:`~selfcal.posthoc.AutoCalibration` chooses by 5-fold cross-validation on the
+validation split (``*_auto``), and after top-label isotonic regression mixed with the uniform
+distribution (``*_iso``: the top-label confidence is remapped, the class unchanged, so only
+top-label metrics exist), each fitted on validation. The validation and test logits and labels
+are stored with every record (``val_logits``, ``test_logits``, ``val_labels``,
+``test_labels``), so the post-hoc leaderboard (``selfcal reproduce posthoc``) reads them
+instead of retraining. ``train_seconds`` is the training time (the per-epoch validation pass
+of the checkpointing included, the same for every method).
 """
 
 from __future__ import annotations
@@ -30,7 +36,13 @@ from selfcal.experiments import RunResult, RunSpec
 from selfcal.metrics.binning import top_label_bins
 from selfcal.pipeline.fitting import train_method
 from selfcal.pipeline.recipe import build_network
-from selfcal.posthoc import IsotonicCalibration, TemperatureScaling, recorded_degenerate_fits
+from selfcal.posthoc import (
+    AutoCalibration,
+    IsotonicCalibration,
+    StructuredMatrixScaling,
+    TemperatureScaling,
+    recorded_degenerate_fits,
+)
 from selfcal.studies import _images
 from selfcal.studies.benchmark.protocol import METHODS, BenchmarkProtocol
 from selfcal.training import BestCheckpoint
@@ -83,17 +95,25 @@ def with_metrics(result: RunResult, extra: dict[str, float], epochs: float) -> R
 # ----------------------------------------------------------------------------- evaluation
 def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> RunResult:
     """Validation scores (selection), the training error, and the test scores raw, after
-    temperature scaling and after isotonic regression, with their reliability bins."""
+    temperature scaling, SMS, ``auto`` and isotonic regression, with their reliability bins;
+    the validation and test predictions as artefacts."""
     z_val, z = _images.logits(model, data.val.x), _images.logits(model, data.test.x)
     val = Predictions.from_logits(z_val, data.val.y)
     with recorded_degenerate_fits() as degenerate:  # counted per run, not printed
         temperature = float(TemperatureScaling().fit(logits=z_val, labels=data.val.y).temperature_)
         iso = IsotonicCalibration().fit(logits=z_val, labels=data.val.y)
+    with recorded_degenerate_fits():  # SMS and auto warn in the same cases, counted above
+        sms = StructuredMatrixScaling().fit(logits=z_val, labels=data.val.y)
+        auto = AutoCalibration().fit(logits=z_val, labels=data.val.y)
     raw = Predictions.from_logits(z, data.test.y)
     calibrated = {
         "": raw,
         "_ts": Predictions.from_logits(z / temperature, data.test.y),
         "_iso": raw.with_confidence(iso.predict_confidence(logits=z)),
+    }
+    structured = {
+        "_sms": Predictions.from_probs(sms.predict_proba(logits=z), data.test.y),
+        "_auto": Predictions.from_probs(auto.predict_proba(logits=z), data.test.y),
     }
     bins = protocol.n_bins
     metrics = {
@@ -109,7 +129,8 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
         "aurc": float(M.aurc(raw)),
     }
     metrics.update(_images.scores(raw, bins))
-    metrics.update({f"{k}_ts": v for k, v in _images.scores(calibrated["_ts"], bins).items()})
+    for suffix, pred in {"_ts": calibrated["_ts"], **structured}.items():
+        metrics.update({f"{k}{suffix}": v for k, v in _images.scores(pred, bins).items()})
     metrics.update(
         {
             "ece_iso": float(M.ece(calibrated["_iso"], n_bins=bins)),
@@ -117,10 +138,17 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
             "mce_iso": float(M.mce(calibrated["_iso"], n_bins=bins)),
         }
     )
+    predictions = {
+        "val_logits": z_val.float().numpy(),
+        "val_labels": data.val.y.numpy(),
+        "test_logits": z.float().numpy(),
+        "test_labels": data.test.y.numpy(),
+    }
     return RunResult(
         metrics=metrics,
         artefacts={
-            f"bins{suffix or '_raw'}": bin_sums(pred, bins) for suffix, pred in calibrated.items()
+            **{f"bins{suffix or '_raw'}": bin_sums(p, bins) for suffix, p in calibrated.items()},
+            **predictions,
         },
     )
 
