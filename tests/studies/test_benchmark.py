@@ -153,3 +153,31 @@ def test_the_summary_names_the_runs_whose_post_hoc_fits_were_degenerate():
     assert line.startswith("5 of 6 runs, breast-cancer seed 0 (Label smoothing); ")
     assert "breast-cancer seed 3 (4 methods)" in line and "seed 4" not in line
     assert degenerate(SimpleNamespace(runs=lambda regime_name: runs[4:5]), "x") == "none"
+
+
+def test_the_posthoc_leaderboard_scores_the_predictions_the_benchmark_stored(quick):
+    """The post-hoc study reads a benchmark record's stored validation / test logits: its TS,
+    SMS and auto scores are the benchmark's own ``*_ts``, ``*_sms`` and ``*_auto``."""
+    import dataclasses
+
+    from selfcal.studies.posthoc import execute as posthoc
+    from selfcal.studies.posthoc.protocol import QUICK as POSTHOC_QUICK
+
+    payload, root = quick
+    protocol = dataclasses.replace(
+        POSTHOC_QUICK,
+        datasets=(),
+        benchmark=True,
+        benchmark_store=str(root / "s.sqlite"),
+        benchmark_protocol="quick",
+        calibrators=("ts", "sms", "auto"),
+    )
+    specs = get_study("posthoc").specs(protocol)
+    assert len(specs) == len(payload["runs"])  # one candidate per method: all selected
+    runs = {(r["method"], r["seed"], r["regime"]): r["metrics"] for r in payload["runs"]}
+    for spec in specs[:3]:
+        mine = posthoc.evaluate(protocol, spec).metrics
+        theirs = runs[(spec.method.removeprefix("nn:"), spec.seed, spec.hparams["regime"])]
+        for name in ("ts", "sms", "auto"):
+            assert mine[f"nll.{name}"] == pytest.approx(theirs[f"nll_{name}"], rel=1e-9)
+            assert mine[f"ece.{name}"] == pytest.approx(theirs[f"ece_{name}"], abs=1e-9)

@@ -1,9 +1,10 @@
 """``selfcal reproduce benchmark``: every method of the three papers on the same data, backbone,
 initialisation and epoch budget -- cross-entropy, Brier, MMCE, label smoothing, mixup, focal,
 FLSD-53, dual focal, BSCE, BSCE-GRA, CE-DECE (meta-calibration), FLγ-SECE (γ-Net) and BO4SC --
-each scored raw and after temperature scaling, structured matrix scaling, the calibrator ``auto``
-chooses and isotonic regression, in a memorising and an early-stopped regime, 10 seeds: one leaderboard per dataset and regime that answers *does
-any of them beat cross-entropy followed by temperature scaling?*"""
+each scored raw and after temperature scaling, structured matrix scaling, the calibrator
+``auto`` chooses and isotonic regression, in a memorising and an early-stopped regime, 10
+seeds: one leaderboard per dataset and regime that answers *does any of them beat
+cross-entropy followed by a post-hoc calibrator?*"""
 
 from __future__ import annotations
 

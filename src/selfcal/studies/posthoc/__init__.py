@@ -1,0 +1,63 @@
+"""``selfcal reproduce posthoc``: the post-hoc leaderboard -- every registered calibrator on
+many real prediction sets (the validation / test logits the benchmark's networks stored, and
+scikit-learn models on the tabular sets), with CalArena-style win rates against temperature
+scaling and paired intervals per task type (:mod:`selfcal.studies.posthoc.report`). Run
+``selfcal reproduce benchmark --store results/benchmark.sqlite`` first: this study reads its
+stored predictions instead of retraining."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from selfcal.experiments.spec import RunSpec
+from selfcal.experiments.study import Study, register_study
+from selfcal.studies.posthoc.protocol import PosthocProtocol
+
+
+@register_study
+class Posthoc(Study[PosthocProtocol]):
+    title = (
+        "Post-hoc leaderboard: every calibrator on the benchmark's and scikit-learn's predictions"
+    )
+    version = 1
+
+    def specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
+        sklearn = [
+            self.spec(protocol, d, m, seed)
+            for d in protocol.datasets
+            for m in protocol.models
+            for seed in protocol.seeds
+        ]
+        return sklearn + self.benchmark_specs(protocol)
+
+    def benchmark_specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
+        """One spec per selected benchmark record (method = ``nn:<the benchmark's method>``,
+        its regime), naming the record by key."""
+        if not protocol.benchmark:
+            return []
+        from selfcal.experiments.store import ResultsStore
+        from selfcal.experiments.study import StudyResults, get_study
+
+        path = Path(protocol.benchmark_store)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"the post-hoc leaderboard reads the benchmark's stored predictions, and "
+                f"{path} does not exist: run `selfcal reproduce benchmark --store {path} "
+                f"--out results/benchmark` first (or `--quick` for the scikit-learn sets only)"
+            )
+        benchmark = get_study("benchmark")
+        with ResultsStore(path) as store:
+            made = benchmark.protocol(protocol.benchmark_protocol)
+            records = StudyResults.load(benchmark, made, store).selected
+        return [
+            self.spec(
+                protocol,
+                r.spec.dataset,
+                f"nn:{r.spec.method}",
+                r.spec.seed,
+                regime=str(r.spec.hparams["regime"]),
+                config={"record": r.key},
+            )
+            for r in sorted(records, key=lambda r: r.key)
+            if "val_logits" in r.artefacts
+        ]

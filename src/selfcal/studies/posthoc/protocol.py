@@ -1,0 +1,71 @@
+"""The post-hoc leaderboard's protocol: which prediction sets (the benchmark's networks and
+scikit-learn models on the tabular sets) and which calibrators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import selfcal.posthoc  # noqa: F401  (registers every calibrator)
+from selfcal.experiments.study import StudyProtocol
+from selfcal.posthoc.registry import calibrator_names
+
+MODELS = ("logistic", "gradient-boosting", "random-forest", "mlp")
+"""The scikit-learn models (:func:`selfcal.studies.posthoc.sources.sklearn_model`)."""
+TABULAR = ("breast-cancer", "bac", "spiral-3.5", "wine", "blobs-1.7", "digits", "mnist1d")
+"""selfcal's tabular loaders (MNIST-1D's 40 values as features)."""
+GENERATED = {"classification-2": 2, "classification-20": 20}
+"""scikit-learn ``make_classification`` sets (classes), with large validation splits."""
+REFERENCE = "probmetrics-sms"
+"""probmetrics' structured matrix scaling, a reference row where probmetrics is installed."""
+BINARY_ONLY = ("platt", "quadratic", "beta")
+
+
+def default_calibrators() -> tuple[str, ...]:
+    """Every registered calibrator."""
+    return tuple(calibrator_names())
+
+
+@dataclass(frozen=True)
+class PosthocProtocol(StudyProtocol):
+    """``datasets`` x ``models`` x ``seeds`` scikit-learn prediction sets, plus (``benchmark``)
+    every selected record of ``selfcal reproduce benchmark`` (its protocol
+    ``benchmark_protocol``) read from ``benchmark_store``
+    (a path, not part of the fingerprint: the records' own keys are); every set is
+    calibrated by every name in ``calibrators`` (binary-only ones on two classes only) and
+    by probmetrics' SMS when ``reference`` and probmetrics is installed. ``generated_rows``:
+    the rows of each split of the generated sets."""
+
+    datasets: tuple[str, ...] = TABULAR + tuple(GENERATED)
+    models: tuple[str, ...] = MODELS
+    benchmark: bool = True
+    benchmark_store: str = "results/benchmark.sqlite"
+    benchmark_protocol: str = "full"
+    calibrators: tuple[str, ...] = default_calibrators()
+    reference: bool = True
+    generated_rows: int = 2000
+    n_bins: int = 15
+
+    def settings(self) -> dict[str, Any]:
+        return {k: v for k, v in super().settings().items() if k != "benchmark_store"}
+
+
+FULL = PosthocProtocol(
+    "full",
+    seeds=(0, 1, 2, 3, 4),
+    notes=(
+        "Every selected record of the benchmark (each method x dataset x seed x regime; its "
+        "stored validation / test logits), and four scikit-learn models on nine tabular sets "
+        "with five seeds.",
+    ),
+)
+QUICK = PosthocProtocol(
+    "quick",
+    seeds=(0, 1),
+    datasets=("breast-cancer", "wine"),
+    models=("logistic",),
+    benchmark=False,
+    reference=False,
+    notes=("--quick: logistic regression on two small sets, two seeds; for tests only.",),
+)
+PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
