@@ -1,6 +1,8 @@
-"""The benchmark's report: a summary (which methods beat CE + TS, where, by how much), then per
-dataset and regime a leaderboard sorted by post-TS ECE with paired intervals against CE and CE +
-TS, the power of each comparison, and the hyperparameters selected on validation."""
+"""The benchmark's report: a summary (which methods beat CE + TS, and CE followed by the
+frontier's post-hoc steps, SMS and ``auto``; which post-hoc step suits CE itself), then per
+dataset and regime a leaderboard sorted by post-TS ECE with paired intervals against CE, CE +
+TS, CE + SMS and CE + auto, the power of each comparison, and the hyperparameters selected on
+validation."""
 
 from __future__ import annotations
 
@@ -39,12 +41,25 @@ COLUMNS = columns(
     "aurc",
 )
 """The leaderboard's metric columns (%, NLL raw): test scores of the selected runs."""
-RIVALS = (
-    ("ECE − CE's", "ece", "ece"),
-    ("ECE − (CE + TS)'s", "ece", "ece_ts"),
-    ("ECE + TS − (CE + TS)'s", "ece_ts", "ece_ts"),
+POSTHOC_COLUMNS = columns(
+    "ece_ts", "ece_sms", "ece_auto", "nll_ts", "nll_sms", "nll_auto", "error", "error_sms"
 )
-"""The paired comparisons against CE: (column, the method's metric, CE's metric)."""
+"""The second table's columns: every method after each post-hoc step."""
+RIVALS = (
+    ("ECE − CE's", "ece", "ece", 100.0),
+    ("ECE − (CE + TS)'s", "ece", "ece_ts", 100.0),
+    ("ECE + TS − (CE + TS)'s", "ece_ts", "ece_ts", 100.0),
+    ("ECE + SMS − (CE + SMS)'s", "ece_sms", "ece_sms", 100.0),
+    ("ECE + auto − (CE + auto)'s", "ece_auto", "ece_auto", 100.0),
+    ("NLL + TS − (CE + TS)'s", "nll_ts", "nll_ts", 1.0),
+    ("NLL + SMS − (CE + SMS)'s", "nll_sms", "nll_sms", 1.0),
+    ("NLL + auto − (CE + auto)'s", "nll_auto", "nll_auto", 1.0),
+)
+"""The paired comparisons against CE: (column, the method's metric, CE's metric, scale); the
+first three in the leaderboard, the rest in the post-hoc table."""
+FIRST_TABLE = 3
+POSTHOC_STEPS = (("TS", "ts"), ("SMS", "sms"), ("auto", "auto"), ("isotonic", "iso"))
+"""CE's own post-hoc steps (label, metric suffix), compared with TS in the summary."""
 WORDS = {"better": "**better**", "tied": "tied", "worse": "worse"}
 
 
@@ -67,7 +82,7 @@ def entries(results: StudyResults, dataset: str, regime: str) -> list[Entry]:
     for m in methods:
         diffs = tuple(
             None if m == "ce" else compare(results, dataset, (m, mine), ("ce", theirs), regime)
-            for _, mine, theirs in RIVALS
+            for _, mine, theirs, _ in RIVALS
         )
         out.append(Entry(m, rank[m], diffs, time_ratio(results, dataset, m, regime)))
 
@@ -94,53 +109,81 @@ def time_ratio(results: StudyResults, dataset: str, method: str, regime: str) ->
     return statistics.median(seconds[method]) / statistics.median(seconds["ce"])
 
 
-def difference_cell(diff: Difference | None) -> str:
-    return "—" if diff is None else f"{diff.format(100.0, 2)} {WORDS[diff.verdict()]}"
+def difference_cell(diff: Difference | None, scale: float = 100.0) -> str:
+    digits = 3 if scale == 1 else 2
+    return "—" if diff is None else f"{diff.format(scale, digits)} {WORDS[diff.verdict()]}"
 
 
 def table(results: StudyResults, dataset: str, regime: str) -> list[str]:
-    head = ["rank", "method", *(n for n, _, _ in COLUMNS), "time × CE", *(n for n, _, _ in RIVALS)]
+    """The leaderboard: raw, post-TS and post-isotonic scores, against CE and CE + TS."""
+    rivals = RIVALS[:FIRST_TABLE]
+    head = ["rank", "method", *(n for n, *_ in COLUMNS), "time × CE", *(n for n, *_ in rivals)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for e in entries(results, dataset, regime):
-        cells = [
-            cell(results, dataset, e.method, metric, regime, scale, 3 if scale == 1 else 2)
-            for _, metric, scale in COLUMNS
-        ]
         ratio = "—" if e.time_ratio is None else f"{e.time_ratio:.2f}"
         lines.append(
             f"| {e.rank} | {LABELS[e.method]} | "
-            + " | ".join(cells)
+            + " | ".join(cells(results, dataset, e.method, regime, COLUMNS))
             + f" | {ratio} | "
-            + " | ".join(difference_cell(d) for d in e.differences)
+            + " | ".join(
+                difference_cell(d, r[3]) for d, r in zip(e.differences[:FIRST_TABLE], rivals)
+            )
             + " |"
         )
     return lines
 
 
+def posthoc_table(results: StudyResults, dataset: str, regime: str) -> list[str]:
+    """Every method after TS, SMS and ``auto``, against CE with the same post-hoc step."""
+    rivals = RIVALS[FIRST_TABLE:]
+    head = ["method", *(n for n, *_ in POSTHOC_COLUMNS), *(n for n, *_ in rivals)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in entries(results, dataset, regime):
+        lines.append(
+            f"| {LABELS[e.method]} | "
+            + " | ".join(cells(results, dataset, e.method, regime, POSTHOC_COLUMNS))
+            + " | "
+            + " | ".join(
+                difference_cell(d, r[3]) for d, r in zip(e.differences[FIRST_TABLE:], rivals)
+            )
+            + " |"
+        )
+    return lines
+
+
+def cells(results: StudyResults, dataset: str, method: str, regime: str, which: Any) -> list[str]:
+    return [
+        cell(results, dataset, method, metric, regime, scale, 3 if scale == 1 else 2)
+        for _, metric, scale in which
+    ]
+
+
 # ----------------------------------------------------------------------------- summary
 def verdicts(
     results: StudyResults, regime: str, column: int, verdict: str
-) -> list[tuple[str, str, Difference]]:
-    """``(dataset, method, difference)`` of every method whose ``RIVALS[column]`` comparison
-    has ``verdict``."""
+) -> list[tuple[str, str, Difference, float]]:
+    """``(dataset, method, difference, scale)`` of every method whose ``RIVALS[column]``
+    comparison has ``verdict``."""
     out = []
     for d in results.datasets:
         for e in entries(results, d, regime):
             diff = e.differences[column]
             if diff is not None and diff.verdict() == verdict:
-                out.append((d, e.method, diff))
+                out.append((d, e.method, diff, RIVALS[column][3]))
     return out
 
 
-def listing(results: StudyResults, regime: str, found: list[tuple[str, str, Difference]]) -> str:
+def listing(
+    results: StudyResults, regime: str, found: list[tuple[str, str, Difference, float]]
+) -> str:
     """``LABEL on DATASET (ECE difference; accuracy difference against CE)``, or ``none``."""
     if not found:
         return "none"
     out = []
-    for d, m, diff in found:
+    for d, m, diff, scale in found:
         accuracy = compare(results, d, (m, "accuracy"), ("ce", "accuracy"), regime)
         out.append(
-            f"{LABELS[m]} on {d} ({diff.format(100.0, 2)}; accuracy "
+            f"{LABELS[m]} on {d} ({diff.format(scale, 3 if scale == 1 else 2)}; accuracy "
             f"{'—' if accuracy is None else accuracy.format(100.0, 2)})"
         )
     return "; ".join(out)
@@ -157,13 +200,21 @@ def summary_lines(results: StudyResults) -> list[str]:
             listing(results, regime, verdicts(results, regime, column, "better"))
             for column in range(len(RIVALS))
         ]
+        frontier = [
+            f"- better than CE + {step} with {step} applied to them too: ECE {better[ece]}; "
+            f"NLL {better[ece + 3]}; worse: ECE {len(verdicts(results, regime, ece, 'worse'))}"
+            f", NLL {len(verdicts(results, regime, ece + 3, 'worse'))} of {pairs}."
+            for step, ece in (("SMS", 3), ("auto", 4))
+        ]
         lines += [
             f"**{regime} regime** ({pairs} method × dataset pairs against CE; "
-            "differences in points, method − CE, paired 95% CI over seeds):",
+            "differences method − CE, paired 95% CI over seeds, ECE in points):",
             "",
             f"- better than CE + TS without post-hoc calibration: {better[1]}.",
-            f"- better than CE + TS with TS applied to them too: {better[2]}.",
-            f"- worse than CE + TS with TS applied to them too: {len(worse)} of {pairs}.",
+            f"- better than CE + TS with TS applied to them too: ECE {better[2]}; NLL {better[5]}.",
+            f"- worse than CE + TS with TS applied to them too: {len(worse)} of {pairs} "
+            f"(ECE), {len(verdicts(results, regime, 5, 'worse'))} (NLL).",
+            *frontier,
             f"- better than raw CE (no post-hoc calibration on either): {better[0]}.",
             f"- chance: with {pairs} uncorrected comparisons per line, about "
             f'{0.025 * pairs:.1f} "better" verdicts per line are expected even if no '
@@ -172,6 +223,35 @@ def summary_lines(results: StudyResults) -> list[str]:
             f"{degenerate(results, regime)}.",
             "",
         ]
+    return lines
+
+
+def ce_posthoc_lines(results: StudyResults) -> list[str]:
+    """CE's own post-hoc steps: each one's ECE and NLL minus TS's on the same runs (paired
+    over seeds), per dataset and regime."""
+    head = ["dataset", "regime", "CE + TS: ECE, NLL"] + [
+        f"{label} − TS: ECE, NLL" for label, _ in POSTHOC_STEPS[1:]
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d in results.datasets:
+        for regime in regime_names(results):
+            row = [
+                d,
+                regime,
+                f"{cell(results, d, 'ce', 'ece_ts', regime)}, "
+                f"{cell(results, d, 'ce', 'nll_ts', regime, 1.0, 3)}",
+            ]
+            for _, suffix in POSTHOC_STEPS[1:]:
+                ece = compare(results, d, ("ce", f"ece_{suffix}"), ("ce", "ece_ts"), regime)
+                nll = (
+                    compare(results, d, ("ce", f"nll_{suffix}"), ("ce", "nll_ts"), regime)
+                    if suffix != "iso"
+                    else None
+                )
+                row.append(
+                    f"{difference_cell(ece)}, {'—' if nll is None else difference_cell(nll, 1.0)}"
+                )
+            lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
@@ -225,6 +305,12 @@ def sections(results: StudyResults) -> list[str]:
         "## Summary",
         "",
         *summary_lines(results),
+        "**CE's own post-hoc step**: CE after SMS, `auto` and (top-label, mixed) isotonic "
+        "regression, minus CE after TS, paired over seeds (ECE in points; isotonic remaps the "
+        "top-label confidence only, so it has no NLL):",
+        "",
+        *ce_posthoc_lines(results),
+        "",
         "## Protocol",
         "",
         *prose(benchmark.__doc__),
@@ -258,6 +344,11 @@ def sections(results: StudyResults) -> list[str]:
                 "",
                 detectable_line(results, d, "ce", list(results.protocol.methods), "ece_ts", regime),
                 "",
+                "After the frontier's post-hoc steps (SMS can change the predicted class: "
+                "Error + SMS):",
+                "",
+                *posthoc_table(results, d, regime),
+                "",
             ]
     note = "Tuned values and (`epochs`) the checkpoint each regime evaluated."
     return parts + hyperparameter_section(results, list(results.protocol.methods), LABELS, note)
@@ -269,6 +360,19 @@ def summary(results: StudyResults) -> list[str]:
         for regime in regime_names(results):
             lines += [f"{d}, {regime} regime", *table(results, d, regime), ""]
     return lines
+
+
+PAYLOAD_KEYS = (
+    "ece_vs_ce",
+    "ece_vs_ce_ts",
+    "ece_ts_vs_ce_ts",
+    "ece_sms_vs_ce_sms",
+    "ece_auto_vs_ce_auto",
+    "nll_ts_vs_ce_ts",
+    "nll_sms_vs_ce_sms",
+    "nll_auto_vs_ce_auto",
+)
+"""The payload's name of each :data:`RIVALS` comparison."""
 
 
 def payload(results: StudyResults) -> dict[str, Any]:
@@ -294,9 +398,7 @@ def payload(results: StudyResults) -> dict[str, Any]:
                             key: None
                             if diff is None
                             else {**diff.as_dict(), "verdict": diff.verdict()}
-                            for key, diff in zip(
-                                ("ece_vs_ce", "ece_vs_ce_ts", "ece_ts_vs_ce_ts"), e.differences
-                            )
+                            for key, diff in zip(PAYLOAD_KEYS, e.differences)
                         },
                     }
                 )
