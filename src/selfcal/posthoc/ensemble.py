@@ -126,17 +126,34 @@ def _face_minimum(
         decrease = float(-(grad @ step))
         if decrease <= 1e-24 + 1e-15 * abs(value):
             return w
-        rate = 1.0
-        while True:
+        start, direction = [float(w[j]) for j in inside], [float(step[j]) for j in inside]
+        rate = _feasible_rate(start, direction, 1.0)
+        while rate is not None:
             trial = w + rate * step
-            if bool((trial[inside] > 0).all()):
-                if objective(trial)[0] <= value - 0.25 * rate * decrease:
-                    break
+            if objective(trial)[0] <= value - 0.25 * rate * decrease:
+                break
             rate *= 0.5
-            if rate < 1e-12:
-                return None
+            rate = None if rate < SMALLEST_RATE else _feasible_rate(start, direction, rate)
+        if rate is None:
+            return None
         w = trial
     return w
+
+
+SMALLEST_RATE = 1e-12
+"""The line search of :func:`_face_minimum` gives up below this step size."""
+
+
+def _feasible_rate(start: list[float], direction: list[float], rate: float) -> float | None:
+    """The first of ``rate, rate / 2, ...`` (``None`` below :data:`SMALLEST_RATE`) at which
+    ``start + rate * direction`` is positive in every coordinate -- in Python floats, the
+    same IEEE operations as the tensor expression, so the same rate, without a tensor per
+    halving (the search halves up to 40 times when the face's minimum is on its boundary)."""
+    while not all(a + rate * d > 0 for a, d in zip(start, direction)):
+        rate *= 0.5
+        if rate < SMALLEST_RATE:
+            return None
+    return rate
 
 
 def fit_weights(components: torch.Tensor, y: torch.Tensor, loss: str) -> np.ndarray:
