@@ -11,3 +11,17 @@ def quick_args(study: str, folder: Path, *, json: bool = True, report: str = "re
     flags = ["--json"] if json else []
     store, out = str(folder / "s.sqlite"), str(folder / report)
     return ["reproduce", study, "--quick", *flags, "--workers", "1", "--store", store, "--out", out]
+
+
+def run_quick(study: str, folder: Path) -> dict:
+    """:func:`quick_args` run through the command line: its ``--json`` payload."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from selfcal.cli import main
+
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        assert main(quick_args(study, folder)) == 0
+    return json.loads(buffer.getvalue())

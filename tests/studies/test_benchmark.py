@@ -5,15 +5,11 @@ protocol's, and ``--quick --json`` lists every method with raw and post-TS ECE."
 
 from __future__ import annotations
 
-import io
-import json
 import math
-from contextlib import redirect_stdout
 
 import pytest
-from helpers.studies import quick_args
+from helpers.studies import run_quick
 
-from selfcal.cli import main
 from selfcal.experiments.study import get_study
 from selfcal.models import build_model
 from selfcal.pipeline.fitting import train_method
@@ -33,10 +29,7 @@ from selfcal.training import BestCheckpoint
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     root = tmp_path_factory.mktemp("benchmark")
-    buffer = io.StringIO()
-    with redirect_stdout(buffer):
-        assert main(quick_args("benchmark", root)) == 0
-    return json.loads(buffer.getvalue()), root
+    return run_quick("benchmark", root), root
 
 
 def test_quick_json_lists_every_method_with_raw_and_post_ts_ece(quick):

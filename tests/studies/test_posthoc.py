@@ -5,15 +5,11 @@ the benchmark stored: tests/studies/test_benchmark.py.)"""
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
-from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
-from helpers.studies import quick_args
+from helpers.studies import run_quick
 
-from selfcal.cli import main
 from selfcal.experiments.study import get_study
 from selfcal.studies.posthoc.protocol import BINARY_ONLY, FULL, QUICK
 from selfcal.studies.posthoc.report import bootstrap_mean, cluster_weights
@@ -22,10 +18,7 @@ from selfcal.studies.posthoc.report import bootstrap_mean, cluster_weights
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     root = tmp_path_factory.mktemp("posthoc")
-    buffer = io.StringIO()
-    with redirect_stdout(buffer):
-        assert main(quick_args("posthoc", root)) == 0
-    return json.loads(buffer.getvalue()), root
+    return run_quick("posthoc", root), root
 
 
 def test_every_calibrator_is_scored_on_every_set(quick):
