@@ -44,8 +44,10 @@ def benchmark_set(store_path: str, key: str) -> PredictionSet:
     if not Path(store_path).exists():
         raise FileNotFoundError(f"benchmark store {store_path} not found")
     with ResultsStore(store_path) as store:
-        parts = {n: store.artefact(key, n) for n in ("val_logits", "val_labels", "test_logits")}
-        parts["test_labels"] = store.artefact(key, "test_labels")
+        parts = {
+            n: store.artefact(key, n)
+            for n in ("val_logits", "val_labels", "test_logits", "test_labels")
+        }
     return PredictionSet(
         "logits",
         parts["val_logits"].astype(np.float64),
