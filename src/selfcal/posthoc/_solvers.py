@@ -49,6 +49,13 @@ is below ``ROUNDING_TOL * L`` (the derivatives' own rounding floor)."""
 ARMIJO = 0.25
 """Sufficient-decrease fraction of the backtracking line search."""
 
+PRECONDITIONER_ROWS = 1024
+"""Rows (evenly spaced) over which L-BFGS's block preconditioner is estimated."""
+
+BLOCK_ENTRIES = 2**24
+"""Largest number of entries of the per-class Hessian blocks of :class:`SharedFeatures`
+(``C (C + 1)^2``, up to ``C = 255``: 128 MiB in float64); beyond it, the diagonal."""
+
 
 class Objective(Protocol):
     """A smooth convex loss of a flat float64 parameter vector."""
@@ -97,21 +104,32 @@ def newton_direction(
 ) -> torch.Tensor:
     """``-H^-1 g`` with the exact null directions ``n`` of ``H`` filled in
     (``H + s n n^T``, ``s`` the mean diagonal; ``g`` is orthogonal to them, so the step has no
-    component along them), and a ridge ``delta I`` added only if the Hessian is still not
-    positive definite (rank-deficient features), raised until Cholesky succeeds."""
+    component along them), through :func:`ridged_cholesky` (a ridge only where the Hessian is
+    still not positive definite: rank-deficient features)."""
     h = hessian
     scale = float(h.diagonal().abs().mean()) or 1.0
     if null is not None:
         h = h + scale * (null @ null.T)
-    eye = torch.eye(h.shape[0], dtype=h.dtype, device=h.device)
+    factor = ridged_cholesky(h.unsqueeze(0))
+    if factor is None:  # pragma: no cover - a NaN Hessian
+        return -gradient / scale
+    return -torch.cholesky_solve(gradient.unsqueeze(1), factor[0]).squeeze(1)
+
+
+def ridged_cholesky(blocks: torch.Tensor) -> torch.Tensor | None:
+    """Cholesky factors of the symmetric ``(G, B, B)`` ``blocks``, each with a ridge
+    ``delta s I`` (``s`` the mean absolute diagonal of all blocks) added only if one is not
+    positive definite, ``delta`` raised from ``1e-12`` by factors of 100 until the
+    factorisation succeeds; ``None`` if it never does (a NaN block)."""
+    eye = torch.eye(blocks.shape[-1], dtype=blocks.dtype, device=blocks.device)
+    scale = float(blocks.diagonal(dim1=1, dim2=2).abs().mean()) or 1.0
     ridge = 0.0
-    while True:
-        factor, info = torch.linalg.cholesky_ex(h + ridge * eye if ridge else h)
-        if int(info) == 0:
-            return -torch.cholesky_solve(gradient.unsqueeze(1), factor).squeeze(1)
-        ridge = scale * 1e-12 if ridge == 0.0 else ridge * 100.0
-        if ridge > scale * 1e6:  # pragma: no cover - a NaN Hessian
-            return -gradient / scale
+    while ridge <= 1e6:
+        factor, info = torch.linalg.cholesky_ex(blocks + ridge * scale * eye if ridge else blocks)
+        if not bool(info.any()):
+            return factor
+        ridge = 1e-12 if ridge == 0.0 else ridge * 100.0
+    return None
 
 
 def newton(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution:
@@ -153,30 +171,39 @@ def lbfgs(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution:
     gradient ``1e-9``, relative loss reduction ``1e-15``); ``converged`` is scipy's
     ``success``.
 
-    Diagonally preconditioned when the objective offers ``diagonal_hessian``: L-BFGS runs on
-    ``u = d * theta`` with ``d = sqrt(diag H(theta_0))``, so that every coordinate starts with
-    unit curvature -- the same minimiser, in fewer iterations (structured matrix scaling on
-    10^4 x 100: 107 -> 48; Dirichlet calibration: 79 -> 30;
-    ``scripts/lbfgs_preconditioning.py``)."""
+    Block-Jacobi preconditioned when the objective offers ``hessian_blocks`` (``(G, B, B)``
+    symmetric blocks ``H_g`` of an approximation of its Hessian at the start, over
+    consecutive groups of ``B`` parameters): L-BFGS runs on ``u_g = L_g^T theta_g`` with
+    ``H_g = L_g L_g^T`` (:func:`ridged_cholesky`), so that the curvature within each block
+    starts as the identity -- the same minimiser, in fewer gradients (on 10^4 x 100, one
+    block per class; none / the diagonal alone / the blocks: structured matrix scaling 116 /
+    60 / 24, Dirichlet calibration 91 / 38 / 15; ``scripts/lbfgs_preconditioning.py``)."""
     from scipy.optimize import minimize
 
     device = theta.device
-    scale = torch.ones_like(theta)
-    if hasattr(objective, "diagonal_hessian"):
-        scale = objective.diagonal_hessian(theta).clamp_min(1e-12).sqrt()
+    factor = None
+    if hasattr(objective, "hessian_blocks"):
+        factor = ridged_cholesky(objective.hessian_blocks(theta))
+    if factor is None:
+        factor = torch.ones(theta.shape[0], 1, 1, dtype=theta.dtype, device=device)
+    g, b = factor.shape[:2]
+
+    def to_theta(u: torch.Tensor) -> torch.Tensor:  # theta_g = L_g^-T u_g
+        return torch.linalg.solve_triangular(factor.mT, u.view(g, b, 1), upper=True).view(-1)
 
     def value_and_grad(u: np.ndarray) -> tuple[float, np.ndarray]:
-        loss, grad = objective.value_and_gradient(torch.from_numpy(u).to(device) / scale)
-        return loss, (grad / scale).cpu().numpy()
+        loss, grad = objective.value_and_gradient(to_theta(torch.from_numpy(u).to(device)))
+        grad_u = torch.linalg.solve_triangular(factor, grad.view(g, b, 1), upper=False)
+        return loss, grad_u.view(-1).cpu().numpy()
 
     res = minimize(
         value_and_grad,
-        (theta * scale).cpu().numpy(),
+        (factor.mT @ theta.view(g, b, 1)).view(-1).cpu().numpy(),
         jac=True,
         method="L-BFGS-B",
         options={"maxiter": max_iter, "gtol": 1e-9, "ftol": 1e-15, "maxcor": 20},
     )
-    solution = torch.from_numpy(res.x).to(device) / scale
+    solution = to_theta(torch.from_numpy(res.x).to(device))
     return Solution(solution, bool(res.success), res.nit, res.fun)
 
 
@@ -253,11 +280,29 @@ class SharedFeatures:
         hess.diagonal().add_(2 * self.penalty.reshape(-1))
         return loss + float((self.penalty * t * t).sum()), grad.reshape(-1), hess
 
-    def diagonal_hessian(self, theta: torch.Tensor) -> torch.Tensor:
-        """The Hessian's diagonal, ``sum_i p_ik (1 - p_ik) x_ia^2 / N + 2 penalty_ka``."""
-        p = torch.softmax(self._logits(self._theta(theta)), dim=1)
-        diag = (p * (1 - p)).T @ self.x.square() / self.x.shape[0] + 2 * self.penalty
-        return diag.reshape(-1)
+    def hessian_blocks(self, theta: torch.Tensor) -> torch.Tensor:
+        """The Hessian's diagonal blocks, one ``D x D`` block per class:
+        ``(1/M) sum_i p_ik (1 - p_ik) x_i x_i^T + 2 diag(penalty_k)``, over ``M`` evenly
+        spaced rows (at most :data:`PRECONDITIONER_ROWS`; the blocks only precondition).
+        Beyond :data:`BLOCK_ENTRIES` entries, the diagonal alone (``(C D, 1, 1)``, all rows)."""
+        c, d = self.shape
+        t = self._theta(theta)
+        n = self.x.shape[0]
+        if c * d * d > BLOCK_ENTRIES:
+            p = torch.softmax(self._logits(t), dim=1)
+            diag = (p * (1 - p)).T @ self.x.square() / n + 2 * self.penalty
+            return diag.reshape(-1, 1, 1)
+        rows = torch.linspace(0, n - 1, min(n, PRECONDITIONER_ROWS), device=self.x.device)
+        rows = rows.round().long()
+        x = self.x[rows]
+        u = x @ t.T if self.offset is None else x @ t.T + self.offset[rows]
+        p = torch.softmax(u, dim=1)
+        weights = (p * (1 - p)).T.unsqueeze(2)  # (C, M, 1)
+        blocks = torch.empty(c, d, d, dtype=x.dtype, device=x.device)
+        chunk = max(1, BLOCK_ENTRIES // (len(rows) * d))  # classes per (chunk, M, D) product
+        for k in range(0, c, chunk):
+            blocks[k : k + chunk] = (weights[k : k + chunk] * x).mT @ x / len(rows)
+        return blocks + torch.diag_embed(2 * self.penalty)
 
     def null_directions(self) -> torch.Tensor | None:
         c, d = self.shape
