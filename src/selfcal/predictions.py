@@ -395,6 +395,18 @@ class Predictions:
             raise ValueError(f"confidence must lie in [0, 1]; row {i} has {c[i].item()!r}")
         return Predictions(self.scores, self.kind, self.labels, c, self.predicted, self.from_numpy)
 
+    def with_floor(self, floor: float) -> Predictions:
+        """Probabilities below ``floor`` raised to it and each row renormalised,
+        ``p' = max(p, floor) / sum_k max(p_k, floor)`` (``self`` for logits, ``floor <= 0``, or
+        no probability below it). The predicted class is unchanged while ``floor`` is at most
+        every row's largest probability."""
+        if self.kind != "probs" or floor <= 0.0 or not bool((self.scores < floor).any()):
+            return self
+        raised = self.scores.clamp_min(floor)
+        p = raised / raised.sum(dim=1, keepdim=True)
+        confidence, predicted = _top_label(p, "probs", prob_atol(p.dtype))
+        return Predictions(p, "probs", self.labels, confidence, predicted, self.from_numpy)
+
     def subset(self, index: torch.Tensor) -> Predictions:
         """Rows ``index`` (no re-validation needed)."""
         y = None if self.labels is None else self.labels[index]

@@ -102,3 +102,13 @@ def structured_reference(
     if off_diagonal_l2 is None:
         return beta * (1 + theta[:c]), theta[c:]
     return beta * (np.eye(c) + theta[:size].reshape(c, c)), theta[size:]
+
+
+def vote_fractions(seed: int, n: int = 400, c: int = 4, trees: int = 20):
+    """Random-forest-like probabilities: the fractions of ``trees`` votes, drawn from the
+    softmax of :func:`make_logits` at a fifth of its scale -- so many entries are exactly 0,
+    the true class's among them. Returns float64 ``(n, c)`` probabilities and labels."""
+    z, y = make_logits(seed, n, c)
+    rng = np.random.default_rng(seed + 1000)
+    votes = np.stack([rng.multinomial(trees, q) for q in softmax(z / 5.0)])
+    return votes / trees, y

@@ -128,6 +128,23 @@ def _buffer(value: np.ndarray | float) -> torch.Tensor:
     return torch.as_tensor(np.asarray(value, dtype=np.float64))
 
 
+class ProbFloorModule(torch.nn.Module):
+    """Probabilities below ``floor`` raised to it, rows renormalised
+    (:meth:`selfcal.Predictions.with_floor`): what a likelihood fit that saw exact zeros
+    reads (``prob_floor_``)."""
+
+    if TYPE_CHECKING:
+        floor: torch.Tensor
+
+    def __init__(self, floor: float) -> None:
+        super().__init__()
+        self.register_buffer("floor", _buffer(floor))
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        raised = torch.maximum(scores.to(self.floor.dtype), self.floor)
+        return raised / raised.sum(dim=1, keepdim=True)
+
+
 class TemperatureModule(torch.nn.Module):
     """``z / T`` (logits), or ``log(p) / T`` (probabilities)."""
 

@@ -199,13 +199,13 @@ class AutoCalibration(Calibrator):
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         inner = self.calibrator_
-        p = inner._predict(pred)
+        p = inner._predict(inner._floored(pred))
         eps = inner._mix_weight()
         return mix_uniform(p, eps) if eps else p
 
     def _confidence(self, pred: Predictions) -> torch.Tensor:
         inner = self.calibrator_
-        conf = inner._confidence(pred)
+        conf = inner._confidence(inner._floored(pred))
         eps = inner._mix_weight()
         return mix_confidence(conf, eps, pred.n_classes) if eps else conf
 

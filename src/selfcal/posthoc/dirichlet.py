@@ -35,9 +35,11 @@ class DirichletCalibration(MatrixScaling):
     Hessian converges to the float64 optimum; ``max_iter`` caps it with a
     :class:`~selfcal.exceptions.CalibrationNotConverged` warning.
 
-    ``log p`` is ``log_softmax(z)`` for logits and ``log(max(p, tiny))`` for probabilities
-    (a zero probability becomes ``-708``, as in ``dirichletcal``, which clips at ``tiny``
-    too). Logits and their probabilities therefore give the same fit; and
+    ``log p`` is ``log_softmax(z)`` for logits and ``log p`` for probabilities; exact zeros
+    are read as half the smallest positive probability of the fitting rows, rows
+    renormalised (``prob_floor_``, :func:`~selfcal.posthoc._base.zero_floor`;
+    ``dirichletcal`` reads them as ``log(tiny) = -708``, which decides its fit). Logits and
+    their (zero-free) probabilities therefore give the same fit; and
     ``DirichletCalibration().fit(logits=z)`` equals ``MatrixScaling().fit(logits=log_softmax(z))``
     (the shift-invariance of the softmax does not carry over to ``W z``: matrix scaling of
     the raw logits is a different map unless ``W``'s rows sum alike).
