@@ -75,9 +75,7 @@ def main() -> None:
     for name in ("matrix", "sms", "dirichlet"):
         for mode in ("none", "diagonal", "blocks"):
             solution, evaluations, seconds = fit(name, mode)
-            print(
-                f"| `{name}` | {mode} | {evaluations} | {solution.loss:.12f} | {seconds:.2f} |"
-            )
+            print(f"| `{name}` | {mode} | {evaluations} | {solution.loss:.12f} | {seconds:.2f} |")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from selfcal.posthoc import (
     PlattScaling,
     TemperatureScaling,
     VectorScaling,
+    build_calibrator,
 )
 from selfcal.posthoc import linear as linear_module
 
@@ -267,6 +268,47 @@ def test_matrix_scaling_lbfgs_path_equals_newton(monkeypatch):
     np.testing.assert_allclose(  # L-BFGS stops at a gradient of 1e-9: ~1e-7 in p
         lbfgs.predict_proba(logits=z), newton.predict_proba(logits=z), atol=2e-7
     )
+
+
+@pytest.mark.parametrize("name", ["matrix", "dirichlet", "sms"])
+@pytest.mark.parametrize("precondition", ["blocks", "diagonal"])
+def test_the_lbfgs_path_equals_newton_under_either_preconditioner(monkeypatch, name, precondition):
+    """Past ``BLOCK_ENTRIES`` L-BFGS is preconditioned by the diagonal alone: the same
+    optimum as Newton's, as with the per-class blocks."""
+    from selfcal.posthoc import _solvers
+
+    z, y = make_logits(6, 400, 5)
+    newton = build_calibrator(name).fit(logits=z, labels=y)
+    monkeypatch.setattr(linear_module, "NEWTON_BUDGET", 0)
+    if precondition == "diagonal":
+        monkeypatch.setattr(_solvers, "BLOCK_ENTRIES", 0)
+    lbfgs = build_calibrator(name).fit(logits=z, labels=y)
+    np.testing.assert_allclose(
+        lbfgs.predict_proba(logits=z), newton.predict_proba(logits=z), atol=2e-7
+    )
+
+
+def test_the_hessian_blocks_are_the_diagonal_blocks_of_the_hessian(monkeypatch):
+    """With every row used (``N <= PRECONDITIONER_ROWS``), ``hessian_blocks`` is the exact
+    ``(C + 1) x (C + 1)`` diagonal block of each class in the full Hessian, penalty included;
+    past ``BLOCK_ENTRIES``, the exact diagonal."""
+    from selfcal.posthoc import _solvers
+    from selfcal.posthoc.linear import structured_penalty
+
+    z, y = make_logits(7, 300, 4)
+    x = torch.from_numpy(z) / 2
+    features = torch.cat([x, torch.ones(300, 1, dtype=x.dtype)], 1)
+    penalty = structured_penalty(300, 4, 1.0, 1.0, 1.0, like=x)
+    objective = _solvers.SharedFeatures(features, torch.from_numpy(y), penalty, offset=x)
+    theta = torch.from_numpy(np.random.default_rng(0).normal(size=20) * 0.1)
+    hess = objective.derivatives(theta)[2].view(4, 5, 4, 5)
+    blocks = objective.hessian_blocks(theta)
+    for k in range(4):
+        torch.testing.assert_close(blocks[k], hess[k, :, k, :], rtol=1e-12, atol=1e-14)
+    monkeypatch.setattr(_solvers, "BLOCK_ENTRIES", 0)
+    diagonal = objective.hessian_blocks(theta)
+    assert diagonal.shape == (20, 1, 1)
+    torch.testing.assert_close(diagonal.view(-1), hess.reshape(20, 20).diagonal())
 
 
 def test_matrix_scaling_fits_the_digits_logits_in_seconds():

@@ -37,9 +37,7 @@ def fitted(name: str, **scores) -> Calibrator:
 
 
 def test_the_likelihood_fits_are_those_on_log_scores():
-    assert {"ts", "ts-mix", "vector", "matrix", "dirichlet", "svs", "sms", "ets"} <= set(
-        LIKELIHOOD
-    )
+    assert {"ts", "ts-mix", "vector", "matrix", "dirichlet", "svs", "sms", "ets"} <= set(LIKELIHOOD)
     assert {"platt", "quadratic", "beta"} <= set(LIKELIHOOD)
     assert not {"isotonic", "histogram", "bbq", "none", "auto"} & set(LIKELIHOOD)
 
