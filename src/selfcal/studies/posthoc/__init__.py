@@ -19,7 +19,7 @@ class Posthoc(Study[PosthocProtocol]):
     title = (
         "Post-hoc leaderboard: every calibrator on the benchmark's and scikit-learn's predictions"
     )
-    version = 1
+    version = 2  # 2: exact zero probabilities read through the fitted floor (prob_floor_)
 
     def specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
         sklearn = [
