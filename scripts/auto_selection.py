@@ -79,17 +79,19 @@ def main() -> None:
         clusters = [c for c, _, _ in sets]
         shared = set.intersection(*(set(out) - set(RULES) for _, out, _ in sets))
         top = min(sorted(shared), key=lambda n: np.mean([out[n] for _, out, _ in sets]))
-
-        def diff(a: str, b: str) -> str:
-            return interval(np.array([out[a] - out[b] for _, out, _ in sets]), clusters)
-
-        def choices(rule: str) -> str:
-            counts = Counter(chosen[rule] for _, _, chosen in sets).most_common(3)
-            return ", ".join(f"{n} {k}" for n, k in counts)
-
+        diffs = {
+            (a, b): interval(np.array([out[a] - out[b] for _, out, _ in sets]), clusters)
+            for a, b in (("simplest", top), ("best", top), ("best", "simplest"))
+        }
+        chose = {
+            rule: ", ".join(
+                f"{n} {k}" for n, k in Counter(c[rule] for _, _, c in sets).most_common(3)
+            )
+            for rule in RULES
+        }
         print(
-            f"| {group} | {len(sets)} | `{top}` | {diff('simplest', top)} | {diff('best', top)} "
-            f"| {diff('best', 'simplest')} | {choices('simplest')} | {choices('best')} |"
+            f"| {group} | {len(sets)} | `{top}` | {diffs['simplest', top]} | {diffs['best', top]} "
+            f"| {diffs['best', 'simplest']} | {chose['simplest']} | {chose['best']} |"
         )
 
 

@@ -146,3 +146,16 @@ def test_rejects_input_that_is_not_predictions() -> None:
 def test_requires_labels() -> None:
     with pytest.raises(ValueError, match="labels"):
         evaluate(Predictions.from_logits(np.zeros((4, 3))))
+
+
+def test_a_recalibrator_that_cannot_be_fitted_gives_nan_with_a_warning() -> None:
+    """Scores beyond what temperature scaling's likelihood fit can scale: the decomposition's
+    rows are NaN and say why; every other metric is reported."""
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(60, 3))
+    z[0, 0] = 1e308
+    pred = Predictions.from_logits(z, rng.integers(0, 3, 60))
+    with pytest.warns(RuntimeWarning, match="nll_refinement not computed: TemperatureScaling"):
+        out = evaluate(pred, n_resamples=10)
+    assert np.isnan(out["nll_refinement"].value) and np.isnan(out["nll_calibration"].high)
+    assert np.isfinite(out["ece"].value)

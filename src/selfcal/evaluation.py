@@ -18,6 +18,7 @@ to override.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 from selfcal._validation import check_choice
@@ -27,12 +28,14 @@ from selfcal.metrics import (
     adaece,
     aurc,
     brier,
+    calibration_loss,
     classwise_ece,
     debiased_ece,
     ece,
     kde_ece,
     mce,
     nll,
+    refinement_loss,
     sece,
     smooth_ece,
 )
@@ -43,6 +46,8 @@ METRICS: dict[str, Metric] = {
     "accuracy": accuracy,
     "nll": nll,
     "brier": brier,
+    "nll_refinement": refinement_loss,
+    "nll_calibration": calibration_loss,
     "ece": ece,
     "mce": mce,
     "adaece": adaece,
@@ -54,6 +59,10 @@ METRICS: dict[str, Metric] = {
     "aurc": aurc,
 }
 """Report key -> metric, in report order."""
+
+RECALIBRATED = ("nll_refinement", "nll_calibration")
+"""Keys whose metric fits a recalibrator: where it cannot be fitted (scores beyond what its
+likelihood fit can scale), the report gives NaN for them with a warning, not an error."""
 
 MAX_RESAMPLES = 1000
 MIN_RESAMPLES = 10
@@ -136,15 +145,23 @@ def evaluate(
     out: dict[str, Interval] = {}
     for key in chosen:
         metric = load_metric(key)
-        out[key] = bootstrap_ci(
-            metric,
-            pred,
-            n_resamples=n_resamples,
-            confidence=confidence,
-            method=interval,
-            resamples=resamples,  # drawn once from seed
-            **_options(metric, n_bins),
-        )
+        try:
+            out[key] = bootstrap_ci(
+                metric,
+                pred,
+                n_resamples=n_resamples,
+                confidence=confidence,
+                method=interval,
+                resamples=resamples,  # drawn once from seed
+                **_options(metric, n_bins),
+            )
+        except ValueError as error:
+            if key not in RECALIBRATED:
+                raise
+            reason = str(error).splitlines()[0]
+            warnings.warn(f"{key} not computed: {reason}", RuntimeWarning, stacklevel=2)
+            nan = float("nan")
+            out[key] = Interval(nan, nan, nan, confidence, n_resamples, interval)
         if progress is not None:
             progress(key)
     return out

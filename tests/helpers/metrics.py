@@ -22,6 +22,8 @@ REPORT_KEYS = [
     "accuracy",
     "nll",
     "brier",
+    "nll_refinement",
+    "nll_calibration",
     "ece",
     "mce",
     "adaece",

@@ -31,6 +31,7 @@ from selfcal import Predictions
 from selfcal.metrics.binning import classwise_bins, top_label_bins
 
 pytest.importorskip("torchmetrics")
+import selfcal.integrations.torchmetrics as tm
 from selfcal.integrations.torchmetrics import (
     ECE,
     MCE,
@@ -553,3 +554,38 @@ def test_torchmetrics_binary_task_is_our_classwise_ece(case):
         peer.update(torch.from_numpy(p1[part]), torch.from_numpy(y[part]))
     ours = feed(ClasswiseECE(2, BINS), case, 6)
     assert float(ours.compute()) == pytest.approx(float(peer.compute()), abs=1e-6)
+
+
+@pytest.mark.parametrize("part", ["refinement", "calibration"])
+@pytest.mark.parametrize("kind", ["logits", "probs"])
+def test_the_refinement_decomposition_over_batches_equals_the_function(part, kind):
+    """Batches accumulated, then one recalibrator fitted on them all: the selfcal function on
+    the concatenation (same rows and cross-fitted)."""
+    cls = tm.RefinementLoss if part == "refinement" else tm.CalibrationLoss
+    fn = M.refinement_loss if part == "refinement" else M.calibration_loss
+    rng = np.random.default_rng(0)
+    z = torch.from_numpy(rng.normal(size=(300, 4)) * 3)
+    y = torch.from_numpy(rng.integers(0, 4, 300))
+    scores = z if kind == "logits" else torch.softmax(z, 1)
+    for options in ({}, {"loss": "brier", "recalibrator": "ts-mix", "folds": 3}):
+        metric = cls(kind=kind, **options)
+        for rows in torch.arange(300).split(70):
+            metric.update(scores[rows], y[rows])
+        expected = fn(labels=y, **{kind: scores}, **options)
+        torch.testing.assert_close(metric.compute(), expected, rtol=0, atol=1e-12)
+
+
+def test_the_refinement_metric_takes_one_kind_until_reset():
+    metric = tm.RefinementLoss()
+    z = torch.randn(50, 3, dtype=torch.float64)
+    y = torch.arange(50) % 3
+    metric.update(logits=z, labels=y)
+    with pytest.raises(ValueError, match="one kind of scores"):
+        metric.update(probs=torch.softmax(z, 1), labels=y)
+    metric.reset()
+    metric.update(probs=torch.softmax(z, 1), labels=y)
+    torch.testing.assert_close(
+        metric.compute(), M.refinement_loss(probs=torch.softmax(z, 1), labels=y)
+    )
+    with pytest.raises(ValueError, match="loss"):
+        tm.RefinementLoss(loss="ece")

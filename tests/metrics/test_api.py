@@ -38,6 +38,8 @@ def test_every_public_metric_is_a_metric() -> None:
         "dece",
         "kde_ece",
         "smooth_ece",
+        "refinement_loss",
+        "calibration_loss",
     }
 
 

@@ -78,7 +78,8 @@ def _value_text(value: Any) -> str:
 def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
     """``fitted ts on N rows: n_classes_=10, temperature_=1.834``: every fitted attribute
     (:meth:`~selfcal.posthoc.Calibrator.fitted_attributes`), arrays summarised; a mixing
-    weight of 0 (no mixing) is left out. ``auto`` names its choice and gives that one's."""
+    weight or probability floor of 0 (none applied) is left out. ``auto`` names its choice
+    and gives that one's."""
     from selfcal.posthoc import AutoCalibration
 
     if isinstance(calibrator, AutoCalibration):
@@ -87,7 +88,7 @@ def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
     parts = [
         f"{k}={_value_text(v)}"
         for k, v in calibrator.fitted_attributes().items()
-        if not (k == "mix_" and v == 0)
+        if not (k in ("mix_", "prob_floor_") and v == 0)
     ]
     return f"fitted {method} on {n} rows: " + "; ".join(parts)
 

@@ -17,6 +17,7 @@ from selfcal.metrics.binning import (
 from selfcal.metrics.bootstrap import Interval, bootstrap_ci
 from selfcal.metrics.calibration import adaece, classwise_ece, ece, mce
 from selfcal.metrics.debiased import debiased_ece
+from selfcal.metrics.refinement import calibration_loss, recalibrated, refinement_loss
 from selfcal.metrics.scores import accuracy, brier, error, nll
 from selfcal.metrics.selective import (
     RiskCoverage,
@@ -42,6 +43,7 @@ __all__ = [
     "bootstrap_ci",
     "brier",
     "calibration_error",
+    "calibration_loss",
     "classwise_ece",
     "coverage_at_accuracy",
     "debiased_ece",
@@ -52,6 +54,8 @@ __all__ = [
     "kde_ece",
     "mce",
     "nll",
+    "recalibrated",
+    "refinement_loss",
     "risk_coverage_curve",
     "sece",
     "smooth_ece",
