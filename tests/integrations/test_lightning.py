@@ -109,6 +109,8 @@ def expected_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
         "val_classwise_ece": float(M.classwise_ece(pred)),
         "val_brier": float(M.brier(pred)),
         "val_nll": float(M.nll(pred)),
+        "val_nll_refinement": float(M.refinement_loss(pred)),
+        "val_nll_calibration": float(M.calibration_loss(pred)),
     }
 
 

@@ -59,7 +59,29 @@ def test_best_by_accuracy_restores_the_first_most_accurate_epoch(same_params):
     fit(rerun, train, config=TrainConfig(epochs=best + 1, lr=0.05))
     assert same_params(model, rerun)
     with pytest.raises(ValueError, match="best_by"):
-        TrainConfig(best_by="ece")
+        TrainConfig(best_by="loss")
+
+
+@pytest.mark.parametrize("best_by", ["refinement", "ece"])
+def test_best_by_refinement_or_ece_restores_the_first_lowest_epoch(same_params, best_by):
+    """Every epoch records the refinement loss (the validation NLL after temperature scaling
+    fitted on that epoch's validation predictions, ``selfcal.metrics.refinement_loss``); the
+    checkpoint can be chosen by it (Berta et al., 2025) or by the ECE."""
+    from selfcal import Predictions
+    from selfcal.metrics import refinement_loss
+
+    train, val = overfitting_problem()
+    model = build_model("mlp", n_features=2, n_classes=2, hidden=(), seed=0)
+    config = TrainConfig(epochs=60, lr=0.05, restore_best=True, best_by=best_by)
+    history = fit(model, train, val, config=config)
+    series = history.val_refinement if best_by == "refinement" else history.val_ece
+    best = history.best_epoch
+    assert len(history.val_refinement) == history.epochs_run == 60
+    assert series[best] == min(series) and all(v > series[best] for v in series[:best])
+    logits = predict_logits(model, val[0]).double()
+    after_ts = refinement_loss(Predictions.from_logits(logits, val[1]))
+    assert float(after_ts) == pytest.approx(history.val_refinement[best], rel=1e-9)
+    assert all(r <= n + 1e-12 for r, n in zip(history.val_refinement, history.val_nll))
 
 
 def test_without_restore_the_last_parameters_stay(same_params):

@@ -22,9 +22,11 @@ same number).
 
 **What it logs.** At the end of each validation epoch, for each name in ``metrics``,
 ``f"{prefix}{name}"`` (``val_ece``, ``val_mce``, ``val_adaece``, ``val_classwise_ece``,
-``val_brier``, ``val_nll`` by default) with ``LightningModule.log``, so the values reach every
-logger and ``trainer.callback_metrics`` (``EarlyStopping`` and ``ModelCheckpoint`` can monitor
-them). The metrics are those of :mod:`selfcal.integrations.torchmetrics`, whose states are
+``val_brier``, ``val_nll``, ``val_nll_refinement`` and ``val_nll_calibration`` by default) with
+``LightningModule.log``, so the values reach every logger and ``trainer.callback_metrics``
+(``EarlyStopping`` and ``ModelCheckpoint`` can monitor them: ``monitor="val_nll_refinement"``
+stops or checkpoints by the NLL after temperature scaling, as Berta et al. (2025) recommend).
+The metrics are those of :mod:`selfcal.integrations.torchmetrics`, whose states are
 synchronised across processes when they are computed, so each value is the metric on the whole
 validation set of every process, equal to the one-shot ``selfcal.metrics`` function (bin counts
 exactly, sums up to float64 summation order). The value is logged as a float64 tensor with
@@ -64,6 +66,7 @@ except ImportError as error:
     raise ImportError(_missing_dependency("selfcal.integrations.lightning", "lightning")) from error
 
 from selfcal._validation import check_choice, check_int, check_optional_int
+from selfcal.exceptions import DegenerateCalibration
 from selfcal.integrations.torchmetrics import (
     ADAECE_MODES,
     ECE,
@@ -71,7 +74,9 @@ from selfcal.integrations.torchmetrics import (
     NLL,
     AdaECE,
     Brier,
+    CalibrationLoss,
     ClasswiseECE,
+    RefinementLoss,
 )
 from selfcal.metrics import ece
 from selfcal.posthoc import TemperatureScaling
@@ -79,7 +84,16 @@ from selfcal.predictions import Predictions, ScoreKind, validate_scores
 
 __all__ = ["METRICS", "CalibrationCallback"]
 
-METRICS = ("ece", "mce", "adaece", "classwise_ece", "brier", "nll")
+METRICS = (
+    "ece",
+    "mce",
+    "adaece",
+    "classwise_ece",
+    "brier",
+    "nll",
+    "nll_refinement",
+    "nll_calibration",
+)
 """The metrics :class:`CalibrationCallback` can log (all of them by default)."""
 
 SCORE_KEYS: tuple[ScoreKind, ...] = ("logits", "probs")
@@ -203,6 +217,8 @@ class CalibrationCallback(Callback):
             "classwise_ece": lambda: ClasswiseECE(n_classes, self.n_bins),
             "brier": Brier,
             "nll": NLL,
+            "nll_refinement": RefinementLoss,
+            "nll_calibration": CalibrationLoss,
         }
         self._metrics = {name: factories[name]().to(device) for name in self.metric_names}
         if self.fit_temperature:
@@ -271,7 +287,9 @@ class CalibrationCallback(Callback):
         values: dict[str, float] = {}
         for name, metric in self._metrics.items():
             key = f"{self.prefix}{name}"
-            value = metric.compute().to(torch.float64)
+            with warnings.catch_warnings():  # a degenerate TS fit is T = 1, as documented
+                warnings.simplefilter("ignore", DegenerateCalibration)
+                value = metric.compute().to(torch.float64)
             pl_module.log(
                 key,
                 value,

@@ -37,10 +37,12 @@ class TrainConfig:
       *after* each epoch ([GRA]); epoch ``e`` trains with ``lr * lr_decay ** #{m <= e}``.
       [FLC]/[MC] stepped before each epoch: pass ``milestones`` minus one to match them.
     * ``grad_clip``: maximum global L2 norm of the gradient (``clip_grad_norm_``), or ``None``.
-    * ``best_by``: which validation epoch is best: ``"nll"`` (lowest validation NLL, the
-      first one) or ``"accuracy"`` (highest validation accuracy, the first one: the
-      [MC] / [MetaReg] reference code's checkpoint rule, which keeps the model whose error is
-      lowest however over-confident it has become).
+    * ``best_by``: which validation epoch is best (the first one that is): ``"nll"`` (lowest
+      validation NLL), ``"accuracy"`` (highest validation accuracy: the [MC] / [MetaReg]
+      reference code's checkpoint rule, which keeps the model whose error is lowest however
+      over-confident it has become), ``"ece"`` (lowest 15-bin ECE) or ``"refinement"``
+      (lowest refinement loss: the validation NLL after temperature scaling fitted on the
+      validation predictions -- Berta et al. (2025) stop there, then recalibrate).
     * ``early_stopping``: patience in epochs since the best epoch (needs validation data).
     * ``restore_best``: load the parameters of the best epoch at the end.
     * ``seed``: seeds the minibatch shuffling and any randomness inside the model (dropout).
@@ -55,7 +57,7 @@ class TrainConfig:
     milestones: tuple[int, ...] = ()
     lr_decay: float = 0.1
     grad_clip: float | None = None
-    best_by: Literal["nll", "accuracy"] = "nll"
+    best_by: Literal["nll", "accuracy", "ece", "refinement"] = "nll"
     early_stopping: int | None = None
     restore_best: bool = False
     seed: int = 0
@@ -73,7 +75,7 @@ class TrainConfig:
         if self.grad_clip is not None:
             check_positive("grad_clip", self.grad_clip)
         check_choice("optimizer", self.optimizer, ("adam", "sgd"))
-        check_choice("best_by", self.best_by, ("nll", "accuracy"))
+        check_choice("best_by", self.best_by, ("nll", "accuracy", "ece", "refinement"))
         milestones = tuple(self.milestones)
         if not all(is_int(m) and m >= 1 for m in milestones) or list(milestones) != sorted(
             set(milestones)

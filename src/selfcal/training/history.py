@@ -16,10 +16,12 @@ class History:
     ``train_loss[e]`` is the mean of the epoch's minibatch losses weighted by batch size (for
     a mean-reduced loss: the mean per-sample loss seen during the epoch, before each step).
     ``lr[e]`` is the learning rate the epoch trained with. Validation entries (empty without
-    validation data) are computed after the epoch in eval mode: NLL, accuracy and 15-bin ECE
-    from :mod:`selfcal.metrics`. ``best_epoch`` is the first epoch of lowest validation NLL,
-    or of highest validation accuracy with ``TrainConfig(best_by="accuracy")`` (``None``
-    without validation data). ``wall_time`` is in seconds.
+    validation data) are computed after the epoch in eval mode: NLL, accuracy, 15-bin ECE and
+    the refinement loss (the NLL after temperature scaling fitted on those validation
+    predictions, :func:`selfcal.metrics.refinement_loss`) from :mod:`selfcal.metrics`.
+    ``best_epoch`` is the first epoch of lowest validation NLL -- or, by
+    ``TrainConfig(best_by=...)``, of highest accuracy, lowest ECE or lowest refinement loss
+    (``None`` without validation data). ``wall_time`` is in seconds.
     """
 
     train_loss: tuple[float, ...] = ()
@@ -27,6 +29,7 @@ class History:
     val_nll: tuple[float, ...] = ()
     val_accuracy: tuple[float, ...] = ()
     val_ece: tuple[float, ...] = ()
+    val_refinement: tuple[float, ...] = ()
     epoch_time: tuple[float, ...] = ()
     best_epoch: int | None = None
     stop_reason: StopReason = "completed"
@@ -62,21 +65,29 @@ class HistoryRecorder:
     val_nll: list[float] = field(default_factory=list)
     val_accuracy: list[float] = field(default_factory=list)
     val_ece: list[float] = field(default_factory=list)
+    val_refinement: list[float] = field(default_factory=list)
     epoch_time: list[float] = field(default_factory=list)
     best_epoch: int | None = None
     best_by: str = "nll"
 
-    def add_validation(self, epoch: int, nll: float, accuracy: float, ece: float) -> bool:
-        """Record validation numbers; return whether ``epoch`` is a new best (strictly lower
-        NLL, or strictly higher accuracy with ``best_by="accuracy"``)."""
+    def add_validation(
+        self, epoch: int, nll: float, accuracy: float, ece: float, refinement: float
+    ) -> bool:
+        """Record validation numbers; return whether ``epoch`` is a new best: strictly better
+        by ``best_by`` -- lower ``"nll"``, ``"ece"`` or ``"refinement"``, higher
+        ``"accuracy"``."""
         self.val_nll.append(nll)
         self.val_accuracy.append(accuracy)
         self.val_ece.append(ece)
+        self.val_refinement.append(refinement)
+        series = {
+            "nll": self.val_nll,
+            "accuracy": [-a for a in self.val_accuracy],
+            "ece": self.val_ece,
+            "refinement": self.val_refinement,
+        }[self.best_by]
         best = self.best_epoch
-        if self.best_by == "accuracy":
-            improved = best is None or accuracy > self.val_accuracy[best]
-        else:
-            improved = best is None or nll < self.val_nll[best]
+        improved = best is None or series[epoch] < series[best]
         if improved:
             self.best_epoch = epoch
         return improved
@@ -90,6 +101,7 @@ class HistoryRecorder:
             val_nll=tuple(self.val_nll),
             val_accuracy=tuple(self.val_accuracy),
             val_ece=tuple(self.val_ece),
+            val_refinement=tuple(self.val_refinement),
             epoch_time=tuple(self.epoch_time),
             best_epoch=self.best_epoch,
             stop_reason=stop_reason,

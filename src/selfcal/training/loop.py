@@ -27,7 +27,9 @@ CPU two runs with equal inputs and config give bit-identical parameters.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,8 +38,8 @@ import torch
 from torch import nn
 
 from selfcal._validation import check_nonnegative, check_optional_int
-from selfcal.exceptions import NonFinite, TrainingDiverged
-from selfcal.metrics import accuracy, ece, nll
+from selfcal.exceptions import DegenerateCalibration, NonFinite, TrainingDiverged
+from selfcal.metrics import accuracy, ece, nll, refinement_loss
 from selfcal.predictions import Predictions
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History, HistoryRecorder, StopReason
@@ -260,13 +262,21 @@ def _check_parameters(model: nn.Module) -> None:
 
 def _validation_scores(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor
-) -> tuple[float, float, float]:
-    """Validation NLL, accuracy and 15-bin ECE (float64, via :mod:`selfcal.metrics`)."""
+) -> tuple[float, float, float, float]:
+    """Validation NLL, accuracy, 15-bin ECE and refinement loss (the NLL after temperature
+    scaling fitted on these predictions; NaN where it cannot be fitted, and a degenerate fit
+    -- every prediction correct -- is ``T = 1``, unwarned), float64 via :mod:`selfcal.metrics`."""
     logits = predict_logits(model, x)
     if not bool(torch.isfinite(logits).all()):
         raise NonFinite("validation logits are not finite")
     pred = Predictions.from_logits(logits, y)
-    return float(nll(pred)), float(accuracy(pred)), float(ece(pred))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateCalibration)
+        try:
+            refinement = float(refinement_loss(pred))
+        except ValueError:  # logits beyond what the likelihood fit can scale
+            refinement = math.nan
+    return float(nll(pred)), float(accuracy(pred)), float(ece(pred)), refinement
 
 
 def _stop_reason(
