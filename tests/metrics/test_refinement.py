@@ -136,3 +136,26 @@ def test_bad_options_are_one_line_errors():
         refinement_loss.core(
             pred, torch.ones(2, 100, dtype=torch.float64), folds=[np.arange(100)], refit=True
         )
+
+
+def test_one_fit_serves_the_point_the_bootstrap_and_the_calibration_loss(monkeypatch):
+    """``selfcal evaluate`` asks for both parts and their intervals: one recalibration of the
+    same ``Predictions`` object serves them all; another object or option refits."""
+    import selfcal.metrics.refinement as refinement
+
+    calls = []
+    original = refinement._recalibrate
+
+    def counted(*args):
+        calls.append(args[1:])
+        return original(*args)
+
+    monkeypatch.setattr(refinement, "_recalibrate", counted)
+    z, y = make_logits(8, 200, 3)
+    pred = Predictions.from_logits(z, y)
+    bootstrap_ci(refinement_loss, pred, n_resamples=20)
+    bootstrap_ci(calibration_loss, pred, n_resamples=20)
+    assert len(calls) == 1
+    refinement_loss(pred, folds=5)
+    refinement_loss(Predictions.from_logits(z, y))
+    assert len(calls) == 3

@@ -32,6 +32,7 @@ unwarned.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,13 +54,33 @@ Folds = int | Sequence[Any] | None
 of each fold."""
 
 
+_last_fit: tuple[weakref.ref[Predictions], tuple[Any, ...], Predictions] | None = None
+"""The last :func:`recalibrated` result with its input (held weakly) and options: the point
+estimate, the bootstrap and :func:`calibration_loss` of one ``Predictions`` share one fit."""
+
+
 def recalibrated(
     pred: Predictions, recalibrator: str = "ts", folds: Folds = None, seed: int = 0
 ) -> Predictions:
     """``pred`` after ``recalibrator`` (a registered calibrator name): fitted on every row and
     applied to them (``folds=None``), or cross-fitted -- each fold's rows predicted by the
     calibrator fitted on the others (``folds=K``: :func:`~selfcal.posthoc.auto.stratified_folds`
-    seeded by ``seed``; or the held-out indices of each fold, which must cover every row once)."""
+    seeded by ``seed``; or the held-out indices of each fold, which must cover every row once).
+    A repeated call with the same ``pred`` object and options returns the last result."""
+    global _last_fit
+    explicit = folds is not None and not isinstance(folds, (int, np.integer))
+    key = (recalibrator, None if explicit else folds, seed)
+    if not explicit and _last_fit is not None:
+        held, last_key, result = _last_fit
+        if held() is pred and last_key == key:
+            return result
+    result = _recalibrate(pred, recalibrator, folds, seed)
+    if not explicit:
+        _last_fit = (weakref.ref(pred), key, result)
+    return result
+
+
+def _recalibrate(pred: Predictions, recalibrator: str, folds: Folds, seed: int) -> Predictions:
     from selfcal.posthoc import build_calibrator
     from selfcal.posthoc.auto import cross_validated, stratified_folds
 
