@@ -25,7 +25,11 @@ pl = pytest.importorskip("lightning.pytorch")
 pytest.importorskip("torchmetrics")
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
-from selfcal.integrations.lightning import CalibrationCallback  # noqa: E402
+from selfcal.integrations.lightning import (  # noqa: E402
+    DEFAULT_METRICS,
+    METRICS,
+    CalibrationCallback,
+)
 from selfcal.integrations.torchmetrics import AdaECE  # noqa: E402
 
 EPOCHS = 3
@@ -115,7 +119,7 @@ def expected_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
 
 
 def test_logged_values_are_selfcal_metrics_of_each_epoch(tmp_path):
-    callback = CalibrationCallback(fit_temperature=True)
+    callback = CalibrationCallback(METRICS, fit_temperature=True)  # the refinement pair too
     trainer, model, data, val_loader = train(tmp_path, callback)
     rows = [row for row in logged_rows(trainer) if row.get("val_ece")]
     assert len(rows) == EPOCHS == len(model.snapshots) == len(callback.history)  # no sanity run
@@ -181,3 +185,9 @@ def test_bad_arguments_are_named():
         CalibrationCallback(adaece_mode="fast")
     with pytest.raises(ValueError, match="num_classes must be None or an integer >= 2"):
         CalibrationCallback(num_classes=1)
+
+
+def test_the_refinement_pair_is_logged_only_when_named():
+    assert CalibrationCallback().metric_names == DEFAULT_METRICS
+    assert not {"nll_refinement", "nll_calibration"} & set(DEFAULT_METRICS)
+    assert {"nll_refinement", "nll_calibration"} <= set(METRICS)

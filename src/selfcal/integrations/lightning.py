@@ -22,7 +22,8 @@ same number).
 
 **What it logs.** At the end of each validation epoch, for each name in ``metrics``,
 ``f"{prefix}{name}"`` (``val_ece``, ``val_mce``, ``val_adaece``, ``val_classwise_ece``,
-``val_brier``, ``val_nll``, ``val_nll_refinement`` and ``val_nll_calibration`` by default) with
+``val_brier`` and ``val_nll`` by default; ``val_nll_refinement`` and ``val_nll_calibration``
+when named, which keep every validation score and fit temperature scaling each epoch) with
 ``LightningModule.log``, so the values reach every logger and ``trainer.callback_metrics``
 (``EarlyStopping`` and ``ModelCheckpoint`` can monitor them: ``monitor="val_nll_refinement"``
 stops or checkpoints by the NLL after temperature scaling, as Berta et al. (2025) recommend).
@@ -82,19 +83,15 @@ from selfcal.metrics import ece
 from selfcal.posthoc import TemperatureScaling
 from selfcal.predictions import Predictions, ScoreKind, validate_scores
 
-__all__ = ["METRICS", "CalibrationCallback"]
+__all__ = ["DEFAULT_METRICS", "METRICS", "CalibrationCallback"]
 
-METRICS = (
-    "ece",
-    "mce",
-    "adaece",
-    "classwise_ece",
-    "brier",
-    "nll",
-    "nll_refinement",
-    "nll_calibration",
-)
-"""The metrics :class:`CalibrationCallback` can log (all of them by default)."""
+DEFAULT_METRICS = ("ece", "mce", "adaece", "classwise_ece", "brier", "nll")
+"""The metrics :class:`CalibrationCallback` logs by default: additive states (``adaece``:
+one confidence per sample), nothing refitted."""
+METRICS = (*DEFAULT_METRICS, "nll_refinement", "nll_calibration")
+"""The metrics :class:`CalibrationCallback` can log; the two refinement metrics keep every
+validation score (``N x C`` float64) and fit temperature scaling each validation epoch, so
+they are named when wanted."""
 
 SCORE_KEYS: tuple[ScoreKind, ...] = ("logits", "probs")
 
@@ -155,7 +152,8 @@ class CalibrationCallback(Callback):
 
     Parameters
     ----------
-    metrics : names among :data:`METRICS` (all by default), logged as ``f"{prefix}{name}"``.
+    metrics : names among :data:`METRICS` (:data:`DEFAULT_METRICS` by default), logged as
+        ``f"{prefix}{name}"``.
     n_bins : number of bins of every binned metric (15).
     adaece_mode : ``"exact"`` (keeps every confidence) or ``"sketch"`` (a fixed-size
         histogram with a certified error bound), as in
@@ -179,7 +177,7 @@ class CalibrationCallback(Callback):
 
     def __init__(
         self,
-        metrics: Sequence[str] = METRICS,
+        metrics: Sequence[str] = DEFAULT_METRICS,
         *,
         n_bins: int = 15,
         adaece_mode: str = "exact",

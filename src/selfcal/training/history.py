@@ -16,9 +16,10 @@ class History:
     ``train_loss[e]`` is the mean of the epoch's minibatch losses weighted by batch size (for
     a mean-reduced loss: the mean per-sample loss seen during the epoch, before each step).
     ``lr[e]`` is the learning rate the epoch trained with. Validation entries (empty without
-    validation data) are computed after the epoch in eval mode: NLL, accuracy, 15-bin ECE and
-    the refinement loss (the NLL after temperature scaling fitted on those validation
-    predictions, :func:`selfcal.metrics.refinement_loss`) from :mod:`selfcal.metrics`.
+    validation data) are computed after the epoch in eval mode: NLL, accuracy and 15-bin ECE
+    from :mod:`selfcal.metrics`, and with ``best_by="refinement"`` the refinement loss (the
+    NLL after temperature scaling fitted on those validation predictions,
+    :func:`selfcal.metrics.refinement_loss`; empty otherwise: a fit per epoch is not free).
     ``best_epoch`` is the first epoch of lowest validation NLL -- or, by
     ``TrainConfig(best_by=...)``, of highest accuracy, lowest ECE or lowest refinement loss
     (``None`` without validation data). ``wall_time`` is in seconds.
@@ -71,15 +72,16 @@ class HistoryRecorder:
     best_by: str = "nll"
 
     def add_validation(
-        self, epoch: int, nll: float, accuracy: float, ece: float, refinement: float
+        self, epoch: int, nll: float, accuracy: float, ece: float, refinement: float | None
     ) -> bool:
-        """Record validation numbers; return whether ``epoch`` is a new best: strictly better
-        by ``best_by`` -- lower ``"nll"``, ``"ece"`` or ``"refinement"``, higher
-        ``"accuracy"``."""
+        """Record validation numbers (``refinement``: ``None`` when not computed); return
+        whether ``epoch`` is a new best: strictly better by ``best_by`` -- lower ``"nll"``,
+        ``"ece"`` or ``"refinement"``, higher ``"accuracy"``."""
         self.val_nll.append(nll)
         self.val_accuracy.append(accuracy)
         self.val_ece.append(ece)
-        self.val_refinement.append(refinement)
+        if refinement is not None:
+            self.val_refinement.append(refinement)
         series = {
             "nll": self.val_nll,
             "accuracy": [-a for a in self.val_accuracy],

@@ -150,7 +150,10 @@ def _epochs(run: Run, step: TrainStep, on_epoch: EpochCallback | None) -> Histor
             loss = _train_epoch(model, x, y, batches, step)
             scheduler.step()
             _check_parameters(model)
-            scores = None if run.validation is None else _validation_scores(model, *run.validation)
+            scores = None
+            if run.validation is not None:
+                by_refinement = config.best_by == "refinement"
+                scores = _validation_scores(model, *run.validation, refinement=by_refinement)
             step.end_epoch(model, run.validation)
         except NonFinite as err:
             history = step.history(record.snapshot(time.perf_counter() - start))
@@ -261,22 +264,26 @@ def _check_parameters(model: nn.Module) -> None:
 
 
 def _validation_scores(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor
-) -> tuple[float, float, float, float]:
-    """Validation NLL, accuracy, 15-bin ECE and refinement loss (the NLL after temperature
-    scaling fitted on these predictions; NaN where it cannot be fitted, and a degenerate fit
-    -- every prediction correct -- is ``T = 1``, unwarned), float64 via :mod:`selfcal.metrics`."""
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, refinement: bool
+) -> tuple[float, float, float, float | None]:
+    """Validation NLL, accuracy, 15-bin ECE and, if ``refinement``, the refinement loss (the
+    NLL after temperature scaling fitted on these predictions; NaN where it cannot be fitted,
+    and a degenerate fit -- every prediction correct -- is ``T = 1``, unwarned), float64 via
+    :mod:`selfcal.metrics`. The refinement costs a temperature fit per epoch, so only runs
+    that select by it pay it."""
     logits = predict_logits(model, x)
     if not bool(torch.isfinite(logits).all()):
         raise NonFinite("validation logits are not finite")
     pred = Predictions.from_logits(logits, y)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateCalibration)
-        try:
-            refinement = float(refinement_loss(pred))
-        except ValueError:  # logits beyond what the likelihood fit can scale
-            refinement = math.nan
-    return float(nll(pred)), float(accuracy(pred)), float(ece(pred)), refinement
+    refined = None
+    if refinement:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateCalibration)
+            try:
+                refined = float(refinement_loss(pred))
+            except ValueError:  # logits beyond what the likelihood fit can scale
+                refined = math.nan
+    return float(nll(pred)), float(accuracy(pred)), float(ece(pred)), refined
 
 
 def _stop_reason(
