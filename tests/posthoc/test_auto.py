@@ -70,9 +70,10 @@ def test_scores_are_the_criterion_of_out_of_fold_predictions(criterion):
     assert best_only.fit(logits=z, labels=y).chosen_ == results["candidate"][best]
 
 
-def test_simplest_keeps_temperature_scaling_when_a_richer_map_is_only_luckier():
+def test_first_keeps_the_first_candidate_when_another_is_only_luckier():
     """On logits whose only miscalibration is a temperature, the richer candidates cannot be
-    significantly better: ``simplest`` keeps ``ts`` even where another scores lower."""
+    significantly better: ``first`` keeps ``ts`` (listed first) even where another scores
+    lower."""
     rng = np.random.default_rng(4)
     z = 4.0 * rng.normal(size=(400, 4))
     p = torch.softmax(torch.from_numpy(z / 2.5), 1).numpy()
@@ -99,13 +100,36 @@ def test_the_default_candidates_add_the_binary_ones_for_two_classes():
     z, y = biased_logits(2, 300, 2)
     auto = AutoCalibration().fit(logits=z, labels=y)
     assert auto.cv_results_["candidate"] == [
-        "ts", "ts-mix", "platt", "beta", "quadratic", "svs", "sms", "ets", "isotonic", "none",
+        "sms", "svs", "ts-mix", "ts", "platt", "beta", "quadratic", "ets", "isotonic", "none",
     ]  # fmt: skip
     z, y = biased_logits(2, 300, 3)
-    assert (
-        "platt"
-        not in AutoCalibration(candidates=None).fit(logits=z, labels=y).cv_results_["candidate"]
-    )
+    assert AutoCalibration(candidates=None).fit(logits=z, labels=y).cv_results_["candidate"] == [
+        "sms", "svs", "ts-mix", "ts", "ets", "isotonic", "none",
+    ]  # fmt: skip
+
+
+def test_the_default_order_keeps_sms_unless_another_candidate_is_significantly_better():
+    """The default order puts structured matrix scaling first: on logits whose only
+    miscalibration is a temperature it is kept even where temperature scaling scores lower
+    (tied), and on logits that temperature scaling alone calibrates worse it is chosen."""
+    rng = np.random.default_rng(4)
+    z = 4.0 * rng.normal(size=(400, 4))
+    p = torch.softmax(torch.from_numpy(z / 2.5), 1).numpy()
+    y = (p.cumsum(1) > rng.random((400, 1))).argmax(1)
+    auto = AutoCalibration().fit(logits=z, labels=y)
+    r = auto.cv_results_
+    assert auto.chosen_ == "sms" and r["low"][0] <= 0.0
+    assert r["score"][r["candidate"].index("ts")] < r["score"][0]  # ts scored lower, tied
+    # where another candidate is significantly better than sms, the choice moves on
+    worse_first = AutoCalibration(candidates=["none", "ts", "svs"]).fit(logits=z, labels=y)
+    assert worse_first.cv_results_["low"][0] > 0 and worse_first.chosen_ == "ts"
+
+
+def test_simplest_is_the_old_name_of_first():
+    z, y = biased_logits(5, 300, 3)
+    first = AutoCalibration(candidates=["ts", "svs"]).fit(logits=z, labels=y)
+    old = AutoCalibration(candidates=["ts", "svs"], selection="simplest").fit(logits=z, labels=y)
+    assert old.chosen_ == first.chosen_
 
 
 @pytest.mark.parametrize(

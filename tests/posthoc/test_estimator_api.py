@@ -53,7 +53,7 @@ DEFAULTS = {
     "auto": {
         "candidates": None,
         "criterion": "nll",
-        "selection": "simplest",
+        "selection": "first",
         "n_folds": 5,
         "seed": 0,
     },

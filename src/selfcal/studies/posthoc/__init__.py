@@ -19,7 +19,8 @@ class Posthoc(Study[PosthocProtocol]):
     title = (
         "Post-hoc leaderboard: every calibrator on the benchmark's and scikit-learn's predictions"
     )
-    version = 2  # 2: exact zero probabilities read through the fitted floor (prob_floor_)
+    version = 3  # 2: exact zero probabilities read through the fitted floor (prob_floor_);
+    # 3: auto's default order puts structured matrix scaling first
 
     def specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
         sklearn = [
