@@ -2,12 +2,12 @@
 is best in hindsight, on the post-hoc leaderboard's scikit-learn prediction sets (four models x
 nine tabular sets x five seeds, ``selfcal reproduce posthoc``'s sources).
 
-For each set: ``AutoCalibration(selection="simplest")`` (the default: the first candidate not
+For each set: ``AutoCalibration(selection="first")`` (the default: the first candidate not
 significantly worse than the lowest cross-validated NLL), ``selection="best"`` (the lowest
 itself), and every candidate alone, fitted on the validation split; test NLL. Per task type
 (binary / multiclass x validation < / >= 1,000 rows): the mean test-NLL difference of each
 rule from the best single candidate (the lowest mean test NLL over the group, chosen in
-hindsight) and of ``best`` from ``simplest``, with 95% cluster-bootstrap intervals over
+hindsight) and of ``best`` from ``first``, with 95% cluster-bootstrap intervals over
 (dataset, seed), 2,000 resamples; and what each rule chose.
 
 Usage: ``python scripts/auto_selection.py`` (about eight minutes on two cores).
@@ -25,7 +25,7 @@ from selfcal.posthoc import build_calibrator
 from selfcal.studies.posthoc.protocol import FULL
 from selfcal.studies.posthoc.sources import sklearn_set
 
-RULES = ("simplest", "best")
+RULES = ("first", "best")
 TINY = float(np.finfo(np.float64).tiny)
 
 
@@ -71,8 +71,8 @@ def main() -> None:
                 out, chosen = scores(s)
                 groups.setdefault(f"{task}, {size}", []).append(((dataset, seed), out, chosen))
     print(
-        "| task type | sets | best single (hindsight) | simplest - it | best - it "
-        "| best - simplest | simplest chose | best chose |"
+        "| task type | sets | best single (hindsight) | first - it | best - it "
+        "| best - first | first chose | best chose |"
     )
     print("|---|---:|---|---|---|---|---|---|")
     for group, sets in sorted(groups.items()):
@@ -81,7 +81,7 @@ def main() -> None:
         top = min(sorted(shared), key=lambda n: np.mean([out[n] for _, out, _ in sets]))
         diffs = {
             (a, b): interval(np.array([out[a] - out[b] for _, out, _ in sets]), clusters)
-            for a, b in (("simplest", top), ("best", top), ("best", "simplest"))
+            for a, b in (("first", top), ("best", top), ("best", "first"))
         }
         chose = {
             rule: ", ".join(
@@ -90,8 +90,8 @@ def main() -> None:
             for rule in RULES
         }
         print(
-            f"| {group} | {len(sets)} | `{top}` | {diffs['simplest', top]} | {diffs['best', top]} "
-            f"| {diffs['best', 'simplest']} | {chose['simplest']} | {chose['best']} |"
+            f"| {group} | {len(sets)} | `{top}` | {diffs['first', top]} | {diffs['best', top]} "
+            f"| {diffs['best', 'first']} | {chose['first']} | {chose['best']} |"
         )
 
 

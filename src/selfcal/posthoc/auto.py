@@ -72,7 +72,7 @@ class Uncalibrated(Calibrator):
 
 @register_calibrator("auto")
 class AutoCalibration(Calibrator):
-    """A calibrator chosen for the data: the preferred candidate that cross-validates as well as any.
+    """A calibrator chosen for the data: the preferred candidate that cross-validates as well.
 
     ``fit`` splits the validation rows into ``n_folds`` stratified folds (seeded), fits every
     candidate on ``K - 1`` folds and predicts the held-out one, scores the pooled
