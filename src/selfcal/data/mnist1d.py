@@ -68,8 +68,11 @@ def _preserved_global_rngs() -> Iterator[None]:
         random.setstate(python_state)
 
 
-def generate_mnist1d(seed: int, num_samples: int = DEFAULT_NUM_SAMPLES) -> dict[str, Any]:
-    """The package's ``make_dataset`` with its default arguments, ``seed`` and ``num_samples``.
+def generate_mnist1d(
+    seed: int, num_samples: int = DEFAULT_NUM_SAMPLES, **overrides: float
+) -> dict[str, Any]:
+    """The package's ``make_dataset`` with its default arguments, ``seed``, ``num_samples``
+    and any other argument in ``overrides`` (e.g. ``iid_noise_scale``; shifted test sets).
 
     Returns its dict: ``x`` [n_train, 40], ``y``, ``x_test``, ``y_test`` (float64 / int64).
     """
@@ -77,6 +80,11 @@ def generate_mnist1d(seed: int, num_samples: int = DEFAULT_NUM_SAMPLES) -> dict[
     from mnist1d.data import get_dataset_args, make_dataset
 
     args = get_dataset_args()
+    unknown = set(overrides) - set(vars(args))
+    if unknown:
+        raise ValueError(f"unknown mnist1d generator arguments: {sorted(unknown)}")
+    for name, value in overrides.items():
+        setattr(args, name, value)
     args.seed, args.num_samples = seed, num_samples
     with _preserved_global_rngs():
         generated: dict[str, Any] = make_dataset(args)
