@@ -481,3 +481,32 @@ def test_dataset_refuses_what_is_not_a_table(capsys, tmp_path):
     assert code == 2 and "is not tabular" in err
     code, _, err = run(capsys, "dataset", "wine", "--out", tmp_path, "--format", "xlsx")
     assert code == 2 and "--format must be one of" in err
+
+
+def test_stop_by_refinement_keeps_the_epoch_of_lowest_validation_nll_after_ts(
+    capsys, files, tmp_path, monkeypatch
+):
+    """``--stop-by refinement`` hands the refinement criterion to the checkpoint, whose kept
+    epoch the report states in words; a bad value is a one-line error."""
+    from selfcal.pipeline import fitting
+
+    kept = []
+    original = fitting.BestCheckpoint
+
+    class Recording(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            kept.append(self)
+
+    monkeypatch.setattr(fitting, "BestCheckpoint", Recording)
+    report = train_model(capsys, files, tmp_path / "r", "ce", "--stop-by", "refinement")
+    assert list(kept[0].kept) == ["refinement"]
+    assert report["model"]["stop_by"] == "refinement"
+    assert report["model"]["checkpoint_epoch"] == kept[0].kept["refinement"].epoch
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "the lowest validation NLL after temperature scaling" in text
+    err = one_line_error(
+        capsys, "train", files["train"], "--val", files["val"], "--stop-by", "ece",
+        "--out", tmp_path / "bad",
+    )  # fmt: skip
+    assert "stop_by" in err

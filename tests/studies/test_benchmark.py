@@ -54,9 +54,37 @@ def test_quick_json_lists_every_method_with_raw_and_post_ts_ece(quick):
         means = [r["ece_ts"]["mean"] for r in rows]
         assert means == sorted(means)  # the leaderboard's order
     text = (root / "report" / "README.md").read_text()
-    assert text.index("## Summary") < text.index("## Protocol")
-    for name in ("ece_vs_error_blobs-1.7_memorise.png", "reliability_blobs-1.7_early-stop.png"):
+    assert text.index("## Summary") < text.index("## Stopping by refinement")
+    assert text.index("## Under shift") < text.index("## Protocol")
+    for name in (
+        "ece_vs_error_blobs-1.7_memorise.png",
+        "reliability_blobs-1.7_early-stop.png",
+        "shift_blobs-1.7_refine-stop.png",
+    ):
         assert (root / "report" / name).stat().st_size > 10_000
+
+
+def test_quick_json_lists_every_regime_and_severity(quick):
+    """The payload names the three regimes and blobs' shifted sets, and holds one comparison
+    with CE + TS per (regime, metric, test set, method other than CE), with BH's q >= p."""
+    payload, _ = quick
+    assert payload["regimes"] == list(REGIMES)
+    sets = [(c, s) for c in ("noise", "covariate") for s in range(1, 6)]
+    assert [tuple(x) for x in payload["shifted_sets"]["blobs-1.7"]] == sets
+    rows = payload["shift"]
+    others = len(METHODS) - 1
+    assert len(rows) == len(REGIMES) * 2 * (1 + len(sets)) * others
+    for regime in REGIMES:
+        here = {(r["corruption"], r["severity"]) for r in rows if r["regime"] == regime}
+        assert here == {("clean", 0), *sets}
+    for r in rows:
+        assert r["verdict"] in {"better", "tied", "worse"}
+        if r["p"] is not None:
+            assert r["q"] >= r["p"] - 1e-12
+    refine = payload["refine_vs_early"]
+    assert {(r["method"], r["metric"]) for r in refine} == {
+        (m, k) for m in METHODS for k in ("nll_ts", "ece_ts")
+    }
 
 
 def test_the_stopped_records_are_the_runs_best_validation_nll_and_refinement(quick):

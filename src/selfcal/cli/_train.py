@@ -231,6 +231,14 @@ def train(
         typer.Option("--resamples", min=1, help="Bootstrap resamples of the report's intervals."),
     ] = None,
     device: Annotated[str, typer.Option("--device", help="Torch device for training.")] = "cpu",
+    stop_by: Annotated[
+        str,
+        typer.Option(
+            "--stop-by",
+            help="The checkpoint kept: 'nll' (the lowest validation NLL) or 'refinement' (the "
+            "lowest validation NLL after temperature scaling; Berta et al., 2025).",
+        ),
+    ] = "nll",
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the model in a non-empty --out.")
     ] = False,
@@ -258,6 +266,7 @@ def train(
             seed=seed,
             n_resamples=resamples,
             device=device,
+            stop_by=stop_by,
         )
         given = {
             "--test": test,
@@ -270,6 +279,7 @@ def train(
             "--seed": seed,
             "--resamples": resamples,
             "--device": device,
+            "--stop-by": stop_by,
         }
         command = _command(data, val, method, out, given, grid or [])
         with progress_bar(sys.stderr.isatty() and not as_json) as progress:
@@ -303,6 +313,7 @@ DEFAULTS: dict[str, object] = {
     "--seed": 0,
     "--resamples": None,
     "--device": "cpu",
+    "--stop-by": "nll",
 }
 """The options' defaults: the report's command line names only the others."""
 

@@ -197,6 +197,19 @@ def _train_bo4sc(
 
 
 # ----------------------------------------------------------------------------- one candidate
+DEFAULT_STOP_BY = "nll"
+STOP_BY_DOC = """\
+The checkpoint ``selfcal train`` keeps: by default the lowest validation NLL; ``--stop-by
+refinement`` keeps the lowest validation refinement loss (the NLL after a temperature fitted on
+the same validation predictions). The benchmark's refine-stop regime (``selfcal reproduce
+benchmark``, ``results/benchmark``: "Stopping by refinement") compares the two on the same runs;
+the default follows its answer."""
+STOP_WORDS = {
+    "nll": "the lowest validation NLL",
+    "refinement": "the lowest validation NLL after temperature scaling",
+}
+
+
 def train_candidate(
     method: Method,
     options: Mapping[str, Any],
@@ -206,12 +219,14 @@ def train_candidate(
     seed: int = 0,
     device: str = "cpu",
     progress: Progress | None = None,
+    stop_by: str = DEFAULT_STOP_BY,
 ) -> Candidate:
-    """Train one candidate (module doc); a diverged run comes back ``"failed"``."""
+    """Train one candidate (module doc), keeping the checkpoint ``stop_by`` selects
+    (:data:`STOP_BY_DOC`); a diverged run comes back ``"failed"``."""
     progress = progress or Progress()
     model = build_network(recipe, data.n_classes, seed, data.n_features).to(device)
     x_val, y_val = data.val[0].to(device), data.val[1].to(device)
-    checkpoint = BestCheckpoint(x_val, y_val)
+    checkpoint = BestCheckpoint(x_val, y_val, criteria=(stop_by,))
     train, meta = ((x.to(device), y.to(device)) for x, y in (data.train, data.meta))
     start = time.perf_counter()
     try:
@@ -230,7 +245,7 @@ def train_candidate(
     except TrainingDiverged as exc:
         return _failed(options, str(exc), start)
     if checkpoint.state is None:
-        return _failed(options, "no checkpoint had a finite validation NLL", start)
+        return _failed(options, f"no checkpoint had a finite validation {stop_by}", start)
     checkpoint.restore(model)
     seconds = time.perf_counter() - start
     metrics = {**validation_scores(method, options, model, data), **extra}
@@ -288,8 +303,10 @@ def fit_and_select(
     seed: int = 0,
     device: str = "cpu",
     progress: Progress | None = None,
+    stop_by: str = DEFAULT_STOP_BY,
 ) -> Selection:
-    """Train every candidate of ``method`` from ``seed`` and select one by its criterion."""
+    """Train every candidate of ``method`` from ``seed`` (each keeping the checkpoint
+    ``stop_by`` selects) and select one by its criterion."""
     progress = progress or Progress()
     configs = method.configs()
     candidates = []
@@ -297,7 +314,14 @@ def fit_and_select(
         progress.candidate(index, len(configs), describe(options), recipe.epochs)
         candidates.append(
             train_candidate(
-                method, options, recipe, data, seed=seed, device=device, progress=progress
+                method,
+                options,
+                recipe,
+                data,
+                seed=seed,
+                device=device,
+                progress=progress,
+                stop_by=stop_by,
             )
         )
     selected = select_candidate(candidates, method.criterion)

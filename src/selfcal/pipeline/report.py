@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from selfcal.evaluation import evaluate, format_number
-from selfcal.pipeline.fitting import Selection, describe
+from selfcal.pipeline.fitting import STOP_WORDS, Selection, describe
 from selfcal.pipeline.selective import Threshold
 from selfcal.predictions import Predictions
 
@@ -111,7 +111,7 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         f"* method: **{model['method']}**, selected hyperparameters: "
         f"{describe(model['hyperparameters'])} (by {model['criterion']}; checkpoint: epoch "
-        f"{model['checkpoint_epoch']}, the lowest validation NLL)",
+        f"{model['checkpoint_epoch']}, {STOP_WORDS[model.get('stop_by', 'nll')]})",
         f"* network: MLP {model['hidden']} on {len(data['columns'])} standardised features, "
         f"{len(data['classes'])} classes; Adam lr {model['recipe']['lr']:g}, "
         f"{model['recipe']['epochs']} epochs, "

@@ -17,7 +17,7 @@ import selfcal
 from selfcal._validation import check_choice, check_int, check_optional_int, check_positive
 from selfcal.evaluation import default_resamples
 from selfcal.pipeline import model_dir as md
-from selfcal.pipeline.fitting import Progress, Selection, fit_and_select
+from selfcal.pipeline.fitting import DEFAULT_STOP_BY, Progress, Selection, fit_and_select
 from selfcal.pipeline.methods import Method, get_method
 from selfcal.pipeline.prepare import PreparedData, prepare
 from selfcal.pipeline.recipe import TABULAR, Recipe, resolve_batch_size
@@ -34,6 +34,7 @@ from selfcal.pipeline.selective import (
     choose_threshold,
 )
 from selfcal.pipeline.tables import FeatureTable, read_table
+from selfcal.training.checkpoint import CRITERIA
 
 DEFAULT_CALIBRATOR = "ts"
 """Temperature scaling: one parameter, keeps every predicted class (so the accuracy), and CE
@@ -52,7 +53,10 @@ class TrainSettings:
     4,096 training rows, batches of 512 above);
     ``calibrate``: a calibrator of :mod:`selfcal.posthoc` fitted on VAL, or ``None``;
     ``n_resamples``: the report's bootstrap resamples (``None``: the default for the size);
-    ``seed``: the initialisation, shuffling, meta-validation split and bootstrap."""
+    ``seed``: the initialisation, shuffling, meta-validation split and bootstrap;
+    ``stop_by``: the checkpoint kept, ``"nll"`` (the lowest validation NLL, default) or
+    ``"refinement"`` (the lowest validation NLL after temperature scaling; Berta et al., 2025):
+    :data:`selfcal.pipeline.fitting.STOP_BY_DOC` says which the benchmark supports."""
 
     method: str
     hidden: tuple[int, ...] = TABULAR.hidden or ()
@@ -64,6 +68,7 @@ class TrainSettings:
     seed: int = 0
     n_resamples: int | None = None
     device: str = "cpu"
+    stop_by: str = DEFAULT_STOP_BY
 
     def __post_init__(self) -> None:
         get_method(self.method)
@@ -75,6 +80,7 @@ class TrainSettings:
             check_optional_int("batch_size", self.batch_size)
         check_int("seed", self.seed, minimum=0)
         check_optional_int("n_resamples", self.n_resamples)
+        check_choice("stop_by", self.stop_by, CRITERIA)
         if self.calibrate is not None:
             from selfcal.posthoc import calibrator_names
 
@@ -136,6 +142,7 @@ def train(
         seed=settings.seed,
         device=settings.device,
         progress=progress,
+        stop_by=settings.stop_by,
     )
     folder.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -217,6 +224,7 @@ def _config(
         "hyperparameters": best.hyperparameters,
         "criterion": {"metric": selection.criterion.metric, "words": str(selection.criterion)},
         "checkpoint_epoch": best.best_epoch,
+        "stop_by": settings.stop_by,
         "recipe": {
             "optimizer": "adam",
             "lr": recipe.lr,
@@ -323,6 +331,7 @@ def _report(
             "hyperparameters": config["hyperparameters"],
             "criterion": config["criterion"]["words"],
             "checkpoint_epoch": config["checkpoint_epoch"],
+            "stop_by": config.get("stop_by", "nll"),
             "hidden": config["architecture"]["hidden"],
             "recipe": config["recipe"],
             "seed": config["seed"],
