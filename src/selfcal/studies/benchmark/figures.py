@@ -88,7 +88,8 @@ def reliability_grid(results: StudyResults, dataset: str, regime: str) -> Any:
         runs = results.runs(dataset, m, regime)
         ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls=":")
         for (label, _, artefact), style in zip(PANELS, ({"color": "0.55"}, {"color": "C3"})):
-            count, confidence, correct = sum(results.artefact(r, artefact) for r in runs)
+            pooled: np.ndarray = np.sum([results.artefact(r, artefact) for r in runs], axis=0)
+            count, confidence, correct = pooled
             used = count > 0
             ax.plot(
                 confidence[used] / count[used],
@@ -137,12 +138,13 @@ def shift_figure(results: StudyResults, dataset: str, regime: str) -> Any:
                 found = [
                     results.get(dataset, m, key(corruption, s, metric), regime) for s in severities
                 ]
-                if any(f is None for f in found):
+                means = [scale * f.mean for f in found if f is not None]
+                if len(means) < len(found):
                     continue
                 ce = m == "ce"
                 ax.plot(
                     severities,
-                    [scale * f.mean for f in found],
+                    means,
                     color="black" if ce else colours[m],
                     lw=2.2 if ce else 1.0,
                     marker="o",
