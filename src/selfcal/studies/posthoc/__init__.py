@@ -13,6 +13,11 @@ from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies.posthoc.protocol import PosthocProtocol
 
+BENCHMARK_REGIMES = ("memorise", "early-stop")
+"""The benchmark regimes whose records are prediction sets here: the last iterate and the
+lowest-validation-NLL checkpoint. The ``refine-stop`` checkpoint is often the early-stop one
+(the same predictions), which would count those sets twice."""
+
 
 @register_study
 class Posthoc(Study[PosthocProtocol]):
@@ -32,8 +37,8 @@ class Posthoc(Study[PosthocProtocol]):
         return sklearn + self.benchmark_specs(protocol)
 
     def benchmark_specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
-        """One spec per selected benchmark record (method = ``nn:<the benchmark's method>``,
-        its regime), naming the record by key."""
+        """One spec per selected benchmark record of the :data:`BENCHMARK_REGIMES` (method =
+        ``nn:<the benchmark's method>``, its regime), naming the record by key."""
         if not protocol.benchmark:
             return []
         from selfcal.experiments.store import ResultsStore
@@ -60,5 +65,5 @@ class Posthoc(Study[PosthocProtocol]):
                 config={"record": r.key},
             )
             for r in sorted(records, key=lambda r: r.key)
-            if "val_logits" in r.artefacts
+            if "val_logits" in r.artefacts and r.spec.hparams["regime"] in BENCHMARK_REGIMES
         ]
