@@ -71,6 +71,14 @@ class Comparison:
 def comparisons(results: StudyResults, regime: str, metric: str) -> list[Comparison]:
     """Every (dataset, test set, method) of a regime against CE, BH-adjusted together (the
     clean test set is ``("clean", 0)``)."""
+    # computed once per results object (the tables, summary and payload read them many times)
+    cache = results.__dict__.setdefault("_shift_comparisons", {})
+    if (regime, metric) not in cache:
+        cache[regime, metric] = _comparisons(results, regime, metric)
+    return cache[regime, metric]
+
+
+def _comparisons(results: StudyResults, regime: str, metric: str) -> list[Comparison]:
     found = []
     for d in results.datasets:
         methods = [
