@@ -1,0 +1,213 @@
+"""The GPU check: every metric and calibrator on CUDA against its CPU result; every method
+family of the benchmark trained for a few dozen minibatch steps on a CIFAR ResNet-18 with
+synthetic CIFAR-shaped data (minibatch BO4SC and the γ-Net meta step among them), with each
+one's time relative to a CE epoch of the same batches and its peak GPU memory; written to
+``benchmarks/results/gpu.md``.
+
+On a machine without CUDA it runs its CPU half -- the metrics and calibrators on the CPU only,
+and the training at ``--cpu-steps`` batches of 16 -- checks that every path runs, and says what
+it skipped (BO4SC's T = 10 inner steps need at least 10 batches an epoch). Nothing here is
+timed against a peer: the ratios are to CE on the same machine in the same run.
+
+Usage: ``python scripts/gpu_check.py [--steps 30] [--out benchmarks/results/gpu.md]``
+(about five minutes on one H200; PYTHONPATH=src where selfcal is not installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from selfcal.evaluation import METRICS, point_estimates
+from selfcal.pipeline.fitting import train_method
+from selfcal.pipeline.recipe import Recipe, build_network
+from selfcal.posthoc import build_calibrator, calibrator_names
+from selfcal.predictions import Predictions
+from selfcal.studies.benchmark.protocol import FULL, METHODS
+from selfcal.training import BestCheckpoint
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu.md"
+N_ROWS, N_CLASSES = 20_000, 100
+"""The metrics' logits."""
+FIT_ROWS, FIT_CLASSES = 4_000, 20
+"""The calibrators' logits (half to fit, half to predict; two classes for the binary ones)."""
+METRIC_TOLERANCE = 1e-6
+PROBABILITY_TOLERANCE = 1e-4
+"""Largest |CPU - CUDA| that passes: metrics are float64 sums (summation order only);
+calibrators are fitted by iterative solvers whose paths may part in the last digits."""
+
+
+def logits(n: int, c: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Over-confident logits: noise plus a margin on a class that is the label 70% of the time."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, c, (n,), generator=g)
+    other = torch.randint(0, c, (n,), generator=g)
+    target = torch.where(torch.rand(n, generator=g) < 0.7, y, other)
+    z = 3.0 * torch.randn(n, c, generator=g)
+    z[torch.arange(n), target] += 6.0
+    return z, y
+
+
+def metric_rows(cuda: bool) -> list[str]:
+    z, y = logits(N_ROWS, N_CLASSES, 0)
+    keys = list(METRICS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cpu = point_estimates(Predictions.from_logits(z, y), keys)
+        gpu = point_estimates(Predictions.from_logits(z.cuda(), y.cuda()), keys) if cuda else {}
+    rows = []
+    for k in keys:
+        if not cuda:
+            rows.append(f"| {k} | {cpu[k]:.6g} | skipped (no CUDA) | — |")
+            continue
+        diff = abs(cpu[k] - gpu[k])
+        both_nan = math.isnan(cpu[k]) and math.isnan(gpu[k])
+        verdict = "ok" if diff <= METRIC_TOLERANCE or both_nan else "**differs**"
+        rows.append(f"| {k} | {cpu[k]:.6g} | {gpu[k]:.6g} | {diff:.1e} {verdict} |")
+    return rows
+
+
+def calibrator_rows(cuda: bool) -> list[str]:
+    rows = []
+    for name in calibrator_names():
+        binary = False
+        try:
+            cpu_p, cpu_s = fit_predict(name, "cpu", binary)
+        except ValueError:  # a binary calibrator: two classes
+            binary = True
+            cpu_p, cpu_s = fit_predict(name, "cpu", binary)
+        if not cuda:
+            rows.append(f"| {name} | {2 if binary else FIT_CLASSES} | {cpu_s:.2f} | skipped | — |")
+            continue
+        gpu_p, gpu_s = fit_predict(name, "cuda", binary)
+        print(f"calibrator {name}: {cpu_s:.2f} s, {gpu_s:.2f} s", file=sys.stderr, flush=True)
+        diff = float((cpu_p - gpu_p.cpu()).abs().max())
+        verdict = "ok" if diff <= PROBABILITY_TOLERANCE else "**differs**"
+        rows.append(
+            f"| {name} | {2 if binary else FIT_CLASSES} | {cpu_s:.2f} | {gpu_s:.2f} | "
+            f"{diff:.1e} {verdict} |"
+        )
+    return rows
+
+
+def fit_predict(name: str, device: str, binary: bool) -> tuple[torch.Tensor, float]:
+    """Probabilities on held-out rows after fitting ``name`` on half of :data:`FIT_ROWS`; the
+    seconds of the fit and the prediction."""
+    c = 2 if binary else FIT_CLASSES
+    z, y = logits(FIT_ROWS, c, 1)
+    z, y = z.to(device), y.to(device)
+    half = FIT_ROWS // 2
+    synchronize(device)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = build_calibrator(name).fit(logits=z[:half], labels=y[:half])
+        p = torch.as_tensor(cal.predict_proba(logits=z[half:]))
+    synchronize(device)
+    return p.double().cpu(), time.perf_counter() - start
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def training_rows(device: str, steps: int, batch: int) -> list[str]:
+    """Every benchmark method for one epoch of ``steps`` batches of synthetic CIFAR-shaped
+    data on ResNet-18 with the papers' SGD recipe; seconds relative to CE's epoch."""
+    recipe = Recipe("resnet18", 1, "sgd", 0.1, batch, (), 0.9, 5e-4, 2.0)
+    g = torch.Generator().manual_seed(0)
+    n = steps * batch
+
+    def split(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(rows, 3, 32, 32, generator=g)
+        return x.to(device), torch.randint(0, 10, (rows,), generator=g).to(device)
+
+    train, meta, val = split(n), split(4 * batch), split(4 * batch)
+    seconds, memory = {}, {}
+    for method in ("ce", *METHODS):  # CE twice: the first is the warm-up
+        model = build_network(recipe, 10, 0).to(device)
+        checkpoint = BestCheckpoint(*val)
+        options = FULL.candidates("cifar10", method)[0]
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        synchronize(device)
+        start = time.perf_counter()
+        train_method(
+            METHODS[method], options, recipe, model, train, meta, checkpoint,
+            seed=0, device=device, val_batch_size=4 * batch,
+        )  # fmt: skip
+        synchronize(device)
+        seconds[method] = time.perf_counter() - start
+        print(f"trained {method}: {seconds[method]:.2f} s", file=sys.stderr, flush=True)
+        memory[method] = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else math.nan
+    rows = []
+    for method in METHODS:
+        mib = "—" if math.isnan(memory[method]) else f"{memory[method]:.0f}"
+        rows.append(
+            f"| {method} | {seconds[method]:.2f} | {seconds[method] / seconds['ce']:.2f} | {mib} |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="batches of 128 per method (GPU)")
+    parser.add_argument("--cpu-steps", type=int, default=10, help="batches of 16 per method (CPU)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    steps, batch = (args.steps, 128) if cuda else (args.cpu_steps, 16)
+    name = torch.cuda.get_device_name() if cuda else "no CUDA device (the CPU half)"
+    lines = [
+        "# GPU check",
+        "",
+        f"`python scripts/gpu_check.py --steps {args.steps}` on {name}; torch {torch.__version__}, "
+        f"{datetime.date.today().isoformat()}.",
+        "",
+    ]
+    if not cuda:
+        lines += [
+            "Skipped without CUDA: the CUDA results of the metrics and calibrators, and the "
+            "peak GPU memory; the training ran on the CPU with batches of 16.",
+            "",
+        ]
+    lines += [
+        f"## Metrics on {N_ROWS:,} x {N_CLASSES} logits: CPU against CUDA "
+        f"(pass: |difference| <= {METRIC_TOLERANCE:g})",
+        "",
+        "| metric | CPU | CUDA | difference |",
+        "|---|---|---|---|",
+        *metric_rows(cuda),
+        "",
+        f"## Calibrators fitted on {FIT_ROWS // 2:,} rows, probabilities on "
+        f"{FIT_ROWS // 2:,} more: CPU against CUDA "
+        f"(pass: max |difference| <= {PROBABILITY_TOLERANCE:g})",
+        "",
+        "| calibrator | classes | fit + predict, CPU (s) | CUDA (s) | max difference |",
+        "|---|---|---|---|---|",
+        *calibrator_rows(cuda),
+        "",
+        f"## One epoch of {steps} batches of {batch} synthetic 3 x 32 x 32 images, ResNet-18, "
+        "the papers' SGD recipe (the checkpoint's validation pass included)",
+        "",
+        "| method | seconds | × CE | peak GPU memory (MiB) |",
+        "|---|---|---|---|",
+        *training_rows(device, steps, batch),
+        "",
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
