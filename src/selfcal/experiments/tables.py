@@ -142,6 +142,19 @@ class Difference:
             return "worse" if lower_is_better else "better"
         return "tied"
 
+    def p_value(self) -> float:
+        """Two-sided p-value of the paired t-test of a zero mean difference (the test whose
+        95% interval is ``low`` .. ``high``); ``NaN`` below two seeds, 0 or 1 when every seed's
+        difference is the same."""
+        from scipy import stats
+
+        if self.n < 2 or math.isnan(self.sd):
+            return math.nan
+        if self.sd == 0.0:
+            return 1.0 if self.mean == 0.0 else 0.0
+        t = self.mean / (self.sd / math.sqrt(self.n))
+        return float(2.0 * stats.t.sf(abs(t), self.n - 1))
+
     def format(self, scale: float = 1.0, digits: int = 3) -> str:
         """``+0.012 [-0.003, +0.027]`` (scaled)."""
         m, lo, hi = (x * scale for x in (self.mean, self.low, self.high))

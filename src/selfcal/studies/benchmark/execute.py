@@ -1,6 +1,9 @@
-"""One training run of the benchmark gives both regimes' records: a method candidate trained
-once from its seed's initialisation on the seed's data, then evaluated at the last iterate
-(``memorise``) and at the checkpoint with the lowest validation NLL (``early-stop``).
+"""One training run of the benchmark gives the three regimes' records: a method candidate
+trained once from its seed's initialisation on the seed's data, then evaluated at the last
+iterate (``memorise``), at the checkpoint with the lowest validation NLL (``early-stop``) and at
+the checkpoint with the lowest validation refinement loss -- the validation NLL after a
+temperature fitted on the same predictions, computed after every epoch (``refine-stop``;
+Berta et al., 2025).
 
 Every method trains on the same reduced training set: the loader's training split less a
 stratified, seeded 1/9 held out as the meta-validation set that CE-DECE, FLγ-SECE and BO4SC
@@ -12,14 +15,18 @@ Each regime's model is scored raw, after temperature scaling (a single ``T`` fit
 validation NLL, Guo et al.'s, ``*_ts``; the predicted class is unchanged), after structured
 matrix scaling (Berta et al.'s SMS, ``*_sms``; it can change the class), after the calibrator
 that :class:`~selfcal.posthoc.AutoCalibration` chooses by 5-fold cross-validation on the
-validation split (``*_auto``; the candidates in this version's order, :data:`VERSION_3_AUTO`),
-and after top-label isotonic regression mixed with the uniform
+validation split (``*_auto``), and after top-label isotonic regression mixed with the uniform
 distribution (``*_iso``: the top-label confidence is remapped, the class unchanged, so only
 top-label metrics exist), each fitted on validation. The validation and test logits and labels
 are stored with every record (``val_logits``, ``test_logits``, ``val_labels``,
 ``test_labels``), so the post-hoc leaderboard (``selfcal reproduce posthoc``) reads them
 instead of retraining. ``train_seconds`` is the training time (the per-epoch validation pass
 of the checkpointing included, the same for every method).
+
+Under shift: every regime's model is also scored on the dataset's shifted test sets
+(:mod:`selfcal.data.shift`: each corruption at severities 1-5, fixed by seed) raw and after the
+same TS, SMS and ``auto`` maps fitted on the clean validation split -- ECE, NLL and accuracy,
+``shift.<corruption>.<severity>.<metric><suffix>`` (inference only, no extra training).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import torch
 
 import selfcal.metrics as M
 from selfcal import Predictions
+from selfcal.data.shift import shifted_test_sets
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.metrics.binning import top_label_bins
 from selfcal.pipeline.fitting import train_method
@@ -47,15 +55,6 @@ from selfcal.posthoc import (
 from selfcal.studies import _images
 from selfcal.studies.benchmark.protocol import METHODS, BenchmarkProtocol
 from selfcal.training import BestCheckpoint
-
-VERSION_3_AUTO = {
-    False: ("ts", "ts-mix", "svs", "sms", "ets", "isotonic", "none"),
-    True: ("ts", "ts-mix", "platt", "beta", "quadratic", "svs", "sms", "ets", "isotonic", "none"),
-}
-"""``auto``'s candidates (multiclass, binary) in the order this study version ran them:
-temperature scaling first, the default before :data:`selfcal.posthoc.auto.CANDIDATES` put
-structured matrix scaling first. Kept so that ``results/benchmark`` reproduces until the
-benchmark is regenerated with the new default."""
 
 # Everything is imported at the top, so no training clock pays an import (a worker's first run
 # would, and its time relative to CE would be off).
@@ -73,7 +72,9 @@ def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, 
     model = build_network(recipe, data.n_classes, spec.seed, data.n_features)
     device = _images.device_for(spec.dataset)
     model.to(device)
-    checkpoint = BestCheckpoint(data.val.x.to(device), data.val.y.to(device))
+    checkpoint = BestCheckpoint(
+        data.val.x.to(device), data.val.y.to(device), criteria=("nll", "refinement")
+    )
     options = {k[3:]: v for k, v in spec.hparams.items() if k.startswith("hp.")}
     transform = _images.augmentation(data, spec.dataset)
     start = time.perf_counter()
@@ -91,22 +92,32 @@ def train_and_evaluate(protocol: BenchmarkProtocol, spec: RunSpec) -> dict[str, 
         val_batch_size=protocol.val_batch_size,
     )
     extra["train_seconds"] = time.perf_counter() - start
-    last = with_metrics(evaluate(protocol, model, data), extra, float(recipe.epochs))
-    checkpoint.restore(model)
-    best = with_metrics(evaluate(protocol, model, data), extra, float(checkpoint.epoch + 1))
-    return {"memorise": last, "early-stop": best}
+    shifted = shifted_test_sets(data)
+    out = {"memorise": with_metrics(evaluate(protocol, model, data, shifted), extra, recipe.epochs)}
+    for regime, criterion in (("early-stop", "nll"), ("refine-stop", "refinement")):
+        checkpoint.restore(model, criterion)
+        epochs = checkpoint.kept[criterion].epoch + 1
+        out[regime] = with_metrics(evaluate(protocol, model, data, shifted), extra, epochs)
+    return out
 
 
-def with_metrics(result: RunResult, extra: dict[str, float], epochs: float) -> RunResult:
+def with_metrics(result: RunResult, extra: dict[str, float], epochs: int) -> RunResult:
     """``result`` with the training's ``extra`` metrics and the epochs it trained."""
-    return dataclasses.replace(result, metrics={**result.metrics, **extra, "hp.epochs": epochs})
+    metrics = {**result.metrics, **extra, "hp.epochs": float(epochs)}
+    return dataclasses.replace(result, metrics=metrics)
 
 
 # ----------------------------------------------------------------------------- evaluation
-def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> RunResult:
+def evaluate(
+    protocol: BenchmarkProtocol,
+    model: torch.nn.Module,
+    data: Any,
+    shifted: dict[tuple[str, int], Any],
+) -> RunResult:
     """Validation scores (selection), the training error, and the test scores raw, after
     temperature scaling, SMS, ``auto`` and isotonic regression, with their reliability bins;
-    the validation and test predictions as artefacts."""
+    the same maps' scores on every ``shifted`` test set; the validation and test predictions
+    as artefacts."""
     z_val, z = _images.logits(model, data.val.x), _images.logits(model, data.test.x)
     val = Predictions.from_logits(z_val, data.val.y)
     with recorded_degenerate_fits() as degenerate:  # counted per run, not printed
@@ -114,9 +125,7 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
         iso = IsotonicCalibration().fit(logits=z_val, labels=data.val.y)
     with recorded_degenerate_fits():  # SMS and auto warn in the same cases, counted above
         sms = StructuredMatrixScaling().fit(logits=z_val, labels=data.val.y)
-        auto = AutoCalibration(candidates=VERSION_3_AUTO[data.n_classes == 2]).fit(
-            logits=z_val, labels=data.val.y
-        )
+        auto = AutoCalibration().fit(logits=z_val, labels=data.val.y)
     raw = Predictions.from_logits(z, data.test.y)
     calibrated = {
         "": raw,
@@ -130,6 +139,7 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
     bins = protocol.n_bins
     metrics = {
         "val_nll": float(M.nll(val)),
+        "val_refinement": float(M.nll(Predictions.from_logits(z_val / temperature, data.val.y))),
         "val_ece": float(M.ece(val, n_bins=bins)),
         "val_accuracy": float(M.accuracy(val)),
         "temperature": temperature,
@@ -143,6 +153,7 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
     metrics.update(_images.scores(raw, bins))
     for suffix, pred in {"_ts": calibrated["_ts"], **structured}.items():
         metrics.update({f"{k}{suffix}": v for k, v in _images.scores(pred, bins).items()})
+    metrics.update(shift_scores(model, shifted, temperature, sms, auto, bins))
     metrics.update(
         {
             "ece_iso": float(M.ece(calibrated["_iso"], n_bins=bins)),
@@ -163,6 +174,33 @@ def evaluate(protocol: BenchmarkProtocol, model: torch.nn.Module, data: Any) -> 
             **predictions,
         },
     )
+
+
+def shift_scores(
+    model: torch.nn.Module,
+    shifted: dict[tuple[str, int], Any],
+    temperature: float,
+    sms: StructuredMatrixScaling,
+    auto: AutoCalibration,
+    n_bins: int,
+) -> dict[str, float]:
+    """ECE, NLL and accuracy on every shifted test set, raw and after the clean-validation
+    TS, SMS and ``auto`` maps: ``shift.<corruption>.<severity>.<metric><suffix>``."""
+    out = {}
+    for (corruption, severity), split in shifted.items():
+        z = _images.logits(model, split.x)
+        preds = {
+            "": Predictions.from_logits(z, split.y),
+            "_ts": Predictions.from_logits(z / temperature, split.y),
+            "_sms": Predictions.from_probs(sms.predict_proba(logits=z), split.y),
+            "_auto": Predictions.from_probs(auto.predict_proba(logits=z), split.y),
+        }
+        key = f"shift.{corruption}.{severity}."
+        for suffix, pred in preds.items():
+            out[f"{key}ece{suffix}"] = float(M.ece(pred, n_bins=n_bins))
+            out[f"{key}nll{suffix}"] = float(M.nll(pred))
+            out[f"{key}accuracy{suffix}"] = float(M.accuracy(pred))
+    return out
 
 
 def bin_sums(pred: Any, n_bins: int) -> np.ndarray:

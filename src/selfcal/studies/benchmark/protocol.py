@@ -47,13 +47,17 @@ LABELS = {
     "flγ-sece": "FLγ-SECE",
     "bo4sc": "BO4SC",
 }
-REGIMES = ("memorise", "early-stop")
+REGIMES = ("memorise", "early-stop", "refine-stop")
 REGIMES_DOC = """\
 * `memorise`: the last iterate of the whole schedule, long enough that cross-entropy drives
   the training error to (near) zero and becomes over-confident.
 * `early-stop`: the same run's checkpoint with the lowest validation NLL (early stopping with
   unlimited patience; checked after every epoch, for BO4SC after the outer iteration that ends
-  each epoch). Both regimes come from one training run per (method, candidate, seed)."""
+  each epoch).
+* `refine-stop`: the same run's checkpoint with the lowest validation *refinement* loss -- the
+  validation NLL after a temperature fitted on those same validation predictions (Berta et al.,
+  2025: stop where refinement is lowest, then recalibrate; checked when `early-stop` is).
+  All three regimes come from one training run per (method, candidate, seed)."""
 SELECTION = VAL_ECE
 """Among a method's candidates: the lowest validation ECE (before temperature scaling) of the
 regime's model, per seed -- the image studies' criterion."""

@@ -21,6 +21,7 @@ from selfcal.experiments.report import (
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference, columns
 from selfcal.studies import _images
+from selfcal.studies.benchmark import shift_report
 from selfcal.studies.benchmark.protocol import (
     CANDIDATES_DOC,
     LABELS,
@@ -311,6 +312,26 @@ def sections(results: StudyResults) -> list[str]:
         "",
         *ce_posthoc_lines(results),
         "",
+        "## Stopping by refinement",
+        "",
+        "The `refine-stop` record minus the `early-stop` record of the same run, paired over "
+        "seeds (NLL; ECE and accuracy in points): does stopping where the validation refinement "
+        "loss is lowest, then recalibrating, beat stopping at the lowest validation NLL? "
+        "Methods better / worse: paired 95% intervals, uncorrected.",
+        "",
+        *shift_report.refine_table(results),
+        "",
+        "## Under shift",
+        "",
+        *prose(shift_report.SHIFT_DOC),
+        *shift_report.shift_summary_lines(results),
+        "",
+        "Per dataset: `shift_<dataset>_<regime>.png` plots ECE, NLL (after TS) and accuracy "
+        "against severity for every method; the tables below give CE's own numbers (mean ± 95% "
+        "CI over seeds, %) and the counts of methods significantly better / worse than CE + TS "
+        "after the correction.",
+        "",
+        *shift_sections(results),
         "## Protocol",
         "",
         *prose(benchmark.__doc__),
@@ -354,8 +375,20 @@ def sections(results: StudyResults) -> list[str]:
     return parts + hyperparameter_section(results, list(results.protocol.methods), LABELS, note)
 
 
+def shift_sections(results: StudyResults) -> list[str]:
+    """One table per dataset and regime: CE under shift (:func:`shift_report.shift_table`)."""
+    out = []
+    for d in results.datasets:
+        if not shift_report.shifts(results, d):
+            continue
+        for regime in regime_names(results):
+            out += [f"### {d} under shift, {regime} regime", ""]
+            out += [*shift_report.shift_table(results, d, regime), ""]
+    return out
+
+
 def summary(results: StudyResults) -> list[str]:
-    lines = summary_lines(results)
+    lines = summary_lines(results) + shift_report.shift_summary_lines(results) + [""]
     for d in results.datasets:
         for regime in regime_names(results):
             lines += [f"{d}, {regime} regime", *table(results, d, regime), ""]
@@ -402,4 +435,4 @@ def payload(results: StudyResults) -> dict[str, Any]:
                         },
                     }
                 )
-    return {"leaderboard": board}
+    return {"leaderboard": board, **shift_report.payload(results)}
