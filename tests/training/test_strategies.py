@@ -55,7 +55,7 @@ class Recording(LossStep):
     def start_epoch(self, epoch: int) -> None:
         self.calls.append(("epoch", epoch))
 
-    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         self.calls.append(("step", len(y)))
         return super().step(model, x, y)
 
@@ -121,6 +121,6 @@ def test_prepare_run_sets_up_what_fit_trains_with(make_blobs):
     step = LossStep()
     step.start(run)
     before = [p.detach().clone() for p in net.parameters()]
-    value = step.step(net, *run.train)
+    value = float(step.step(net, *run.train))
     assert math.isfinite(value)
     assert any(not torch.equal(p, q) for p, q in zip(before, net.parameters()))

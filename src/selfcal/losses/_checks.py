@@ -1,7 +1,9 @@
 """Input checks and reductions shared by every training loss.
 
 Losses run inside the training loop, once per minibatch, so the per-call checks are cheap:
-shapes and dtypes (Python only) and one ``aminmax`` over the labels. Logits are *not* scanned
+shapes and dtypes (Python only) and one ``aminmax`` over the labels -- skipped inside
+:func:`labels_checked`, which the training loop enters once it has checked every label of its
+data (reading the ``aminmax`` would make each step wait for the device). Logits are *not* scanned
 for NaN/inf: a non-finite logit gives a non-finite loss, which
 :func:`selfcal.training.fit` reports as :class:`~selfcal.exceptions.TrainingDiverged` -- raising
 ``ValueError`` here would turn a diverged run into a crash. Hyperparameters are checked once,
@@ -10,6 +12,9 @@ when a loss or weight object is built.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Literal
 
 import torch
@@ -19,6 +24,20 @@ from selfcal._validation import check_choice
 Reduction = Literal["sum", "mean", "none"]
 REDUCTIONS: tuple[str, ...] = ("sum", "mean", "none")
 _INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+
+
+_LABELS_CHECKED: ContextVar[bool] = ContextVar("labels_checked", default=False)
+
+
+@contextmanager
+def labels_checked() -> Iterator[None]:
+    """Inside, the losses trust that their labels lie in ``[0, C)``: the caller has checked
+    them (the training loop checks its training and validation labels once)."""
+    token = _LABELS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _LABELS_CHECKED.reset(token)
 
 
 def check_reduction(reduction: str) -> None:
@@ -56,12 +75,13 @@ def check_logits_labels(logits: object, labels: object) -> torch.Tensor:
         )
     if labels.dtype not in _INTEGER_DTYPES:
         raise ValueError(f"labels must hold integer class indices, got dtype {labels.dtype}")
-    extremes = torch.aminmax(labels)
-    low, high, n_classes = int(extremes.min), int(extremes.max), logits.shape[1]
-    if low < 0 or high >= n_classes:
-        raise ValueError(
-            f"labels must lie in [0, {n_classes}), found label {low if low < 0 else high}"
-        )
+    if not _LABELS_CHECKED.get():
+        extremes = torch.aminmax(labels)
+        low, high, n_classes = int(extremes.min), int(extremes.max), logits.shape[1]
+        if low < 0 or high >= n_classes:
+            raise ValueError(
+                f"labels must lie in [0, {n_classes}), found label {low if low < 0 else high}"
+            )
     return labels if labels.dtype == torch.int64 else labels.long()
 
 

@@ -39,6 +39,7 @@ from torch import nn
 
 from selfcal._validation import check_nonnegative, check_optional_int
 from selfcal.exceptions import DegenerateCalibration, NonFinite, TrainingDiverged
+from selfcal.losses._checks import labels_checked
 from selfcal.metrics import accuracy, ece, nll, refinement_loss
 from selfcal.predictions import Predictions
 from selfcal.training.config import TrainConfig
@@ -84,7 +85,8 @@ def fit(
     run = prepare_run(model, train, val, config=config, batch_transform=batch_transform)
     with _seeded_global_rng(config.seed, run.device):
         step.start(run)
-        return _epochs(run, step, on_epoch)
+        with labels_checked():  # _prepare_pair checked every label: no per-loss scan
+            return _epochs(run, step, on_epoch)
 
 
 def prepare_run(
@@ -210,12 +212,19 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
 def _train_epoch(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, batches: list[Batch], step: TrainStep
 ) -> float:
-    """One pass over ``batches``; returns the batch-size-weighted mean of the step losses."""
+    """One pass over ``batches``; returns the batch-size-weighted mean of the step losses,
+    summed on the device and read once (:class:`NonFinite` if it is NaN or infinite)."""
     model.train()
-    total = 0.0
+    dtype = torch.float32 if y.device.type == "mps" else torch.float64  # MPS has no float64
+    total = torch.zeros((), dtype=dtype, device=y.device)
     for batch in batches:
-        total += step.step(model, x[batch], y[batch]) * len(y[batch])
-    return total / len(y)
+        rows = y[batch]
+        loss = step.step(model, x[batch], rows)
+        total = total + torch.as_tensor(loss, dtype=dtype, device=y.device) * rows.shape[0]
+    mean = float(total) / len(y)
+    if not math.isfinite(mean):
+        raise NonFinite(f"the training loss is {mean}")
+    return mean
 
 
 def _augmentation_generator(seed: int, device: torch.device) -> torch.Generator:

@@ -9,8 +9,9 @@ checkpoints, divergence -- and asks a :class:`TrainStep` to take each minibatch 
   seeded RNG context: a step that creates parameters (γ-Net) draws them there;
 * :meth:`TrainStep.start_epoch` is told each epoch before its first minibatch;
 * :meth:`TrainStep.step` takes one minibatch ``(x, y)`` (raw: the step applies the run's
-  ``augment``) and returns the loss value it trained on (raising
-  :class:`~selfcal.exceptions.NonFinite` for NaN/inf, which the loop reports as divergence);
+  ``augment``) and returns the loss it trained on, detached, as a 0-d tensor on the run's
+  device: the loop sums the step losses on the device and reads the sum once an epoch, so a
+  step never waits for the device (a NaN/inf sum is reported as divergence);
 * :meth:`TrainStep.end_epoch` runs after the epoch's validation (records of its own);
 * :meth:`TrainStep.history` turns the loop's :class:`~selfcal.training.History` into the
   step's own (e.g. with meta-learning curves).
@@ -31,7 +32,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from selfcal._validation import check_nonnegative
-from selfcal.exceptions import NonFinite
 from selfcal.losses.mixup import mixup_batch, mixup_loss
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History
@@ -71,8 +71,8 @@ class TrainStep:
     def start_epoch(self, epoch: int) -> None:
         """Called before each epoch's first minibatch (epochs are numbered from 0)."""
 
-    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-        """One minibatch step; returns the loss value it trained on."""
+    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One minibatch step; returns the loss it trained on, detached (module doc)."""
         raise NotImplementedError
 
     def end_epoch(self, model: nn.Module, validation: Pair | None) -> None:
@@ -83,21 +83,19 @@ class TrainStep:
         return base
 
 
-def loss_value(loss: Any) -> float:
-    """``float(loss)`` of a scalar tensor; :class:`NonFinite` for NaN/inf."""
+def checked_loss(loss: Any) -> torch.Tensor:
+    """``loss`` detached, once it is known to be a scalar tensor. Its value is not read here
+    (that would wait for the device): the loop checks the epoch's sum for NaN/inf."""
     if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
         raise ValueError("loss_fn must return a scalar tensor")
-    value = float(loss.detach())
-    if not torch.isfinite(loss.detach()):
-        raise NonFinite(f"the training loss is {value}")
-    return value
+    return loss.detach()
 
 
-def descend(model: nn.Module, loss: torch.Tensor, run: Run) -> float:
+def descend(model: nn.Module, loss: torch.Tensor, run: Run) -> torch.Tensor:
     """The optimizer step on ``loss`` (its gradients clipped to the global L2 norm
-    ``config.grad_clip`` if set); returns the loss value. The caller has zeroed the
+    ``config.grad_clip`` if set); returns the loss, detached. The caller has zeroed the
     gradients before computing ``loss``."""
-    value = loss_value(loss)
+    value = checked_loss(loss)
     loss.backward()
     if run.config.grad_clip is not None:
         nn.utils.clip_grad_norm_(model.parameters(), run.config.grad_clip)
@@ -119,7 +117,7 @@ class LossStep(TrainStep):
         if callable(set_epoch):
             set_epoch(epoch)
 
-    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         self.run.optimizer.zero_grad(set_to_none=True)
         return descend(model, self.loss(model, x, y), self.run)
 

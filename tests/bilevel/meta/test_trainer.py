@@ -73,7 +73,7 @@ def test_step_returns_the_focal_loss_with_the_updated_gamma_net():
     before = copy.deepcopy(model)
     gamma_before = meta(before.features(train[0])).detach()
     step = started_step(model, meta, train, meta_val, meta_lr=0.1)
-    value = step.step(model, *train)
+    value = float(step.step(model, *train))
     torch.testing.assert_close(step.gammas[-1], gamma_before)
     with torch.no_grad():
         features = before.features(train[0])

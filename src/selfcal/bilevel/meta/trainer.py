@@ -145,10 +145,11 @@ class MetaStep(TrainStep):
         self.meta_batches = _cycle(len(self.y_meta), run.config.batch_size, generator, run.device)
 
     def start_epoch(self, epoch: int) -> None:
-        self.meta_losses: list[float] = []
+        self.meta_losses: list[torch.Tensor] = []
+        self.gamma_finite = torch.ones((), dtype=torch.bool, device=self.run.device)
         self.gammas: list[torch.Tensor] = []
 
-    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One iteration (methods §6.4 steps 1-6); returns the real step's loss."""
         rows = next(self.meta_batches)
         x, x_meta, y_meta = self.run.augment(x), self.x_meta[rows], self.y_meta[rows]
@@ -157,24 +158,33 @@ class MetaStep(TrainStep):
         features = model_features(model, x)  # (a) the train forward, kept
         logits = model_head(model)(features)
         detached = features.detach()
-        gamma = _checked_gamma(meta, detached, "")
+        gamma = self._gamma(meta, detached)
         batch = MetaBatch(x, y, detached, x_meta, y_meta, self._meta_features(model, x_meta))
         quirks = self.options.replicate_reference_quirks
         lr = self.run.optimizer.param_groups[0]["lr"]
         lookahead = MetaLookahead(lr, self.objective, self.options.lookahead, quirks)
         result = meta_hypergradient(model, meta, batch, lookahead)
         _adam_step(meta, result.grad["meta"] if quirks else result.grad, self.meta_optimizer)
-        updated = _checked_gamma(meta, detached, " after the meta step")  # (b) done
+        updated = self._gamma(meta, detached)  # (b) done
         self.run.optimizer.zero_grad(set_to_none=True)
         if quirks:
             accumulate_leaked_gradient(model, result.grad["backbone"])
             update_batchnorm_statistics(model, x_meta)
         head = dict(model_head(model).named_parameters())
         loss = meta.training_loss(logits, y, features=detached, head=head, gamma=updated)
-        self.meta_losses.append(float(result.outer_loss))
+        self.meta_losses.append(result.outer_loss.detach())
         if gamma is not None:
             self.gammas.append(gamma)
         return descend(model, loss, self.run)  # (c) gamma recomputed, detached
+
+    def _gamma(self, meta: MetaModule, features: torch.Tensor) -> torch.Tensor | None:
+        """The meta module's detached exponent on ``features`` (``None`` if it has none); its
+        finiteness is kept on the device and read once an epoch (:meth:`end_epoch` raises
+        :class:`~selfcal.exceptions.NonFinite`), so the step never waits for it."""
+        gamma = meta.gamma(features)
+        if gamma is not None:
+            self.gamma_finite = self.gamma_finite & torch.isfinite(gamma).all()
+        return gamma
 
     def _meta_features(self, model: nn.Module, x_meta: torch.Tensor) -> torch.Tensor | None:
         """Eval-mode, no-grad meta-val features for the plain head lookahead; ``None`` where
@@ -186,7 +196,9 @@ class MetaStep(TrainStep):
 
     def end_epoch(self, model: nn.Module, validation: Pair | None) -> None:
         """Record the epoch's mean meta loss and γ-Net's output statistics."""
-        self.record["meta_loss"].append(float(sum(self.meta_losses) / len(self.meta_losses)))
+        if not bool(self.gamma_finite):
+            raise NonFinite("the γ-Net output is not finite")
+        self.record["meta_loss"].append(float(torch.stack(self.meta_losses).double().mean()))
         if not self.gammas:
             return
         self._append_stats("train", torch.cat(self.gammas))
@@ -290,12 +302,3 @@ def _adam_step(meta: nn.Module, grads: Params, optimizer: torch.optim.Optimizer)
     for name, p in meta.named_parameters():
         p.grad = grads[name].to(p.dtype)
     optimizer.step()
-
-
-def _checked_gamma(meta: MetaModule, features: torch.Tensor, when: str) -> torch.Tensor | None:
-    """The meta module's detached exponent on ``features`` (``None`` if it has none); raises
-    :class:`~selfcal.exceptions.NonFinite` if any value is NaN or infinite."""
-    gamma = meta.gamma(features)
-    if gamma is not None and not bool(torch.isfinite(gamma).all()):
-        raise NonFinite(f"the γ-Net output is not finite{when}")
-    return gamma
