@@ -4,12 +4,17 @@ goes on to its end."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from selfcal.exceptions import DegenerateCalibration
+from selfcal.metrics import refinement_loss
+from selfcal.predictions import Predictions
 
 EVAL_CHUNK = 1000
 """Rows per forward pass when scoring the validation set."""
@@ -94,12 +99,6 @@ class BestCheckpoint:
         nll = float(torch.nn.functional.cross_entropy(logits, self.y))
         if criterion == "nll" or not math.isfinite(nll):
             return nll
-        import warnings
-
-        from selfcal.exceptions import DegenerateCalibration
-        from selfcal.metrics import refinement_loss
-        from selfcal.predictions import Predictions
-
         with warnings.catch_warnings():  # all correct: T = 1, the NLL itself; that is right
             warnings.simplefilter("ignore", DegenerateCalibration)
             return float(refinement_loss(Predictions.from_logits(logits, self.y)))
