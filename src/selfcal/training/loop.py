@@ -1,5 +1,5 @@
-"""The one training loop: :func:`fit`, the set-up it shares (:func:`prepare_run`) and
-:func:`predict_logits`.
+"""The one training loop: :func:`fit` and the set-up it shares (:func:`prepare_run`); its
+validation pass runs :func:`selfcal.models.inference.predict_logits`.
 
 Every way selfcal trains a network runs this loop; what differs is the *step strategy*
 (:mod:`selfcal.training.steps`): plain training on a loss (:class:`LossStep`), mixup
@@ -37,10 +37,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from selfcal._validation import check_nonnegative, check_optional_int
+from selfcal._validation import check_nonnegative
 from selfcal.exceptions import DegenerateCalibration, NonFinite, TrainingDiverged
 from selfcal.losses._checks import labels_checked
 from selfcal.metrics import accuracy, ece, nll, refinement_loss
+from selfcal.models.inference import as_tensor, predict_logits
 from selfcal.predictions import Predictions
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History, HistoryRecorder, StopReason
@@ -173,28 +174,6 @@ def _epochs(run: Run, step: TrainStep, on_epoch: EpochCallback | None) -> Histor
     return step.history(
         record.snapshot(time.perf_counter() - start, stop, restored=best_state is not None)
     )
-
-
-def predict_logits(
-    model: nn.Module, x: torch.Tensor, batch_size: int | None = None
-) -> torch.Tensor:
-    """``model(x)`` in eval mode without gradients, in chunks of ``batch_size`` rows.
-
-    ``x`` is moved to the model's device; the logits stay there. The model's train/eval mode
-    is restored afterwards."""
-    x = _as_tensor(x, "x")
-    if x.ndim < 1 or x.shape[0] == 0:
-        raise ValueError(f"x must have at least one row, got shape {tuple(x.shape)}")
-    check_optional_int("batch_size", batch_size)
-    device = next((p.device for p in model.parameters()), x.device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            chunks = [x] if batch_size is None else list(x.split(batch_size))
-            return torch.cat([model(chunk.to(device)) for chunk in chunks])
-    finally:
-        model.train(was_training)
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -332,7 +311,7 @@ def _prepare_pair(
     """Validate ``(x, y)``; return them on ``device`` (``x`` in the model's float dtype)."""
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise ValueError(f"{name} must be a pair (x, y)")
-    x, y = _as_tensor(data[0], f"{name} x"), _as_tensor(data[1], f"{name} y")
+    x, y = as_tensor(data[0], f"{name} x"), as_tensor(data[1], f"{name} y")
     if x.ndim < 2 or x.shape[0] == 0:
         raise ValueError(f"{name} x must have shape (N, ...) with N >= 1, got {tuple(x.shape)}")
     if y.ndim != 1 or y.shape[0] != x.shape[0]:
@@ -367,12 +346,3 @@ def _check_label_range(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name:
 
 def _float_dtype(model: nn.Module, default: torch.dtype) -> torch.dtype:
     return next((p.dtype for p in model.parameters() if p.is_floating_point()), default)
-
-
-def _as_tensor(value: Any, name: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    try:
-        return torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError) as err:
-        raise ValueError(f"{name} must be a tensor or array, got {type(value).__name__}") from err
