@@ -48,7 +48,11 @@ STRING_LABELS = (
 """The one message for string (or other non-numeric) labels, wherever labels are read."""
 
 CHUNK_ROWS = 1 << 18
-"""Rows per chunk in the fused validation pass (keeps each chunk in cache)."""
+"""Rows per chunk in the fused validation pass on the CPU (keeps each chunk in cache)."""
+
+DEVICE_CHUNK_ELEMENTS = 1 << 24
+"""Scores per chunk of the validation pass on other devices: the float64 copy of a chunk is
+at most 128 MB whatever ``N`` (a whole ``(50 000, 21 000)`` float64 copy would be 8 GB)."""
 
 ScoreKind = Literal["logits", "probs"]
 ArrayLike = Any  # numpy array, torch tensor, or nested sequence
@@ -183,8 +187,9 @@ def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor
     needs -- row sums and each chunk's minimum (a whole-chunk reduction, much cheaper than
     per-row minima; rows are located only when a chunk fails).
 
-    Chunks of :data:`CHUNK_ROWS` rows stay in cache while every reduction reads them, and the
-    outputs are written in place (no concatenation). Row sums of probabilities (validation
+    Chunks of :data:`CHUNK_ROWS` rows stay in cache while every reduction reads them (on other
+    devices, chunks of :data:`DEVICE_CHUNK_ELEMENTS` scores bound the memory: ``O(chunk)``
+    temporaries whatever ``N``), and the outputs are written in place (no concatenation). Row sums of probabilities (validation
     only) are one matrix-vector product (BLAS) in the input dtype: its rounding error is far
     below :data:`PROB_ATOL`. The softmax denominator of logits is a row reduction instead:
     BLAS gemv rounds a row's sum differently with the row's position in the block, and a
@@ -198,7 +203,7 @@ def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor
         n, dtype=scores.dtype if kind == "probs" else torch.float64, device=device
     )
     chunk_min = []
-    rows = CHUNK_ROWS if device.type == "cpu" else n
+    rows = CHUNK_ROWS if device.type == "cpu" else max(1, DEVICE_CHUNK_ELEMENTS // n_classes)
     top = torch.empty(min(rows, n), dtype=scores.dtype, device=device)
     ones = torch.ones(n_classes, dtype=row_sum.dtype, device=device)
     for start in range(0, n, rows):

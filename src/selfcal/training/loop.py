@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -84,7 +85,10 @@ def fit(
     """
     step = _strategy(step, loss_fn, mixup_alpha)
     run = prepare_run(model, train, val, config=config, batch_transform=batch_transform)
-    with _seeded_global_rng(config.seed, run.device):
+    with (
+        _seeded_global_rng(config.seed, run.device),
+        deterministic_mode(config.deterministic, run.device),
+    ):
         step.start(run)
         with labels_checked():  # _prepare_pair checked every label: no per-loss scan
             return _epochs(run, step, on_epoch)
@@ -303,6 +307,30 @@ def _seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield
+
+
+@contextlib.contextmanager
+def deterministic_mode(on: bool, device: torch.device) -> Iterator[None]:
+    """``TrainConfig(deterministic=True)`` on CUDA: cuDNN's deterministic kernels and
+    ``torch.use_deterministic_algorithms(True)`` inside, the caller's settings restored after.
+    Nothing changes on other devices or when ``on`` is false."""
+    if not on or device.type != "cuda":
+        yield
+        return
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
+        raise ValueError(
+            "deterministic=True on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8) set "
+            "in the environment before Python starts"
+        )
+    cudnn = torch.backends.cudnn
+    before = (cudnn.deterministic, cudnn.benchmark, torch.are_deterministic_algorithms_enabled())
+    cudnn.deterministic, cudnn.benchmark = True, False
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        cudnn.deterministic, cudnn.benchmark = before[0], before[1]
+        torch.use_deterministic_algorithms(before[2])
 
 
 def _prepare_pair(
