@@ -102,9 +102,13 @@ class Curves:
 
         meta = getattr(self.step, "meta_module", None)
         if isinstance(meta, GammaNet):
-            gamma = predict_logits(
-                model, self.data.test.x, forward=lambda m, x: meta(m.features(x)), out_device="cpu"
-            )
+            gamma_net = meta
+
+            def gammas(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+                features: torch.Tensor = m.features(x)  # type: ignore[operator]  # image models only
+                return gamma_net(features)
+
+            gamma = predict_logits(model, self.data.test.x, forward=gammas, out_device="cpu")
             self.values.setdefault("test_gamma_mean", []).append(float(gamma.double().mean()))
             self.values.setdefault("test_gamma_std", []).append(
                 float(gamma.double().std(unbiased=False))
