@@ -191,10 +191,11 @@ def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor
     devices, chunks of :data:`DEVICE_CHUNK_ELEMENTS` scores bound the memory: ``O(chunk)``
     temporaries whatever ``N``), and the outputs are written in place (no concatenation). Row
     sums of probabilities (validation only) are one matrix-vector product (BLAS) in the input
-    dtype: its rounding error is far below :data:`PROB_ATOL`. The softmax denominator of logits is a row reduction instead:
-    BLAS gemv rounds a row's sum differently with the row's position in the block, and a
-    confidence that changes in its last bit when rows are reordered breaks ties and moves
-    samples across bin edges (AURC and AdaECE would depend on the row order)."""
+    dtype: its rounding error is far below :data:`PROB_ATOL`. The softmax denominator of
+    logits is a row reduction instead: BLAS gemv rounds a row's sum differently with the row's
+    position in the block, and a confidence that changes in its last bit when rows are
+    reordered breaks ties and moves samples across bin edges (AURC and AdaECE would depend on
+    the row order)."""
     n, n_classes = scores.shape
     device = scores.device
     conf = torch.empty(n, dtype=torch.float64, device=device)
