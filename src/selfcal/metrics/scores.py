@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import torch
 
+from selfcal._top_label import DEVICE_CHUNK_ELEMENTS
 from selfcal.metrics._api import metric, weighted_mean
 from selfcal.metrics.binning import Weights
-from selfcal.predictions import DEVICE_CHUNK_ELEMENTS, Predictions
+from selfcal.predictions import Predictions
 
 
 @metric(higher_is_better=True)
@@ -53,7 +54,7 @@ def _per_row(
     pred: Predictions, row_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ) -> torch.Tensor:
     """``row_fn(scores, labels[:, None])`` -> ``(rows,)``, over chunks of
-    :data:`~selfcal.predictions.DEVICE_CHUNK_ELEMENTS` scores: the float64 temporaries take
+    :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` scores: the float64 temporaries take
     ``O(chunk)`` memory whatever ``N`` (one chunk, the whole array, below that size). Each row's
     value is computed by the same row-wise operations in any chunk."""
     y = pred.require_labels().unsqueeze(1)
