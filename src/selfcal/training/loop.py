@@ -84,6 +84,8 @@ def fit(
     (``config.best_by``).
     """
     step = _strategy(step, loss_fn, mixup_alpha)
+    if not step.speed_options and (config.compile or config.autocast is not None):
+        raise ValueError(f"{type(step).__name__} does not support compile= or autocast=")
     run = prepare_run(model, train, val, config=config, batch_transform=batch_transform)
     with (
         _seeded_global_rng(config.seed, run.device),
@@ -108,6 +110,8 @@ def prepare_run(
     strategy can also be started on and driven by hand (e.g. to time one step)."""
     device = torch.device(config.device)
     model.to(device)
+    if config.compile:
+        model.compile()
     x, y = _prepare_pair(model, train, "train", device)
     validation = None if val is None else _prepare_pair(model, val, "val", device)
     if validation is None and (config.early_stopping is not None or config.restore_best):

@@ -122,6 +122,8 @@ class MetaStep(TrainStep):
 
     meta_module: MetaModule
 
+    speed_options = False  # functional lookahead passes: no compile, no autocast
+
     def __init__(
         self, meta_val: Pair, *, meta_module: MetaModule | None = None, **options: Any
     ) -> None:
