@@ -61,7 +61,11 @@ def metric_rows(cuda: bool) -> list[str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cpu = point_estimates(Predictions.from_logits(z, y), keys)
-        gpu = point_estimates(Predictions.from_logits(z.cuda(), y.cuda()), keys) if cuda else {}
+        runs = [
+            point_estimates(Predictions.from_logits(z.cuda(), y.cuda()), keys)
+            for _ in range(2 if cuda else 0)
+        ]
+    gpu = runs[0] if cuda else {}
     rows = []
     for k in keys:
         if not cuda:
@@ -70,6 +74,8 @@ def metric_rows(cuda: bool) -> list[str]:
         diff = abs(cpu[k] - gpu[k])
         both_nan = math.isnan(cpu[k]) and math.isnan(gpu[k])
         verdict = "ok" if diff <= METRIC_TOLERANCE or both_nan else "**differs**"
+        again = runs[1][k] == gpu[k] or both_nan
+        verdict += "" if again else ", **not repeatable** (a second CUDA run differs)"
         rows.append(f"| {k} | {cpu[k]:.6g} | {gpu[k]:.6g} | {diff:.1e} {verdict} |")
     return rows
 

@@ -30,16 +30,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from selfcal._kernels import kernels_for
-
-PROB_ATOL = 1e-4
-"""Tolerance on ``|sum(row) - 1|`` for probability inputs of float32 / float64 (see
-:func:`prob_atol` for the lower precisions)."""
+from selfcal._top_label import (
+    PROB_ATOL,
+    ScoreKind,
+    differentiable_confidence,
+    first_row,
+    top_label,
+)
 
 STRING_LABELS = (
     "labels must be integer class indices in [0, C), got class names (e.g. {example!r}); "
@@ -47,10 +50,6 @@ STRING_LABELS = (
 )
 """The one message for string (or other non-numeric) labels, wherever labels are read."""
 
-CHUNK_ROWS = 1 << 18
-"""Rows per chunk in the fused validation pass (keeps each chunk in cache)."""
-
-ScoreKind = Literal["logits", "probs"]
 ArrayLike = Any  # numpy array, torch tensor, or nested sequence
 
 
@@ -93,11 +92,6 @@ def to_tensor(x: ArrayLike, name: str) -> torch.Tensor:
     if not arr.flags.writeable or not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr).copy()
     return torch.from_numpy(arr)
-
-
-def _first_row(mask: torch.Tensor) -> int:
-    """Index of the first True entry of a 1-D boolean tensor."""
-    return int(torch.nonzero(mask)[0, 0])
 
 
 def _as_float_scores(scores: torch.Tensor, kind: ScoreKind) -> torch.Tensor:
@@ -165,7 +159,7 @@ def validate_labels(
     elif y.is_floating_point():
         bad = ~torch.isfinite(y) | (y != torch.round(y))
         if bool(bad.any()):
-            i = _first_row(bad)
+            i = first_row(bad)
             raise ValueError(f"labels must be integers; row {i} has {y[i].item()!r}")
         y = y.long()
     elif y.is_complex():
@@ -173,127 +167,9 @@ def validate_labels(
     y = y.to(device=device, dtype=torch.long)
     lo, hi = torch.aminmax(y)
     if bool((lo < 0) | (hi >= n_classes)):
-        i = _first_row((y < 0) | (y >= n_classes))
+        i = first_row((y < 0) | (y >= n_classes))
         raise ValueError(f"labels must lie in [0, {n_classes}); row {i} has label {int(y[i])}")
     return y
-
-
-def _top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor, ...]:
-    """One chunked pass: top-label confidence (float64), predicted class, and what validation
-    needs -- row sums and each chunk's minimum (a whole-chunk reduction, much cheaper than
-    per-row minima; rows are located only when a chunk fails).
-
-    Chunks of :data:`CHUNK_ROWS` rows stay in cache while every reduction reads them, and the
-    outputs are written in place (no concatenation). Row sums of probabilities (validation
-    only) are one matrix-vector product (BLAS) in the input dtype: its rounding error is far
-    below :data:`PROB_ATOL`. The softmax denominator of logits is a row reduction instead:
-    BLAS gemv rounds a row's sum differently with the row's position in the block, and a
-    confidence that changes in its last bit when rows are reordered breaks ties and moves
-    samples across bin edges (AURC and AdaECE would depend on the row order)."""
-    n, n_classes = scores.shape
-    device = scores.device
-    conf = torch.empty(n, dtype=torch.float64, device=device)
-    pred = torch.empty(n, dtype=torch.long, device=device)
-    row_sum = torch.empty(
-        n, dtype=scores.dtype if kind == "probs" else torch.float64, device=device
-    )
-    chunk_min = []
-    rows = CHUNK_ROWS if device.type == "cpu" else n
-    top = torch.empty(min(rows, n), dtype=scores.dtype, device=device)
-    ones = torch.ones(n_classes, dtype=row_sum.dtype, device=device)
-    for start in range(0, n, rows):
-        chunk = scores[start : start + rows]
-        span = slice(start, start + chunk.shape[0])
-        chunk_top = top[: chunk.shape[0]]
-        torch.max(chunk, dim=1, out=(chunk_top, pred[span]))
-        chunk_min.append(chunk.amin())
-        if kind == "probs":
-            conf[span].copy_(chunk_top)
-            torch.mv(chunk, ones, out=row_sum[span])
-        else:  # softmax max = 1 / sum_k exp(z_k - max z)
-            shifted = (chunk.double() - chunk_top.double().unsqueeze(1)).exp_()
-            torch.sum(shifted, dim=1, out=row_sum[span])
-            torch.reciprocal(row_sum[span], out=conf[span])
-    return conf, pred, row_sum, torch.stack(chunk_min)
-
-
-def _top_label(
-    scores: torch.Tensor, kind: ScoreKind, atol: float = PROB_ATOL
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validated top-label confidence (float64) and predicted class: one fused kernel pass
-    on large CPU inputs (:mod:`selfcal._kernels`), else :func:`_top_label_pass`, which also
-    finds and names the first invalid row when the kernel reports one. ``atol``: the row-sum
-    tolerance of probabilities (:func:`prob_atol` of their dtype as given)."""
-    kernels = kernels_for(scores.numel(), scores.device)
-    if kernels is not None:
-        fast = kernels.top_label(scores, kind, atol)
-        if fast is not None:
-            return fast
-    with torch.no_grad():
-        stats = _top_label_pass(scores, kind)
-    _check_rows(scores, kind, stats, atol)
-    return stats[0], stats[1]
-
-
-def _differentiable_confidence(
-    scores: torch.Tensor, kind: ScoreKind, predicted: torch.Tensor
-) -> torch.Tensor:
-    """``p_{i, argmax}`` in float64 with the autograd graph back to ``scores``."""
-    top = scores.double().gather(1, predicted.unsqueeze(1)).squeeze(1)
-    if kind == "probs":
-        return top
-    return torch.exp(top - torch.logsumexp(scores.double(), dim=1))
-
-
-def _rows_ok(
-    scores: torch.Tensor, kind: ScoreKind, stats: tuple[torch.Tensor, ...], atol: float
-) -> bool:
-    """Fast path: whole-array reductions (a few scalars) that are all true iff every row is
-    valid; NaN fails every comparison, so it lands on the slow path too."""
-    conf, _, row_sum, chunk_min = stats
-    if kind == "logits":  # a NaN or +inf logit makes the row sum NaN; -inf shows in the minimum
-        return bool(torch.isfinite(row_sum).all() & torch.isfinite(chunk_min).all())
-    lo, hi = torch.aminmax(row_sum)
-    return bool((chunk_min.amin() >= 0) & (conf.amax() <= 1) & (lo >= 1 - atol) & (hi <= 1 + atol))
-
-
-NOT_NORMALISED = 1e-2
-"""A row sum this far from 1 reads as unnormalised scores (logits), not rounded probabilities."""
-
-
-def _check_rows(
-    scores: torch.Tensor,
-    kind: ScoreKind,
-    stats: tuple[torch.Tensor, ...],
-    atol: float = PROB_ATOL,
-) -> None:
-    """Raise for the first invalid row (see the module docstring for the rules)."""
-    if _rows_ok(scores, kind, stats, atol):
-        return
-    conf, _, row_sum = stats[:3]
-    nonfinite = ~torch.isfinite(scores).all(dim=1)
-    if bool(nonfinite.any()):
-        i = _first_row(nonfinite)
-        raise ValueError(f"{kind} contain NaN or infinity; first at row {i}")
-    bad = (scores.amin(dim=1) < 0) | (conf > 1)
-    if bool(bad.any()):
-        i = _first_row(bad)
-        raise ValueError(
-            f"probs must lie in [0, 1]; row {i} has values in "
-            f"[{scores[i].min().item():.6g}, {conf[i].item():.6g}] "
-            "(raw scores are logits, not probs)"
-        )
-    i = _first_row((row_sum - 1).abs() > atol)
-    total = row_sum[i].item()
-    hint = (
-        "unnormalised scores are logits, not probs"
-        if abs(total - 1) > NOT_NORMALISED
-        else "renormalise them, p / p.sum(1, keepdims=True), or pass float16 / bfloat16 "
-        "probabilities in their own dtype, whose rounding is allowed for"
-    )
-    raise ValueError(
-        f"probs rows must sum to 1 (tolerance {atol:g}); row {i} sums to {total:.6g} ({hint})"
-    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -329,9 +205,9 @@ class Predictions:
         numpy_in = not isinstance(raw, torch.Tensor)
         given = to_tensor(raw, kind)
         scores = validate_scores(given, kind)
-        confidence, predicted = _top_label(scores, kind, prob_atol(given.dtype))
+        confidence, predicted = top_label(scores, kind, prob_atol(given.dtype))
         if scores.requires_grad:  # the smooth metrics differentiate through the confidence
-            confidence = _differentiable_confidence(scores, kind, predicted)
+            confidence = differentiable_confidence(scores, kind, predicted)
         y = None
         if labels is not None:
             y = validate_labels(labels, scores.shape[0], scores.shape[1], scores.device)
@@ -391,7 +267,7 @@ class Predictions:
             )
         bad = ~torch.isfinite(c) | (c < 0) | (c > 1)
         if bool(bad.any()):
-            i = _first_row(bad)
+            i = first_row(bad)
             raise ValueError(f"confidence must lie in [0, 1]; row {i} has {c[i].item()!r}")
         return Predictions(self.scores, self.kind, self.labels, c, self.predicted, self.from_numpy)
 
@@ -404,7 +280,7 @@ class Predictions:
             return self
         raised = self.scores.clamp_min(floor)
         p = raised / raised.sum(dim=1, keepdim=True)
-        confidence, predicted = _top_label(p, "probs", prob_atol(p.dtype))
+        confidence, predicted = top_label(p, "probs", prob_atol(p.dtype))
         return Predictions(p, "probs", self.labels, confidence, predicted, self.from_numpy)
 
     def subset(self, index: torch.Tensor) -> Predictions:

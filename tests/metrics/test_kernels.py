@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 import selfcal._kernels as gate
 from selfcal import Predictions
+from selfcal._top_label import check_rows, top_label_pass
 from selfcal.metrics import adaece, classwise_ece, debiased_ece, ece, mce
 from selfcal.metrics.binning import bin_statistics, order_statistics, uniform_edges
-from selfcal.predictions import _check_rows, _top_label_pass
 
 cpu = pytest.importorskip("selfcal._kernels.cpu", reason="numba is not installed")
 
@@ -34,8 +34,8 @@ def kernels_on(monkeypatch):
 
 
 def torch_path(kind, scores):
-    stats = _top_label_pass(scores, kind)
-    _check_rows(scores, kind, stats)
+    stats = top_label_pass(scores, kind)
+    check_rows(scores, kind, stats)
     return stats[0], stats[1]
 
 

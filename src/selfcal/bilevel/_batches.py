@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
+from selfcal.models.inference import predict_logits
 from selfcal.predictions import ArrayLike, to_tensor, validate_labels
 
 QUANTILE_LEVELS = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
@@ -148,13 +149,7 @@ def as_pair(data: Any, name: str) -> tuple[Any, Any]:
 
 def model_classes(model: nn.Module, x: torch.Tensor) -> int:
     """The model's number of classes, from its eval-mode output on a few rows."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logits = model(x)
-    finally:
-        model.train(was_training)
+    logits = predict_logits(model, x, batch_size=None)
     if logits.ndim != 2 or logits.shape[0] != x.shape[0] or logits.shape[1] < 2:
         raise ValueError(
             f"the model must return logits of shape (N, C) with C >= 2, got "

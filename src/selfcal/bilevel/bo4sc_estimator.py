@@ -33,10 +33,8 @@ from selfcal.bilevel.engine import Estimator
 from selfcal.bilevel.estimators import Unrolled
 from selfcal.bilevel.optim import Adam, Optimizer, Params
 from selfcal.exceptions import NotFittedError
+from selfcal.models.inference import predict_logits
 from selfcal.predictions import ArrayLike, validate_labels
-
-PREDICT_CHUNK = 4096
-"""Rows per forward pass in :meth:`BO4SC.predict_confidence`."""
 
 
 class BO4SC:
@@ -253,13 +251,7 @@ class BO4SC:
             raise NotFittedError("BO4SC is not fitted yet; call fit() first")
         like = next(iter(self._params(self.model_).values()))
         x = feature_rows(x, "x", like)
-        with _mode(self.model_, training=False), torch.no_grad():
-            probs = torch.cat(
-                [
-                    torch.softmax(self.model_(c.to(like.device)), dim=-1)
-                    for c in x.split(PREDICT_CHUNK)
-                ]
-            )
+        probs = torch.softmax(predict_logits(self.model_, x), dim=-1)
         return core.boltzmann_confidence(probs, self.beta_) if smooth else probs.amax(dim=-1)
 
 

@@ -183,8 +183,16 @@ class Study(Generic[P]):
         }
         if regime is not None:
             hparams["regime"] = regime
+        if self.device(dataset) != "cpu":  # CPU runs keep the keys they always had
+            hparams["device"] = self.device(dataset)
         hparams.update(hp(config or {}))
         return RunSpec(self.name, dataset, method, seed, hparams, model or {})
+
+    def device(self, dataset: str) -> str:
+        """The device type the runs on ``dataset`` train on (default ``"cpu"``). A run on any
+        other device carries it in its spec, so its key differs from the CPU run's: a store
+        resumed on another machine never mixes CPU and GPU results of one run."""
+        return "cpu"
 
     def specs(self, protocol: P) -> list[RunSpec]:
         raise NotImplementedError

@@ -91,7 +91,13 @@ def _uniform_index(values: torch.Tensor, n_bins: int) -> torch.Tensor:
 def _bin_sum(
     index: torch.Tensor, x: torch.Tensor | None, n_bins: int, weights: Weights
 ) -> torch.Tensor:
-    """Sum of ``x`` (or of ones) per bin; ``(M,)`` or ``(B, M)`` when weights are given."""
+    """Sum of ``x`` (or of ones) per bin; ``(M,)`` or ``(B, M)`` when weights are given.
+
+    On the CPU: ``bincount`` / ``index_add_``, which add in row order. On other devices those
+    add with atomics in an order that changes from run to run, so the sums are
+    :func:`_onehot_sum` instead: deterministic, ``O(CHUNK x M)`` memory."""
+    if index.device.type != "cpu" and index.ndim == 1 and (x is not None or weights is not None):
+        return _onehot_sum(index, x, n_bins, weights)
     if weights is None:
         w = None if x is None else x
         return torch.bincount(index, weights=w, minlength=n_bins).to(torch.float64)[:n_bins]
@@ -101,6 +107,25 @@ def _bin_sum(
         return out.index_add_(1, index, src)
     out = torch.zeros(weights.shape[0], n_bins, dtype=torch.float64, device=src.device)
     return out.scatter_add_(1, index, src)
+
+
+def _onehot_sum(
+    index: torch.Tensor, x: torch.Tensor | None, n_bins: int, weights: Weights
+) -> torch.Tensor:
+    """``sum_i w_i x_i [index_i = m]`` as products with the one-hot matrix of the bins,
+    :data:`CHUNK` rows at a time, in float64: a matrix product has no atomics, so a CUDA
+    device gives the same sums on every run (cuBLAS is deterministic for a given GPU and
+    library version); the rounding differs from the CPU's row-order sum by a few ulps."""
+    bins = torch.arange(n_bins, device=index.device)
+    rows = torch.ones_like(index, dtype=torch.float64) if x is None else x.double()
+    shape = (n_bins,) if weights is None else (weights.shape[0], n_bins)
+    out = torch.zeros(shape, dtype=torch.float64, device=index.device)
+    for start in range(0, index.shape[0], CHUNK):
+        span = slice(start, start + CHUNK)
+        onehot = (index[span].unsqueeze(1) == bins).double()
+        src = rows[span] if weights is None else weights[:, span] * rows[span]
+        out += src @ onehot
+    return out
 
 
 @dataclass(frozen=True)

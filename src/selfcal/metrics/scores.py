@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+from selfcal._top_label import DEVICE_CHUNK_ELEMENTS
 from selfcal.metrics._api import metric, weighted_mean
 from selfcal.metrics.binning import Weights
 from selfcal.predictions import Predictions
@@ -25,15 +28,39 @@ def error(pred: Predictions, weights: Weights = None) -> torch.Tensor:
 def nll(pred: Predictions, weights: Weights = None) -> torch.Tensor:
     """Negative log-likelihood ``-(1/N) sum_i log p_{i, y_i}`` (natural log). For probability
     input a zero true-class probability is clamped to the smallest float64 (loss ~708)."""
-    lp = pred.log_probs.gather(1, pred.require_labels().unsqueeze(1)).squeeze(1)
-    return weighted_mean(-lp, weights)
+
+    def true_class_log_prob(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if pred.kind == "logits":
+            return torch.log_softmax(scores.double(), 1).gather(1, y).squeeze(1)
+        tiny = torch.finfo(torch.float64).tiny
+        return scores.double().gather(1, y).squeeze(1).clamp_min(tiny).log()
+
+    return weighted_mean(-_per_row(pred, true_class_log_prob), weights)
 
 
 @metric(differentiable=True)
 def brier(pred: Predictions, weights: Weights = None) -> torch.Tensor:
     """Multi-class Brier score ``(1/N) sum_i sum_k (p_ik - 1[y_i = k])^2`` (summed over
     classes; for a binary problem this is twice scikit-learn's ``brier_score_loss``)."""
-    p = pred.probs
-    y = pred.require_labels()
-    sq = p.square().sum(1) - 2 * p.gather(1, y.unsqueeze(1)).squeeze(1) + 1
-    return weighted_mean(sq, weights)
+
+    def squared_error(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(scores.double(), 1) if pred.kind == "logits" else scores.double()
+        return p.square().sum(1) - 2 * p.gather(1, y).squeeze(1) + 1
+
+    return weighted_mean(_per_row(pred, squared_error), weights)
+
+
+def _per_row(
+    pred: Predictions, row_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """``row_fn(scores, labels[:, None])`` -> ``(rows,)``, over chunks of
+    :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` scores: the float64 temporaries take
+    ``O(chunk)`` memory whatever ``N`` (one chunk, the whole array, below that size). Each row's
+    value is computed by the same row-wise operations in any chunk."""
+    y = pred.require_labels().unsqueeze(1)
+    rows = max(1, DEVICE_CHUNK_ELEMENTS // pred.n_classes)
+    if pred.n_samples <= rows:
+        return row_fn(pred.scores, y)
+    return torch.cat(
+        [row_fn(s, t) for s, t in zip(pred.scores.split(rows), y.split(rows), strict=True)]
+    )

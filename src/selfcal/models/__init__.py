@@ -1,13 +1,15 @@
 """Classifier architectures, a name registry, seeded construction and ``torch.func`` helpers.
 
 ``build_model("mlp", n_features=2, n_classes=3, seed=0)`` builds a registered model with a
-deterministic initialisation. To add an architecture, write one file that decorates its
+deterministic initialisation; :func:`predict_logits` runs a model over data (eval mode, no
+gradients, in chunks). To add an architecture, write one file that decorates its
 factory with :func:`register_model` and import that file here.
 """
 
 from selfcal.models.cnn import CNN1d, CNN2d  # registers "cnn1d", "cnn2d"
 from selfcal.models.densenet import DenseNet  # registers "densenet121"
 from selfcal.models.functional import batched_logits, functional_logits, stack_models
+from selfcal.models.inference import predict_logits
 from selfcal.models.mlp import MLP  # importing the file registers "mlp"
 from selfcal.models.registry import (
     available_models,
@@ -31,6 +33,7 @@ __all__ = [
     "build_model",
     "functional_logits",
     "init_model",
+    "predict_logits",
     "register_model",
     "seeded_rng",
     "stack_models",

@@ -39,7 +39,6 @@ from selfcal.pipeline.recipe import (
 )
 from selfcal.predictions import Predictions
 from selfcal.training import BestCheckpoint, fit, predict_logits
-from selfcal.training.checkpoint import EVAL_CHUNK
 
 BO4SC_VAL_BATCH = 1000
 """By minibatches, BO4SC's outer loss reads at most this many meta-validation rows (the
@@ -103,8 +102,9 @@ def describe(options: Mapping[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- training
 def network_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Eval-mode logits, float64 on the CPU, in chunks of :data:`EVAL_CHUNK` rows."""
-    return predict_logits(model, x, batch_size=EVAL_CHUNK).double().cpu()
+    """Eval-mode logits, float64 on the CPU, :data:`~selfcal.models.inference.PREDICT_BATCH`
+    rows at a time."""
+    return predict_logits(model, x, out_device="cpu").double()
 
 
 def train_method(

@@ -12,17 +12,12 @@ independent full-batch Adam problems at once with ``torch.func.vmap`` (the same 
 :class:`BestCheckpoint` keeps the lowest-validation-NLL parameters beside a run that goes on.
 """
 
+from selfcal.models.inference import predict_logits  # the one model-over-data function
 from selfcal.training.batched import fit_batched
 from selfcal.training.checkpoint import BestCheckpoint
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History
-from selfcal.training.loop import (
-    BatchTransform,
-    fit,
-    make_optimizer,
-    predict_logits,
-    prepare_run,
-)
+from selfcal.training.loop import BatchTransform, fit, make_optimizer, prepare_run
 from selfcal.training.steps import LossStep, MixupStep, Run, TrainStep
 
 __all__ = [

@@ -14,11 +14,8 @@ from torch import nn
 
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics import refinement_loss
+from selfcal.models.inference import PREDICT_BATCH, predict_logits
 from selfcal.predictions import Predictions
-
-EVAL_CHUNK = 1000
-"""Rows per forward pass when scoring the validation set."""
-
 
 CRITERIA = ("nll", "refinement")
 """What a checkpoint can be selected by: the validation NLL, or the refinement loss -- the
@@ -55,7 +52,7 @@ class BestCheckpoint:
         self,
         x_val: torch.Tensor,
         y_val: torch.Tensor,
-        chunk: int = EVAL_CHUNK,
+        chunk: int = PREDICT_BATCH,
         criteria: tuple[str, ...] = ("nll",),
     ) -> None:
         unknown = [c for c in criteria if c not in CRITERIA]
@@ -112,17 +109,4 @@ class BestCheckpoint:
         model.load_state_dict(kept.state)
 
     def _logits(self, model: nn.Module, params: Mapping[str, Any] | None) -> torch.Tensor:
-        from torch.func import functional_call
-
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                return torch.cat(
-                    [
-                        model(c) if params is None else functional_call(model, dict(params), (c,))
-                        for c in self.x.split(self.chunk)
-                    ]
-                )
-        finally:
-            model.train(was_training)
+        return predict_logits(model, self.x, self.chunk, params=params)

@@ -1,5 +1,5 @@
-"""The one training loop: :func:`fit`, the set-up it shares (:func:`prepare_run`) and
-:func:`predict_logits`.
+"""The one training loop: :func:`fit` and the set-up it shares (:func:`prepare_run`); its
+validation pass runs :func:`selfcal.models.inference.predict_logits`.
 
 Every way selfcal trains a network runs this loop; what differs is the *step strategy*
 (:mod:`selfcal.training.steps`): plain training on a loss (:class:`LossStep`), mixup
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -37,10 +38,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from selfcal._validation import check_nonnegative, check_optional_int
+from selfcal._validation import check_nonnegative
 from selfcal.exceptions import DegenerateCalibration, NonFinite, TrainingDiverged
 from selfcal.losses._checks import labels_checked
 from selfcal.metrics import accuracy, ece, nll, refinement_loss
+from selfcal.models.inference import as_tensor, predict_logits
 from selfcal.predictions import Predictions
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History, HistoryRecorder, StopReason
@@ -82,8 +84,13 @@ def fit(
     (``config.best_by``).
     """
     step = _strategy(step, loss_fn, mixup_alpha)
+    if not step.speed_options and (config.compile or config.autocast is not None):
+        raise ValueError(f"{type(step).__name__} does not support compile= or autocast=")
     run = prepare_run(model, train, val, config=config, batch_transform=batch_transform)
-    with _seeded_global_rng(config.seed, run.device):
+    with (
+        _seeded_global_rng(config.seed, run.device),
+        deterministic_mode(config.deterministic, run.device),
+    ):
         step.start(run)
         with labels_checked():  # _prepare_pair checked every label: no per-loss scan
             return _epochs(run, step, on_epoch)
@@ -103,6 +110,8 @@ def prepare_run(
     strategy can also be started on and driven by hand (e.g. to time one step)."""
     device = torch.device(config.device)
     model.to(device)
+    if config.compile:
+        model.compile()
     x, y = _prepare_pair(model, train, "train", device)
     validation = None if val is None else _prepare_pair(model, val, "val", device)
     if validation is None and (config.early_stopping is not None or config.restore_best):
@@ -173,28 +182,6 @@ def _epochs(run: Run, step: TrainStep, on_epoch: EpochCallback | None) -> Histor
     return step.history(
         record.snapshot(time.perf_counter() - start, stop, restored=best_state is not None)
     )
-
-
-def predict_logits(
-    model: nn.Module, x: torch.Tensor, batch_size: int | None = None
-) -> torch.Tensor:
-    """``model(x)`` in eval mode without gradients, in chunks of ``batch_size`` rows.
-
-    ``x`` is moved to the model's device; the logits stay there. The model's train/eval mode
-    is restored afterwards."""
-    x = _as_tensor(x, "x")
-    if x.ndim < 1 or x.shape[0] == 0:
-        raise ValueError(f"x must have at least one row, got shape {tuple(x.shape)}")
-    check_optional_int("batch_size", batch_size)
-    device = next((p.device for p in model.parameters()), x.device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            chunks = [x] if batch_size is None else list(x.split(batch_size))
-            return torch.cat([model(chunk.to(device)) for chunk in chunks])
-    finally:
-        model.train(was_training)
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -326,13 +313,37 @@ def _seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def deterministic_mode(on: bool, device: torch.device) -> Iterator[None]:
+    """``TrainConfig(deterministic=True)`` on CUDA: cuDNN's deterministic kernels and
+    ``torch.use_deterministic_algorithms(True)`` inside, the caller's settings restored after.
+    Nothing changes on other devices or when ``on`` is false."""
+    if not on or device.type != "cuda":
+        yield
+        return
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
+        raise ValueError(
+            "deterministic=True on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8) set "
+            "in the environment before Python starts"
+        )
+    cudnn = torch.backends.cudnn
+    before = (cudnn.deterministic, cudnn.benchmark, torch.are_deterministic_algorithms_enabled())
+    cudnn.deterministic, cudnn.benchmark = True, False
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        cudnn.deterministic, cudnn.benchmark = before[0], before[1]
+        torch.use_deterministic_algorithms(before[2])
+
+
 def _prepare_pair(
     model: nn.Module, data: Any, name: str, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate ``(x, y)``; return them on ``device`` (``x`` in the model's float dtype)."""
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise ValueError(f"{name} must be a pair (x, y)")
-    x, y = _as_tensor(data[0], f"{name} x"), _as_tensor(data[1], f"{name} y")
+    x, y = as_tensor(data[0], f"{name} x"), as_tensor(data[1], f"{name} y")
     if x.ndim < 2 or x.shape[0] == 0:
         raise ValueError(f"{name} x must have shape (N, ...) with N >= 1, got {tuple(x.shape)}")
     if y.ndim != 1 or y.shape[0] != x.shape[0]:
@@ -367,12 +378,3 @@ def _check_label_range(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name:
 
 def _float_dtype(model: nn.Module, default: torch.dtype) -> torch.dtype:
     return next((p.dtype for p in model.parameters() if p.is_floating_point()), default)
-
-
-def _as_tensor(value: Any, name: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    try:
-        return torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError) as err:
-        raise ValueError(f"{name} must be a tensor or array, got {type(value).__name__}") from err

@@ -58,11 +58,23 @@ class Run:
     augment: Callable[[torch.Tensor], torch.Tensor]
     prepare: Callable[[Any, str], Pair]
 
+    def forward(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """The training forward pass ``model(x)``: under bfloat16 autocast with float32
+        logits out when ``config.autocast == "bf16"``, as it is otherwise."""
+        if self.config.autocast is None:
+            return model(x)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            logits = model(x)
+        return logits.float()
+
 
 class TrainStep:
     """Base class of the step strategies (module doc). Subclasses implement :meth:`step`."""
 
     run: Run
+    speed_options = True
+    """Whether the step runs its forward passes through :meth:`Run.forward` and so supports
+    ``TrainConfig(compile=True)`` and ``autocast``."""
 
     def start(self, run: Run) -> None:
         """Called once before the first epoch, inside the run's seeded RNG context."""
@@ -123,7 +135,7 @@ class LossStep(TrainStep):
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The minibatch's training loss."""
-        return self.loss_fn(model(self.run.augment(x)), y)
+        return self.loss_fn(self.run.forward(model, self.run.augment(x)), y)
 
 
 class MixupStep(LossStep):
@@ -144,4 +156,4 @@ class MixupStep(LossStep):
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         mixed, y_a, y_b, lam = mixup_batch(self.run.augment(x), y, self.alpha, self.run.generator)
-        return mixup_loss(self.loss_fn, model(mixed), y_a, y_b, lam)
+        return mixup_loss(self.loss_fn, self.run.forward(model, mixed), y_a, y_b, lam)

@@ -44,6 +44,7 @@ from selfcal.bilevel.meta.reference_quirks import (
 )
 from selfcal.bilevel.optim import Params
 from selfcal.exceptions import NonFinite
+from selfcal.models.inference import predict_logits
 from selfcal.training import History, TrainConfig, fit
 from selfcal.training.loop import BatchTransform, EpochCallback
 from selfcal.training.steps import Pair, Run, TrainStep, descend
@@ -120,6 +121,8 @@ class MetaStep(TrainStep):
     """
 
     meta_module: MetaModule
+
+    speed_options = False  # functional lookahead passes: no compile, no autocast
 
     def __init__(
         self, meta_val: Pair, *, meta_module: MetaModule | None = None, **options: Any
@@ -203,8 +206,10 @@ class MetaStep(TrainStep):
             return
         self._append_stats("train", torch.cat(self.gammas))
         if validation is not None:
-            with torch.no_grad(), frozen_statistics_mode(model, False):
-                self._append_stats("val", self.meta_module(model_features(model, validation[0])))
+            gamma = predict_logits(
+                model, validation[0], forward=lambda m, x: self.meta_module(model_features(m, x))
+            )
+            self._append_stats("val", gamma)
 
     def _append_stats(self, split: str, gamma: torch.Tensor) -> None:
         self.record[f"{split}_gamma_mean"].append(float(gamma.mean()))

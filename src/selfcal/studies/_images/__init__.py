@@ -27,7 +27,6 @@ from selfcal.studies._images.data import (
     sweep_datasets,
 )
 from selfcal.studies._images.evaluation import (
-    EVAL_CHUNK,
     Curves,
     evaluate,
     grid_temperature,
@@ -62,7 +61,6 @@ __all__ = [
     "CIFAR",
     "CIFAR_FOLDERS",
     "CURVE_POINTS",
-    "EVAL_CHUNK",
     "LONG",
     "PAPER",
     "SHORT",

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal.models.inference import predict_logits
 from selfcal.pipeline.fitting import network_logits as logits
 from selfcal.studies._images.recipe import ImageProtocol
-from selfcal.training.checkpoint import EVAL_CHUNK
 
 
 def scores(pred: Any, n_bins: int) -> dict[str, float]:
@@ -102,7 +102,13 @@ class Curves:
 
         meta = getattr(self.step, "meta_module", None)
         if isinstance(meta, GammaNet):
-            gamma = _forward(model, lambda m, x: meta(m.features(x)), self.data.test.x)
+            gamma_net = meta
+
+            def gammas(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+                features: torch.Tensor = m.features(x)  # type: ignore[operator]  # image models only
+                return gamma_net(features)
+
+            gamma = predict_logits(model, self.data.test.x, forward=gammas, out_device="cpu")
             self.values.setdefault("test_gamma_mean", []).append(float(gamma.double().mean()))
             self.values.setdefault("test_gamma_std", []).append(
                 float(gamma.double().std(unbiased=False))
@@ -122,15 +128,3 @@ class Curves:
 
     def artefacts(self) -> dict[str, np.ndarray]:
         return {f"curve_{k}": np.asarray(v, np.float64) for k, v in self.values.items()}
-
-
-def _forward(model: torch.nn.Module, forward: Any, x: torch.Tensor) -> torch.Tensor:
-    """``forward(model, chunk)`` over ``x`` in eval mode without gradients, on the CPU."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return torch.cat([forward(model, c.to(device)).cpu() for c in x.split(EVAL_CHUNK)])
-    finally:
-        model.train(was_training)

@@ -30,6 +30,9 @@ class Benchmark(Study[BenchmarkProtocol]):
     def fingerprint_extras(self) -> dict[str, object]:
         return {"methods": METHODS, "recipes": {k: repr(v) for k, v in RECIPES.items()}}
 
+    def device(self, dataset: str) -> str:
+        return _images.device_for(dataset)
+
     def specs(self, protocol: BenchmarkProtocol) -> list[RunSpec]:
         datasets = tuple(protocol.datasets) + (
             _images.available_cifar() if protocol.name == "full" else ()

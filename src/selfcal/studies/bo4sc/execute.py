@@ -43,6 +43,7 @@ from torch.func import functional_call, vmap
 
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.experiments.selection import grid
+from selfcal.models.inference import predict_logits
 from selfcal.studies.bo4sc.protocol import Bo4scProtocol, Regime
 from selfcal.training import fit_batched
 
@@ -161,13 +162,6 @@ def load(members: Sequence[Member]) -> dict[Member, Any]:
     return data
 
 
-def forward(
-    model: torch.nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor
-) -> torch.Tensor:
-    with torch.no_grad():
-        return functional_call(model, params, (x,)).detach()
-
-
 def checkpoint_scores(
     model: torch.nn.Module,
     snapshots: list[dict[str, torch.Tensor]],
@@ -252,7 +246,8 @@ def posthoc_results(
     from selfcal import Predictions
     from selfcal.posthoc import IsotonicCalibration, TemperatureScaling
 
-    logits, val_logits = forward(model, params, split.test.x), forward(model, params, split.val.x)
+    logits = predict_logits(model, split.test.x, params=params)
+    val_logits = predict_logits(model, split.val.x, params=params)
     standard = Predictions.from_logits(logits, split.test.y)
     # the paper's IsoReg: isotonic regression as it is, not mixed with the uniform distribution
     iso = IsotonicCalibration(mix=0).fit(logits=val_logits, labels=split.val.y)
@@ -374,7 +369,7 @@ def bo4sc_result(
     from selfcal import Predictions
     from selfcal.bilevel.bo4sc import boltzmann_confidence
 
-    hard = Predictions.from_logits(forward(model, params, split.test.x), split.test.y)
+    hard = Predictions.from_logits(predict_logits(model, split.test.x, params=params), split.test.y)
     smooth = hard.with_confidence(boltzmann_confidence(hard.probs, config["beta"]).clamp(0, 1))
     dataset, seed = member
     kept: dict[str, np.ndarray] = {}
@@ -384,7 +379,7 @@ def bo4sc_result(
             TEST_CONFIDENCE_SMOOTH: smooth.confidence.numpy().astype(np.float32),
         }
         if dataset == FIG3_DATASET:
-            train_logits = forward(model, params, split.train.x)
+            train_logits = predict_logits(model, split.train.x, params=params)
             kept[WEIGHT_HISTORY] = history.astype(np.float32)
             kept[TRAIN_MISCLASSIFIED] = (train_logits.argmax(1) != split.train.y).numpy()
     out = result(protocol, hard, chosen, kept)

@@ -22,6 +22,7 @@ from selfcal.experiments.selection import hyperparameters, regime
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.metrics.binning import confidence_bins
+from selfcal.models.inference import predict_logits
 from selfcal.plots import (
     ConfidenceHistogramDisplay,
     ConfidenceRegionDisplay,
@@ -198,16 +199,14 @@ class Rebuilt:
         if run.spec.method == "isoreg":  # refitted: the same model on the same validation set
             from selfcal.posthoc import IsotonicCalibration
 
-            with torch.no_grad():
-                z = self.model(self.data.val.x).double()
+            z = predict_logits(self.model, self.data.val.x).double()
             self.iso = IsotonicCalibration(mix=0).fit(logits=z, labels=self.data.val.y)
 
     def confidence(self, x: torch.Tensor) -> torch.Tensor:
         """The method's top-label confidence on model inputs ``x`` (float64)."""
         from selfcal.bilevel.bo4sc import boltzmann_confidence
 
-        with torch.no_grad():
-            z = self.model(x.float()).double()
+        z = predict_logits(self.model, x.float()).double()
         method = self.run.spec.method
         if method == "isoreg":
             assert self.iso is not None
@@ -224,8 +223,7 @@ class Rebuilt:
         """Test predictions judged by the method's confidence."""
         from selfcal import Predictions
 
-        with torch.no_grad():
-            z = self.model(self.data.test.x).double()
+        z = predict_logits(self.model, self.data.test.x).double()
         pred = Predictions.from_logits(z, self.data.test.y)
         return pred.with_confidence(self.confidence(self.data.test.x))
 

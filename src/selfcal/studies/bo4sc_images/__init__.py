@@ -17,6 +17,9 @@ class BO4SCImages(Study[BO4SCImagesProtocol]):
     title = "BO4SC on images: minibatch BO4SC against CE and CE + TS"
     version = 1
 
+    def device(self, dataset: str) -> str:
+        return _images.device_for(dataset)
+
     def specs(self, protocol: BO4SCImagesProtocol) -> list[RunSpec]:
         return _images.regime_specs(
             self, protocol, protocol.methods, _images.sweep_datasets(protocol)

@@ -22,6 +22,9 @@ class BsceGra(Study[BsceGraProtocol]):
     title = "BSCE-GRA reproduction (Lin et al., uncertainty-weighted gradients): Tables 1-5 and 2"
     version = 2
 
+    def device(self, dataset: str) -> str:
+        return _images.device_for(dataset)
+
     def specs(self, protocol: BsceGraProtocol) -> list[RunSpec]:
         checks = [
             self.spec(protocol, REST_POINT_DATASET, method_name(g), seed)

@@ -17,6 +17,7 @@ import torch
 
 from selfcal.bilevel.meta.modules import model_features, model_head
 from selfcal.experiments import RunResult, RunSpec
+from selfcal.models.inference import predict_logits
 from selfcal.studies import _images
 from selfcal.studies.bsce_gra.protocol import MODELS, REST_POINT_DATASET, BsceGraProtocol
 
@@ -109,16 +110,12 @@ def last_layer_gradient_norms(
     ||h_i||`` ([GRA] Fig. 4; methods §9). ``d loss_i / d z_i`` is the gradient of the summed loss
     with respect to the logits (each sample's loss depends on its own logits only), so the same
     code serves every per-sample loss -- for GRA losses autograd sees the detached weight."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            h = model_features(model, x)
-        z = model_head(model)(h).detach().requires_grad_(True)
-        value = loss(z, y)  # sum reduction, so d value / d z_i = d loss_i / d z_i
-        (dz,) = torch.autograd.grad(value.sum() if value.ndim else value, z)
-    finally:
-        model.train(was_training)
+    h = predict_logits(model, x, forward=model_features)
+    with torch.no_grad():
+        z = model_head(model)(h)
+    z.requires_grad_(True)
+    value = loss(z, y)  # sum reduction, so d value / d z_i = d loss_i / d z_i
+    (dz,) = torch.autograd.grad(value.sum() if value.ndim else value, z)
     p = torch.softmax(z.detach().double(), 1)
     onehot = torch.nn.functional.one_hot(y, p.shape[1]).double()
     return (dz.norm(dim=1) * h.norm(dim=1)).cpu(), (p - onehot).square().sum(1).cpu()

@@ -21,6 +21,9 @@ class MetaReg(Study[MetaRegProtocol]):
     def fingerprint_extras(self) -> dict[str, dict[str, MethodSpec]]:
         return {"methods": METHODS}
 
+    def device(self, dataset: str) -> str:
+        return _images.device_for(dataset)
+
     def specs(self, protocol: MetaRegProtocol) -> list[RunSpec]:
         return _images.regime_specs(
             self, protocol, protocol.methods, _images.sweep_datasets(protocol)

@@ -1,0 +1,64 @@
+"""The metrics' paths for large inputs and for non-CPU devices, checked on the CPU: chunked
+per-row scores (memory ``O(chunk x C)`` whatever ``N``) and the deterministic one-hot bin sums
+that replace ``bincount(weights=)``'s atomics on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import selfcal.metrics as M
+from selfcal.metrics import binning, scores
+
+GEN = torch.Generator().manual_seed(0)
+
+
+def _data(n: int = 1000, c: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
+    return 3 * torch.randn(n, c, generator=GEN, dtype=torch.float64), torch.randint(
+        c, (n,), generator=GEN
+    )
+
+
+@pytest.mark.parametrize("metric", [M.nll, M.brier])
+@pytest.mark.parametrize("kind", ["logits", "probs"])
+def test_chunked_per_row_scores_are_bit_identical(monkeypatch, metric, kind):
+    z, y = _data()
+    scores_in = z if kind == "logits" else torch.softmax(z, 1)
+    whole = metric(**{kind: scores_in, "labels": y})
+    monkeypatch.setattr(scores, "DEVICE_CHUNK_ELEMENTS", 7 * 64)  # 64 rows per chunk
+    chunked = metric(**{kind: scores_in, "labels": y})
+    assert torch.equal(torch.as_tensor(chunked), torch.as_tensor(whole))
+
+
+def test_chunked_nll_keeps_its_gradient(monkeypatch):
+    z, y = _data(200)
+    z.requires_grad_(True)
+    (g_whole,) = torch.autograd.grad(M.nll(logits=z, labels=y), z)
+    monkeypatch.setattr(scores, "DEVICE_CHUNK_ELEMENTS", 7 * 16)
+    (g_chunked,) = torch.autograd.grad(M.nll(logits=z, labels=y), z)
+    assert torch.equal(g_chunked, g_whole)
+
+
+@pytest.mark.parametrize(
+    ("values", "resampled"), [(False, True), (True, False), (True, True)]
+)  # counts without weights stay an integer bincount on every device
+def test_onehot_bin_sums_equal_the_cpu_sums(monkeypatch, values, resampled):
+    """The GPU's deterministic sums (one-hot products, chunked) equal ``bincount`` /
+    ``index_add_`` up to rounding."""
+    n, n_bins = 5000, 15
+    index = torch.randint(n_bins, (n,), generator=GEN)
+    x = torch.rand(n, generator=GEN, dtype=torch.float64) if values else None
+    weights = torch.randint(3, (4, n), generator=GEN).double() if resampled else None
+    monkeypatch.setattr(binning, "CHUNK", 1024)
+    onehot = binning._onehot_sum(index, x, n_bins, weights)
+    cpu = binning._bin_sum(index, x, n_bins, weights)
+    assert onehot.shape == cpu.shape
+    torch.testing.assert_close(onehot, cpu, rtol=1e-13, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_binning_is_deterministic_and_matches_the_cpu():
+    z, y = _data(200_000, 10)
+    runs = [M.ece(logits=z.cuda(), labels=y.cuda()) for _ in range(3)]
+    assert all(torch.equal(torch.as_tensor(r), torch.as_tensor(runs[0])) for r in runs)
+    assert abs(float(runs[0]) - float(M.ece(logits=z, labels=y))) < 1e-12
