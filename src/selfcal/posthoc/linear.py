@@ -12,8 +12,10 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_int, check_nonnegative
-from selfcal.posthoc._base import Calibrator, Coverage, as_tensor, scores_as_logits
+from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import AffineModule, PlattModule, VectorScalingModule
+from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc._solvers import (
     ClassFeatures,
     Logistic,
@@ -23,6 +25,7 @@ from selfcal.posthoc._solvers import (
     newton,
     warn_not_converged,
 )
+from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.posthoc.temperature import TemperatureFit, report_fit, solve_temperature
 from selfcal.predictions import Predictions

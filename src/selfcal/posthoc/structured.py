@@ -18,13 +18,15 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_nonnegative
-from selfcal.posthoc._base import as_tensor, check_mix, resolve_mix, scores_as_logits
+from selfcal.posthoc._mixing import check_mix, resolve_mix
 from selfcal.posthoc._modules import (
     AffineModule,
     MixtureModule,
     TemperatureModule,
     VectorScalingModule,
 )
+from selfcal.posthoc._scores import scores_as_logits
+from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.linear import MAX_ITER, RIDGE_L2, _StructuredScaling, check_max_iter
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions

@@ -22,8 +22,10 @@ import torch
 from selfcal._validation import check_choice
 from selfcal.exceptions import CalibrationNotConverged
 from selfcal.metrics import ece, nll
-from selfcal.posthoc._base import Calibrator, Coverage, scores_as_logits
+from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import TemperatureModule
+from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
