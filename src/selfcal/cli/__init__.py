@@ -26,14 +26,14 @@ from typing import Annotated
 import typer
 
 import selfcal
-from selfcal.cli._calibrate import CALIBRATE_KEYS, calibrate
+from selfcal.cli._calibrate import CALIBRATE_KEYS, CalibrateCommand, calibrate
 from selfcal.cli._common import example_path
 from selfcal.cli._dataset import dataset
 from selfcal.cli._errors import ERROR_EXIT, USAGE_EXIT, fail
 from selfcal.cli._evaluate import PROGRESS_MIN_ROWS, evaluate
 from selfcal.cli._predict import predict
 from selfcal.cli._reproduce import REPORT_ROOT, reproduce_app
-from selfcal.cli._train import train
+from selfcal.cli._train import TrainCommand, train
 
 app = typer.Typer(
     name="selfcal",
@@ -60,8 +60,8 @@ def _root(
 
 
 app.command()(evaluate)
-app.command()(calibrate)
-app.command()(train)
+app.command(cls=CalibrateCommand)(calibrate)
+app.command(cls=TrainCommand)(train)
 app.command()(predict)
 app.command()(dataset)
 app.command("example-path")(example_path)
