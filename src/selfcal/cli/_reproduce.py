@@ -186,12 +186,25 @@ def _reproduce(
         if as_json:
             sys.stdout.write(json.dumps(json_payload(results)) + "\n")
             return
-        text = [
+        head = (
             f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
-            f"failed ({seconds:.0f} s); store {store}",
-            "",
-            *study.summary(results),
-            "",
-            f"report: {path}",
-        ]
-        sys.stdout.write("\n".join(text) + "\n")
+            f"failed ({seconds:.0f} s); store {store}"
+        )
+        print_summary(head, study.summary(results), f"report: {path}")
+
+
+def print_summary(head: str, lines: list[str], tail: str) -> None:
+    """``head``, the study's summary ``lines`` (Markdown) and ``tail`` on stdout. On a
+    terminal the summary is drawn to fit its width (:mod:`selfcal.cli._terminal`: tables
+    wrapped or split, never wider than the terminal); otherwise (a pipe, a file) it is written
+    as the Markdown it is. ``head`` and ``tail`` are written as they are either way."""
+    if not sys.stdout.isatty():
+        sys.stdout.write("\n".join([head, "", *lines, "", tail]) + "\n")
+        return
+    from selfcal.cli._common import stdout
+    from selfcal.cli._terminal import print_markdown
+
+    sys.stdout.write(head + "\n\n")
+    sys.stdout.flush()
+    print_markdown(stdout(), lines)
+    sys.stdout.write(tail + "\n")
