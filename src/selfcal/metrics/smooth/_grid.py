@@ -55,6 +55,13 @@ def linear_bin(
     return grid, left, frac
 
 
+def _fits_into(small: torch.Size, big: torch.Size) -> bool:
+    """Whether ``small`` broadcasts to ``big`` unchanged (``torch.broadcast_shapes`` would
+    import sympy, about a second)."""
+    pairs = zip(reversed(small), reversed(big))
+    return len(small) <= len(big) and all(s in (1, b) for s, b in pairs)
+
+
 def fft_convolve(signal: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """Full linear convolution along the last axis (``(B, L1)`` with ``(B or 1, L2)``).
 
@@ -63,8 +70,8 @@ def fft_convolve(signal: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     n = signal.shape[-1] + kernel.shape[-1] - 1
     n_fft = scipy.fft.next_fast_len(n, real=True)
     spec, kernel_spec = torch.fft.rfft(signal, n_fft), torch.fft.rfft(kernel, n_fft)
-    in_place = not (spec.requires_grad or kernel_spec.requires_grad) and (
-        torch.broadcast_shapes(spec.shape, kernel_spec.shape) == spec.shape
+    in_place = not (spec.requires_grad or kernel_spec.requires_grad) and _fits_into(
+        kernel_spec.shape, spec.shape
     )
     spec = spec.mul_(kernel_spec) if in_place else spec * kernel_spec
     return torch.fft.irfft(spec, n_fft)[..., :n]
