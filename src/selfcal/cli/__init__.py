@@ -13,9 +13,14 @@ One module per concern: :mod:`~selfcal.cli._errors` (the one-line errors and exi
 :mod:`~selfcal.cli._common` (shared options, consoles, reading inputs, ``example-path``),
 :mod:`~selfcal.cli._evaluate`, :mod:`~selfcal.cli._calibrate`, :mod:`~selfcal.cli._train`,
 :mod:`~selfcal.cli._predict`, :mod:`~selfcal.cli._reproduce` and :mod:`~selfcal.cli._dataset`
-(one command each); this
+(one command each), :mod:`~selfcal.cli._terminal` (Markdown summaries drawn to fit the
+terminal); this
 module assembles :data:`app` and runs it (:func:`main`, the console script;
 ``python -m selfcal.cli`` too).
+
+Start-up is light: no command module imports torch, numpy or the numeric selfcal modules at
+import time (each command imports them when it runs), so ``selfcal --version`` and
+``selfcal --help`` answer at once (``tests/cli/test_startup.py``).
 """
 
 from __future__ import annotations
