@@ -94,7 +94,7 @@ def _study_command(study: Study) -> Any:
             typer.Option(
                 "--executor",
                 help="What runs the sweep: 'process' (worker processes) or 'ray' (Ray tasks; "
-                'the "ray" extra: pip install "selfcal[ray]"); the results are identical.',
+                'the "ray" extra: pip install "selfcal\\[ray]"); the results are identical.',
             ),
         ] = "process",
         address: Annotated[
@@ -130,7 +130,7 @@ def _study_command(study: Study) -> Any:
             )
 
     command.__doc__ = study.help
-    single = typer.Typer()
+    single = typer.Typer(add_completion=False)
     single.command(study.name)(command)
     return typer.main.get_command(single)
 
