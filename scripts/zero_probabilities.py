@@ -1,7 +1,7 @@
 """What exact zero probabilities do to the likelihood-fitted calibrators, read as
 ``log(tiny) = -708`` (selfcal before the floor; ``fit(logits=log(max(p, tiny)))``) against
 selfcal's floor (``fit(probs=p)``: a zero read as half the smallest positive probability of the
-fitting rows, rows renormalised; ``selfcal.posthoc._base.zero_floor``).
+fitting rows, rows renormalised; ``selfcal.posthoc._scores.zero_floor``).
 
 The sets: the post-hoc leaderboard's random forests (``selfcal reproduce posthoc``'s
 scikit-learn sources, seeds 0 and 1) whose validation probabilities hold an exact zero. Prints

@@ -25,7 +25,7 @@ from selfcal.posthoc import (
     VectorScaling,
     build_calibrator,
 )
-from selfcal.posthoc import linear as linear_module
+from selfcal.posthoc import _structured_scaling as structured_fits
 
 
 def nll(p: np.ndarray, y: np.ndarray) -> float:
@@ -262,7 +262,7 @@ def test_unregularised_matrix_scaling_equals_independent_minimisation(seed, n, c
 def test_matrix_scaling_lbfgs_path_equals_newton(monkeypatch):
     z, y = make_logits(6, 400, 5)
     newton = MatrixScaling().fit(logits=z, labels=y)
-    monkeypatch.setattr(linear_module, "NEWTON_BUDGET", 0)
+    monkeypatch.setattr(structured_fits, "NEWTON_BUDGET", 0)
     lbfgs = MatrixScaling().fit(logits=z, labels=y)
     np.testing.assert_allclose(lbfgs.weight_, newton.weight_, atol=1e-5)
     np.testing.assert_allclose(  # L-BFGS stops at a gradient of 1e-9: ~1e-7 in p
@@ -279,7 +279,7 @@ def test_the_lbfgs_path_equals_newton_under_either_preconditioner(monkeypatch, n
 
     z, y = make_logits(6, 400, 5)
     newton = build_calibrator(name).fit(logits=z, labels=y)
-    monkeypatch.setattr(linear_module, "NEWTON_BUDGET", 0)
+    monkeypatch.setattr(structured_fits, "NEWTON_BUDGET", 0)
     if precondition == "diagonal":
         monkeypatch.setattr(_solvers, "BLOCK_ENTRIES", 0)
     lbfgs = build_calibrator(name).fit(logits=z, labels=y)

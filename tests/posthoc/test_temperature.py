@@ -14,7 +14,7 @@ from hypothesis.extra.numpy import arrays
 
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc import TemperatureScaling
-from selfcal.posthoc import temperature as ts_module
+from selfcal.posthoc import _inverse_temperature as solver
 from selfcal.posthoc._base import LARGEST_FITTABLE
 from selfcal.posthoc.temperature import (
     LOG_BETA_BOUNDS,
@@ -262,8 +262,8 @@ def test_fast_solver_stops_at_the_bounds(anti, bound):
     """The solver returns the bound the NLL falls towards; the calibrator then returns
     ``T = 1`` with a warning."""
     z, y = anti_or_separable(anti)
-    data = ts_module._Logits.build(torch.from_numpy(z), torch.from_numpy(y))
-    beta, converged = ts_module.solve_inverse_temperature(data)
+    data = solver._Logits.build(torch.from_numpy(z), torch.from_numpy(y))
+    beta, converged = solver.solve_inverse_temperature(data)
     assert converged and 1 / beta == pytest.approx(bound, rel=1e-12)
     match = "keeps falling as T grows" if anti else "all 3000 validation predictions are correct"
     with pytest.warns(DegenerateCalibration, match=match):
@@ -277,13 +277,13 @@ def test_fast_solver_stops_at_the_bounds(anti, bound):
 
 def count_passes(monkeypatch) -> list[tuple[int, torch.dtype]]:
     calls = []
-    inner = ts_module.nll_derivatives
+    inner = solver.nll_derivatives
 
     def counting(data, beta, dtype=torch.float64):
         calls.append((data.z.shape[0], dtype))
         return inner(data, beta, dtype)
 
-    monkeypatch.setattr(ts_module, "nll_derivatives", counting)
+    monkeypatch.setattr(solver, "nll_derivatives", counting)
     return calls
 
 
@@ -295,7 +295,7 @@ def test_large_fit_takes_one_float64_pass(monkeypatch, dtype):
     full64 = [c for c in calls if c == (40_000, torch.float64)]
     full32 = [c for c in calls if c == (40_000, torch.float32)]
     assert len(full64) == 1 and len(full32) <= 2  # subsample + float32 + one exact pass
-    assert all(n == 40_000 or n <= 2 * ts_module.WARM_START_ROWS for n, _ in calls)
+    assert all(n == 40_000 or n <= 2 * solver.WARM_START_ROWS for n, _ in calls)
     b = 1 / t  # first-order optimality on the full float64 data
     zz = z.astype(dtype).astype(np.float64)
     p = softmax(b * zz)
@@ -304,16 +304,16 @@ def test_large_fit_takes_one_float64_pass(monkeypatch, dtype):
 
 def test_derivatives_match_finite_differences():
     z, y = make_logits(12, 500, 6)
-    data = ts_module._Logits.build(torch.from_numpy(z), torch.from_numpy(y))
+    data = solver._Logits.build(torch.from_numpy(z), torch.from_numpy(y))
     beta, eps = 0.7, 1e-5
-    g, h, t, q = ts_module.nll_derivatives(data, beta)
+    g, h, t, q = solver.nll_derivatives(data, beta)
     assert g == pytest.approx(
         (mean_nll(z, y, beta + eps) - mean_nll(z, y, beta - eps)) / (2 * eps), rel=1e-6
     )
-    up, down = (ts_module.nll_derivatives(data, beta + s) for s in (eps, -eps))
+    up, down = (solver.nll_derivatives(data, beta + s) for s in (eps, -eps))
     for k, value in enumerate((h, t, q)):
         assert value == pytest.approx((up[k] - down[k]) / (2 * eps), rel=1e-6)
-    single = ts_module.nll_derivatives(data, beta, torch.float32)
+    single = solver.nll_derivatives(data, beta, torch.float32)
     np.testing.assert_allclose(single, (g, h, t, q), rtol=1e-4)
 
 

@@ -1,6 +1,6 @@
 """Exact zero probabilities (a random forest's "no tree voted") in the likelihood-fitted
 calibrators: read as half the smallest positive probability of the fitting rows, rows
-renormalised (``prob_floor_``; ``selfcal.posthoc._base.zero_floor``), in ``predict_proba``,
+renormalised (``prob_floor_``; ``selfcal.posthoc._scores.zero_floor``), in ``predict_proba``,
 the module, the saved file and ``auto`` alike -- and better than reading ``log 0`` as
 ``log(tiny) = -708``, which used to decide the fit."""
 

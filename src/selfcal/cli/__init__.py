@@ -13,9 +13,14 @@ One module per concern: :mod:`~selfcal.cli._errors` (the one-line errors and exi
 :mod:`~selfcal.cli._common` (shared options, consoles, reading inputs, ``example-path``),
 :mod:`~selfcal.cli._evaluate`, :mod:`~selfcal.cli._calibrate`, :mod:`~selfcal.cli._train`,
 :mod:`~selfcal.cli._predict`, :mod:`~selfcal.cli._reproduce` and :mod:`~selfcal.cli._dataset`
-(one command each); this
+(one command each), :mod:`~selfcal.cli._terminal` (Markdown summaries drawn to fit the
+terminal); this
 module assembles :data:`app` and runs it (:func:`main`, the console script;
 ``python -m selfcal.cli`` too).
+
+Start-up is light: no command module imports torch, numpy or the numeric selfcal modules at
+import time (each command imports them when it runs), so ``selfcal --version`` and
+``selfcal --help`` answer at once (``tests/cli/test_startup.py``).
 """
 
 from __future__ import annotations
@@ -26,14 +31,14 @@ from typing import Annotated
 import typer
 
 import selfcal
-from selfcal.cli._calibrate import CALIBRATE_KEYS, calibrate
+from selfcal.cli._calibrate import CALIBRATE_KEYS, CalibrateCommand, calibrate
 from selfcal.cli._common import example_path
 from selfcal.cli._dataset import dataset
 from selfcal.cli._errors import ERROR_EXIT, USAGE_EXIT, fail
 from selfcal.cli._evaluate import PROGRESS_MIN_ROWS, evaluate
 from selfcal.cli._predict import predict
 from selfcal.cli._reproduce import REPORT_ROOT, reproduce_app
-from selfcal.cli._train import train
+from selfcal.cli._train import TrainCommand, train
 
 app = typer.Typer(
     name="selfcal",
@@ -60,8 +65,8 @@ def _root(
 
 
 app.command()(evaluate)
-app.command()(calibrate)
-app.command()(train)
+app.command(cls=CalibrateCommand)(calibrate)
+app.command(cls=TrainCommand)(train)
 app.command()(predict)
 app.command()(dataset)
 app.command("example-path")(example_path)

@@ -5,14 +5,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from selfcal.cli._common import BinsOpt, KindOpt, LabelOpt, check_kind, fmt, read, stdout
+from selfcal.cli._common import (
+    DEFERRED_HELP,
+    BinsOpt,
+    KindOpt,
+    LabelOpt,
+    check_kind,
+    deferred_help,
+    fmt,
+    read,
+    stdout,
+)
 from selfcal.cli._errors import errors
-from selfcal.posthoc import Calibrator, build_calibrator, calibrator_names, calibrator_summary
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from rich.table import Table
+
+    from selfcal.posthoc import Calibrator
 
 CALIBRATE_KEYS = ["ece", "mce", "adaece", "nll", "brier", "accuracy"]
 """The metrics of the before/after table."""
@@ -20,14 +33,23 @@ CALIBRATE_KEYS = ["ece", "mce", "adaece", "nll", "brier", "accuracy"]
 
 def method_help() -> str:
     """``--method``'s help: every registered calibrator name with its one-line summary, one
-    paragraph (shown as one line) each."""
+    paragraph (shown as one line) each (computed when ``--help`` shows it: the registry
+    imports torch)."""
+    from selfcal.posthoc import calibrator_names, calibrator_summary
+
     lines = [f"{name}: {calibrator_summary(name)}" for name in calibrator_names()]
     return "\n\n".join(["Calibrator:", *lines])
+
+
+CalibrateCommand = deferred_help(method=method_help)
+"""``selfcal calibrate``'s command class: ``--method``'s help is :func:`method_help`."""
 
 
 def _calibrator(method: str, params: list[str]) -> Calibrator:
     """A fresh calibrator registered as ``method`` (see :func:`method_help`), with the
     hyperparameters ``NAME=VALUE`` of ``params`` set (see :func:`parse_param`)."""
+    from selfcal.posthoc import build_calibrator, calibrator_names
+
     if method not in calibrator_names():
         names = ", ".join(calibrator_names())
         raise ValueError(f"unknown method {method!r}; choose from {names}")
@@ -96,6 +118,8 @@ def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
 def cv_table(calibrator: Calibrator) -> Table:
     """``auto``'s cross-validation: each candidate's score, its paired difference from the
     lowest score with the 95% interval, its fit time, and which was chosen (or why it failed)."""
+    from rich.table import Table
+
     r = calibrator.cv_results_  # type: ignore[attr-defined]
     criterion = calibrator.criterion  # type: ignore[attr-defined]
     table = Table(title=f"{len(r['candidate'])} candidates, {criterion} of out-of-fold predictions")
@@ -119,6 +143,8 @@ def cv_table(calibrator: Calibrator) -> Table:
 
 
 def _calibrate_table(before: dict[str, float], after: dict[str, float], n: int) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"calibration on {n} samples")
     table.add_column("metric")
     table.add_column("before", justify="right")
@@ -134,7 +160,7 @@ def calibrate(
     out: Annotated[
         Path, typer.Option("--out", help="Output (.npz, .csv, .parquet, NAME.probs.npy).")
     ],
-    method: Annotated[str, typer.Option("--method", help=method_help())] = "ts",
+    method: Annotated[str, typer.Option("--method", help=DEFERRED_HELP)] = "ts",
     save_calibrator: Annotated[
         Path | None, typer.Option("--save-calibrator", help="Save the fitted calibrator (JSON).")
     ] = None,

@@ -1,20 +1,32 @@
 """What the commands share: consoles, number formatting, the input options and reading them,
-and ``selfcal example-path`` (the bundled inputs)."""
+option help computed on first display (:func:`deferred_help`), and ``selfcal example-path``
+(the bundled inputs).
+
+The command modules import nothing heavy at module level (torch, numpy, the numeric selfcal
+modules, matplotlib, scikit-learn): each command imports what it needs when it runs, so
+``selfcal --version`` and ``selfcal --help`` start at once. Option defaults are plain
+constants here (``tests/cli/test_startup.py`` checks them against the modules they mirror).
+"""
 
 from __future__ import annotations
 
+import inspect
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
-from rich.console import Console
+from typer.core import TyperCommand, TyperOption
 
-from selfcal._validation import check_choice
 from selfcal.cli._errors import errors
-from selfcal.io import KINDS
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from rich.console import Console
+
     from selfcal.predictions import Predictions
+
+KINDS = ("logits", "probs")
+"""The kinds of scores ``--kind`` takes: :data:`selfcal.io.KINDS`, as a constant."""
 
 KindOpt = Annotated[
     str | None,
@@ -30,10 +42,14 @@ BinsOpt = Annotated[int, typer.Option("--bins", min=1, help="Bins for the binned
 
 
 def stdout() -> Console:
+    from rich.console import Console
+
     return Console(file=sys.stdout, highlight=False)
 
 
 def stderr() -> Console:
+    from rich.console import Console
+
     return Console(file=sys.stderr, highlight=False)
 
 
@@ -64,7 +80,36 @@ def fmt(x: float | None) -> str:
 def check_kind(kind: str | None) -> None:
     """``--kind``, when given, is one of :data:`selfcal.io.KINDS`."""
     if kind is not None:
+        from selfcal._validation import check_choice
+
         check_choice("--kind", kind, KINDS)
+
+
+DEFERRED_HELP = "(computed when shown)"
+"""The help text written in the signature of an option whose help :func:`deferred_help`
+computes; it is never shown."""
+
+
+class _DeferredHelpCommand(TyperCommand):
+    """A command whose options named in :attr:`deferred` get their help text from a function
+    called when the help is first shown (``--help``), not when the module is imported."""
+
+    deferred: ClassVar[dict[str, Callable[[], str]]] = {}
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        for param in self.get_params(ctx):
+            make = self.deferred.get(param.name or "")
+            if make is not None and isinstance(param, TyperOption) and param.help == DEFERRED_HELP:
+                param.help = inspect.cleandoc(make())  # as click cleans a help given at once
+        super().format_help(ctx, formatter)
+
+
+def deferred_help(**helps: Callable[[], str]) -> type[TyperCommand]:
+    """The command class (``app.command(cls=...)``) for a command whose options ``NAME``
+    (the parameter names) get their help from ``helps[NAME]()`` when ``--help`` is shown:
+    for help texts that list a registry (the calibrators, the training methods), which
+    would import torch. Write ``help=DEFERRED_HELP`` in the option itself."""
+    return type("DeferredHelpCommand", (_DeferredHelpCommand,), {"deferred": dict(helps)})
 
 
 def read(

@@ -5,13 +5,15 @@ same split to another tool."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 
 from selfcal.cli._common import stdout
 from selfcal.cli._errors import errors
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import numpy as np
 
 FORMATS = ("csv", "parquet", "npz")
 
@@ -47,6 +49,8 @@ def dataset(
 
 def write_split(path: Path, x: np.ndarray, columns: tuple[str, ...], y: np.ndarray) -> Path:
     """One split as a table (one column per feature, then ``label``) or an ``.npz``."""
+    import numpy as np
+
     from selfcal.io import write_table
 
     if path.suffix == ".npz":

@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from selfcal._validation import check_choice, check_real
 from selfcal.cli._common import (
     BinsOpt,
     KindOpt,
@@ -29,11 +27,14 @@ from selfcal.cli._common import (
 from selfcal.cli._errors import errors
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from rich.table import Table
+
     from selfcal.metrics.bootstrap import Interval
 
 PROGRESS_MIN_ROWS = 100_000
 """Show the evaluation progress bar from this many rows on (always when stderr is a TTY)."""
 INTERVALS = ("centred", "percentile", "basic")
+"""``--interval``'s choices: :data:`selfcal.metrics.bootstrap.INTERVAL_METHODS`, as a constant."""
 
 
 def _finite(x: float) -> float | None:
@@ -55,6 +56,8 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None] | Non
 def _evaluate_table(
     results: dict[str, Interval], confidence: float, n: int, n_resamples: int, interval: str
 ) -> Table:
+    from rich.table import Table
+
     pct = round(100 * confidence)
     table = Table(title=f"{n} samples, {pct}% {interval} bootstrap CI ({n_resamples} resamples)")
     table.add_column("metric")
@@ -110,6 +113,8 @@ def evaluate(
     columns have no names, so class names cannot be matched to them (selfcal train and
     predict take class names)."""
     with errors():
+        from selfcal._validation import check_choice, check_real
+
         check_kind(kind)
         check_real("--confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
         check_choice("--interval", interval, INTERVALS)

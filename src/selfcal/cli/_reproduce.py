@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from selfcal._validation import check_choice
 from selfcal.cli._errors import errors
-from selfcal.experiments.runner import EXECUTORS
-from selfcal.experiments.store import DEFAULT_PATH
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from selfcal.experiments.study import Study
 
 REPORT_ROOT = Path("selfcal-report")
 """Reports go to ``REPORT_ROOT / <study name>`` unless ``--out`` says otherwise."""
-DEFAULT_STORE = Path(DEFAULT_PATH)
-"""The results store unless ``--store`` says otherwise: the store's own default path."""
+DEFAULT_STORE = Path("selfcal-results.sqlite")
+"""The results store unless ``--store`` says otherwise: the store's own default path
+(:data:`selfcal.experiments.store.DEFAULT_PATH`, as a constant)."""
+EXECUTORS = ("process", "ray")
+"""``--executor``'s choices: :data:`selfcal.experiments.runner.EXECUTORS`, as a constant."""
 MAX_DEFAULT_WORKERS = 4
 
 
@@ -94,7 +94,7 @@ def _study_command(study: Study) -> Any:
             typer.Option(
                 "--executor",
                 help="What runs the sweep: 'process' (worker processes) or 'ray' (Ray tasks; "
-                'the "ray" extra: pip install "selfcal[ray]"); the results are identical.',
+                'the "ray" extra: pip install "selfcal\\[ray]"); the results are identical.',
             ),
         ] = "process",
         address: Annotated[
@@ -130,7 +130,7 @@ def _study_command(study: Study) -> Any:
             )
 
     command.__doc__ = study.help
-    single = typer.Typer()
+    single = typer.Typer(add_completion=False)
     single.command(study.name)(command)
     return typer.main.get_command(single)
 
@@ -151,6 +151,7 @@ def _reproduce(
     """Run the study's sweep (resuming from ``store``) in worker processes or as Ray tasks
     (``executor``, ``address``), write its report to ``out``, and print the summary (or the
     JSON payload)."""
+    from selfcal._validation import check_choice
     from selfcal.experiments import ResultsStore
     from selfcal.experiments.report import json_payload, reproduce_command, write_report
     from selfcal.experiments.study import StudyResults, run_study
@@ -185,12 +186,25 @@ def _reproduce(
         if as_json:
             sys.stdout.write(json.dumps(json_payload(results)) + "\n")
             return
-        text = [
+        head = (
             f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
-            f"failed ({seconds:.0f} s); store {store}",
-            "",
-            *study.summary(results),
-            "",
-            f"report: {path}",
-        ]
-        sys.stdout.write("\n".join(text) + "\n")
+            f"failed ({seconds:.0f} s); store {store}"
+        )
+        print_summary(head, study.summary(results), f"report: {path}")
+
+
+def print_summary(head: str, lines: list[str], tail: str) -> None:
+    """``head``, the study's summary ``lines`` (Markdown) and ``tail`` on stdout. On a
+    terminal the summary is drawn to fit its width (:mod:`selfcal.cli._terminal`: tables
+    wrapped or split, never wider than the terminal); otherwise (a pipe, a file) it is written
+    as the Markdown it is. ``head`` and ``tail`` are written as they are either way."""
+    if not sys.stdout.isatty():
+        sys.stdout.write("\n".join([head, "", *lines, "", tail]) + "\n")
+        return
+    from selfcal.cli._common import stdout
+    from selfcal.cli._terminal import print_markdown
+
+    sys.stdout.write(head + "\n\n")
+    sys.stdout.flush()
+    print_markdown(stdout(), lines)
+    sys.stdout.write(tail + "\n")

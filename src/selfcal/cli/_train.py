@@ -14,17 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
-from rich.table import Table
 
-from selfcal.cli._common import LabelOpt, fmt, rich_bar, stdout
+from selfcal.cli._common import DEFERRED_HELP, LabelOpt, deferred_help, fmt, rich_bar, stdout
 from selfcal.cli._errors import errors
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from rich.table import Table
+
     from selfcal.pipeline import Progress
 
 
 def method_help() -> str:
-    """``--method``'s help: every method with its one-line summary, one paragraph each."""
+    """``--method``'s help: every method with its one-line summary, one paragraph each
+    (computed when ``--help`` shows it: the methods import torch)."""
     from selfcal.pipeline.methods import METHODS
 
     lines = [f"{name}: {m.summary}" for name, m in METHODS.items()]
@@ -53,9 +55,16 @@ def default_method_note(calibrate: str) -> str:
 
 
 def calibrate_help() -> str:
+    """``--calibrate``'s help: every registered calibrator name (computed when ``--help``
+    shows it)."""
     from selfcal.posthoc import calibrator_names
 
     return "Post-hoc calibrator fitted on VAL, or 'none': " + ", ".join(calibrator_names()) + "."
+
+
+TrainCommand = deferred_help(method=method_help, calibrate=calibrate_help)
+"""``selfcal train``'s command class: the help of ``--method`` and ``--calibrate`` is
+:func:`method_help` and :func:`calibrate_help`."""
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:
@@ -174,6 +183,8 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
 
 
 def _summary_table(report: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     table = Table(title="calibration (95% bootstrap CI)")
     table.add_column("split")
     table.add_column("metric")
@@ -201,7 +212,7 @@ def train(
         str, typer.Option("--val", help="Validation file: selection, calibration, threshold.")
     ],
     out: Annotated[Path, typer.Option("--out", help="Model folder to write.")],
-    method: Annotated[str | None, typer.Option("--method", help=method_help())] = None,
+    method: Annotated[str | None, typer.Option("--method", help=DEFERRED_HELP)] = None,
     test: Annotated[
         str | None, typer.Option("--test", help="Test file, scored in the report only.")
     ] = None,
@@ -224,7 +235,7 @@ def train(
             "--grid", help="Replace a hyperparameter's candidates: NAME=V1,V2 (repeatable)."
         ),
     ] = None,
-    calibrate: Annotated[str, typer.Option("--calibrate", help=calibrate_help())] = "ts",
+    calibrate: Annotated[str, typer.Option("--calibrate", help=DEFERRED_HELP)] = "ts",
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of every candidate.")] = 0,
     resamples: Annotated[
         int | None,

@@ -3,12 +3,13 @@
 ``pip install "selfcal[ray]"``, imported only when a sweep asks for it).
 
 Each group of specs is one Ray task (``num_cpus=1``) that runs the runner's own
-``_execute_group(execute, group)`` -- the very function a worker process runs, so an exception
-becomes the same ``"<Type>: <message>"`` failure and a study's executor
-(:func:`selfcal.experiments.study.execute_group`) fixes the same thread count: results are
-bit-identical to the process executor's. The **driver** keeps at most ``workers`` tasks in
-flight and stores each group's results as soon as its task finishes (one transaction per run,
-in the driver only), so a Ray sweep is resumable exactly like a process sweep. Choices:
+``run_group(execute, group)`` (:mod:`selfcal.experiments._groups`) -- the very function a
+worker process runs, so an exception becomes the same ``"<Type>: <message>"`` failure and a
+study's executor (:func:`selfcal.experiments.study.execute_group`) fixes the same thread
+count: results are bit-identical to the process executor's. The **driver** keeps at most
+``workers`` tasks in flight and stores each group's results as soon as its task finishes (one
+transaction per run, in the driver only), so a Ray sweep is resumable exactly like a process
+sweep. Choices:
 
 * **Where.** ``address=None`` starts a new local Ray instance with ``num_cpus=workers``
   (``ray.init(address="local", ...)``, so an unrelated cluster or ``RAY_ADDRESS`` is never
@@ -62,7 +63,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-from selfcal.experiments.runner import Executor, Group, OnDone, _execute_group
+from selfcal.experiments._groups import Executor, Group, OnDone, run_group
 from selfcal.experiments.spec import RunResult
 
 MISSING_RAY = (
@@ -121,11 +122,11 @@ def _connect(ray: ModuleType, workers: int, address: str | None) -> bool:
 # ----------------------------------------------------------------------------- the task
 def run_group_task(paths: tuple[str, ...], execute: bytes, group: Group) -> list[RunResult]:
     """The Ray task: make the driver's import paths visible, unpickle the executor and run
-    the group exactly as a worker process does (``runner._execute_group``)."""
+    the group exactly as a worker process does (``_groups.run_group``)."""
     for path in paths:
         if path not in sys.path:
             sys.path.append(path)
-    return _execute_group(pickle.loads(execute), group)
+    return run_group(pickle.loads(execute), group)
 
 
 def driver_paths() -> tuple[str, ...]:

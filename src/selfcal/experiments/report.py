@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from selfcal.exceptions import StaleResults
+from selfcal.experiments.figure_cache import figures_key, kept_figures, remember_figures
 from selfcal.experiments.selection import hyperparameters, regime
 from selfcal.experiments.study import Study, StudyResults, get_study
 from selfcal.experiments.tables import (
@@ -73,14 +74,20 @@ class Provenance:
 def write_report(
     results: StudyResults, out: Path, *, command: str, seconds: float | None = None
 ) -> Path:
-    """Write ``out/README.md``, the figures and ``out/provenance.json``; return the README."""
+    """Write ``out/README.md``, the figures and ``out/provenance.json``; return the README.
+    Figures drawn from the same runs by the same code are kept, not redrawn
+    (:mod:`selfcal.experiments.figure_cache`)."""
     out.mkdir(parents=True, exist_ok=True)
     study = results.study
-    written = []
-    for name, figure in study.figures(results).items():
-        if figure is not None:
-            figure.savefig(out / name, dpi=FIGURE_DPI)
-            written.append(name)
+    key = figures_key(results, FIGURE_DPI)
+    written = kept_figures(out, key)
+    if written is None:  # something they are drawn from changed: draw them
+        written = []
+        for name, figure in study.figures(results).items():
+            if figure is not None:
+                figure.savefig(out / name, dpi=FIGURE_DPI)
+                written.append(name)
+        remember_figures(out, key, written)
     parts = [*header(results, command, seconds), *study.sections(results), *failure_lines(results)]
     if written:
         parts += ["## Figures", "", *[f"![{name}]({name})" for name in written], ""]

@@ -34,14 +34,13 @@ datasets, models or methods. Choices:
   processes: at most ``workers`` groups in flight (one CPU each), results stored by the
   driver as each task finishes (resumable), the same failure reasons, a task whose worker
   dies re-run once alone before it is recorded as failed (``"WorkerCrashedError: ..."``),
-  Ctrl-C cancelling the running tasks; and the task runs the same ``_execute_group``, so the
+  Ctrl-C cancelling the running tasks; and the task runs the same ``run_group``, so the
   results are bit-identical to a process sweep's. Without Ray installed, ``executor="ray"``
   is an ``ImportError`` naming the extra.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 import os
 import pickle
@@ -56,19 +55,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any
 
 from selfcal._validation import check_choice, check_int
+from selfcal.experiments._groups import Executor, Group, OnDone, run_group
 from selfcal.experiments.environment import environment
+from selfcal.experiments.ray_executor import import_ray, run_on_ray
 from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.store import DEFAULT_PATH, ResultsStore
 
-Executor = Callable[[list[RunSpec]], list[RunResult]]
 EXECUTORS = ("process", "ray")
 """What runs the groups: worker processes (or this process when ``workers == 1``), or Ray
 tasks."""
-Group = list[RunSpec]
-OnDone = Callable[[Group, list[RunResult]], None]
 WATCHDOG_INTERVAL_S = 0.5
 WATCHDOG_EXIT = 70
 """Exit code of a worker that outlived its sweep."""
@@ -185,12 +182,10 @@ def _run_pending(
             advance(len(group), tally["failed"])
 
         if executor == "ray":
-            from selfcal.experiments.ray_executor import run_on_ray
-
             run_on_ray(groups, execute, workers, on_done, address)
         elif workers == 1:
             for group in groups:
-                on_done(group, _execute_group(execute, group))
+                on_done(group, run_group(execute, group))
         else:
             _run_parallel(groups, execute, workers, on_done)
     return tally
@@ -209,8 +204,6 @@ def _check_arguments(
     if address is not None and (not isinstance(address, str) or not address.strip()):
         raise ValueError(f"address must be a non-empty string such as 'auto', got {address!r}")
     if executor == "ray":
-        from selfcal.experiments.ray_executor import import_ray
-
         import_ray()  # fail before anything runs when the extra is missing
     if workers > 1 or executor == "ray":
         where = "Ray tasks" if executor == "ray" else "worker processes"
@@ -288,27 +281,6 @@ def _progress_bar(enabled: bool, total: int, title: str) -> Iterator[Callable[[i
 
 
 # ----------------------------------------------------------------------------- execution
-def _execute_group(execute: Executor, group: Group) -> list[RunResult]:
-    """Run one group (in this process or a worker); exceptions become failed results.
-    Results without ``seconds`` get the group's wall time shared equally."""
-    start = time.perf_counter()
-    try:
-        results = execute(list(group))
-        _check_results(results, len(group))
-    except Exception as err:
-        share = (time.perf_counter() - start) / len(group)
-        return [RunResult.failure(f"{type(err).__name__}: {err}", share) for _ in group]
-    share = (time.perf_counter() - start) / len(group)
-    return [r if r.seconds is not None else dataclasses.replace(r, seconds=share) for r in results]
-
-
-def _check_results(results: Any, expected: int) -> None:
-    if not isinstance(results, list) or not all(isinstance(r, RunResult) for r in results):
-        raise TypeError(f"execute must return a list of RunResult, got {type(results).__name__}")
-    if len(results) != expected:
-        raise ValueError(f"execute returned {len(results)} results for {expected} specs")
-
-
 def _run_parallel(groups: list[Group], execute: Executor, workers: int, on_done: OnDone) -> None:
     """Run groups on ``workers`` processes; after a worker crash, re-run the groups that were
     in flight each alone (concurrently, one process each), then go on with a fresh pool."""
@@ -390,7 +362,7 @@ def _run_pool(queue: deque[Group], execute: Executor, workers: int, on_done: OnD
         while queue or in_flight:
             while queue and len(in_flight) < workers:
                 group = queue.popleft()
-                in_flight[pool.submit(_execute_group, execute, group)] = group
+                in_flight[pool.submit(run_group, execute, group)] = group
             finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             for future in finished:
                 if isinstance(future.exception(), BrokenProcessPool):
@@ -412,7 +384,7 @@ def _run_alone(groups: list[Group], execute: Executor, on_done: OnDone) -> None:
     pools = [_new_pool(1) for _ in groups]
     try:
         futures = [
-            pool.submit(_execute_group, execute, group)
+            pool.submit(run_group, execute, group)
             for pool, group in zip(pools, groups, strict=True)
         ]
         for future, group in zip(futures, groups, strict=True):

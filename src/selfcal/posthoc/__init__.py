@@ -32,7 +32,8 @@ ensemble temperature scaling's MSE temperature.
 
 from __future__ import annotations
 
-from selfcal.posthoc._base import Calibrator, recorded_degenerate_fits
+from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._degenerate import recorded_degenerate_fits
 from selfcal.posthoc.auto import AutoCalibration, Uncalibrated
 from selfcal.posthoc.bbq import BBQ
 from selfcal.posthoc.beta import BetaCalibration

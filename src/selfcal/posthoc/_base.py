@@ -38,164 +38,52 @@ Contract:
 
 from __future__ import annotations
 
-import json
-import math
-import numbers
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-import numpy as np
 import torch
 
-from selfcal._validation import check_choice, check_real
+from selfcal._validation import check_choice
 from selfcal.exceptions import DegenerateCalibration, not_fitted
-from selfcal.predictions import ArrayLike, Predictions, as_predictions, looks_like_probabilities
+from selfcal.posthoc._degenerate import REMEDY, Coverage, recorded_degenerate_fits
+from selfcal.posthoc._inputs import resolve_predictions
+from selfcal.posthoc._mixing import check_mix, mix_confidence, mix_uniform, resolve_mix
+from selfcal.posthoc._persistence import (
+    FORMAT,
+    FORMAT_VERSION,
+    decode,
+    encode,
+    read_document,
+    subclasses,
+    write_document,
+)
+from selfcal.posthoc._scores import LARGEST_FITTABLE, check_fittable, scores_as_logits, zero_floor
+from selfcal.posthoc._tensors import as_tensor, interp
+from selfcal.predictions import ArrayLike, Predictions
 
-FORMAT = "selfcal-calibrator"
-FORMAT_VERSION = 1
+__all__ = [  # the base class, and the helpers once defined here (now in the modules above)
+    "FORMAT",
+    "FORMAT_VERSION",
+    "LARGEST_FITTABLE",
+    "REMEDY",
+    "SCORE_KINDS",
+    "Calibrator",
+    "Coverage",
+    "as_tensor",
+    "check_fittable",
+    "check_mix",
+    "interp",
+    "mix_confidence",
+    "mix_uniform",
+    "recorded_degenerate_fits",
+    "resolve_mix",
+    "scores_as_logits",
+    "zero_floor",
+]
 
 SCORE_KINDS = ("logits", "probs")
 """What a positional score array holds (the ``kind`` hyperparameter of every calibrator)."""
-
-LARGEST_FITTABLE = math.sqrt(torch.finfo(torch.float64).max) / math.exp(10)
-"""The largest logit magnitude the likelihood fits accept (about 6e149): they scale logits by
-up to ``e^10`` and square them (Hessians), which must stay finite in float64."""
-
-REMEDY = (
-    "Fit on more validation rows: stratified, so that every class and some of the model's "
-    "errors appear"
-)
-"""The remedy every :class:`~selfcal.exceptions.DegenerateCalibration` warning names."""
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """What the validation labels and predictions cover: ``n`` rows, the classes with no
-    example (``missing``), and how many predictions are correct."""
-
-    n: int
-    n_classes: int
-    missing: tuple[int, ...]
-    n_correct: int
-
-    @classmethod
-    def of(cls, pred: Predictions) -> Coverage:
-        """The coverage of validated predictions with labels; ``ValueError`` when the labels
-        hold a single class (nothing about the others can be learned)."""
-        labels = pred.require_labels()
-        counts = torch.bincount(labels, minlength=pred.n_classes).cpu()
-        present = torch.nonzero(counts).squeeze(1).tolist()
-        if len(present) == 1:
-            raise ValueError(
-                f"the validation labels hold only class {present[0]} of {pred.n_classes} "
-                f"({pred.n_samples} rows): a calibrator needs examples of at least two "
-                "classes; fit on a validation split with several classes"
-            )
-        missing = tuple(int(j) for j in torch.nonzero(counts == 0).squeeze(1).tolist())
-        return cls(pred.n_samples, pred.n_classes, missing, int(pred.correct.sum()))
-
-    @property
-    def all_correct(self) -> bool:
-        return self.n_correct == self.n
-
-    def missing_text(self) -> str:
-        shown = ", ".join(map(str, self.missing[:10])) + (", ..." if len(self.missing) > 10 else "")
-        return (
-            f"the validation labels hold {self.n_classes - len(self.missing)} of the "
-            f"{self.n_classes} classes (none of class {shown})"
-        )
-
-
-def check_fittable(pred: Predictions, name: str) -> None:
-    """``ValueError`` naming the first row of logits beyond :data:`LARGEST_FITTABLE` in
-    magnitude (probabilities' logs are never that large)."""
-    if pred.kind != "logits":
-        return
-    big = pred.scores.detach().abs().amax(dim=1) > LARGEST_FITTABLE
-    if bool(big.any()):
-        i = int(torch.nonzero(big)[0, 0])
-        value = float(pred.scores[i].double().abs().max())
-        raise ValueError(
-            f"{name}: row {i} has a logit of magnitude {value:.3g}, beyond the "
-            f"{LARGEST_FITTABLE:.1e} its float64 likelihood fit can scale and square; these are "
-            "not the logits of a trained model (or not logits at all): check that row"
-        )
-
-
-def resolve_mix(mix: Any, n: int) -> float:
-    """The mixing weight ``eps`` of a ``mix`` hyperparameter: ``"auto"`` is ``1 / (n + 1)``,
-    a number in ``[0, 1)`` is itself."""
-    if mix == "auto":
-        return 1.0 / (n + 1)
-    return check_real("mix", mix, 0.0, 1.0, high_open=True)
-
-
-def check_mix(mix: Any) -> None:
-    """``mix`` is ``"auto"`` or a number in ``[0, 1)``."""
-    if not (isinstance(mix, str) and mix == "auto"):
-        if isinstance(mix, str):
-            raise ValueError(f"mix must be 'auto' or a number in [0, 1), got {mix!r}")
-        resolve_mix(mix, 1)
-
-
-def mix_uniform(p: torch.Tensor, eps: float) -> torch.Tensor:
-    """``(1 - eps) p + eps / C`` of ``(N, C)`` probabilities."""
-    return (1.0 - eps) * p + eps / p.shape[1]
-
-
-def mix_confidence(conf: torch.Tensor, eps: float, n_classes: int) -> torch.Tensor:
-    """The mixed probability of the predicted class: ``(1 - eps) c + eps / C``."""
-    return (1.0 - eps) * conf + eps / n_classes
-
-
-def _version() -> str:
-    from selfcal import __version__
-
-    return __version__
-
-
-def _encode(value: Any) -> Any:
-    """Fitted value or hyperparameter -> JSON-able: arrays as dtype/shape/flat data, a
-    calibrator as its own document (``{"calibrator": {class, params, fitted}}``), mappings
-    as ``{"mapping": ...}``, sequences as lists."""
-    if isinstance(value, np.ndarray):
-        data = (
-            [float(x) for x in value.reshape(-1)]
-            if value.dtype.kind == "f"
-            else [int(x) for x in value.reshape(-1)]
-        )
-        return {"dtype": str(value.dtype), "shape": list(value.shape), "data": data}
-    if isinstance(value, Calibrator):
-        return {"calibrator": value._document()}
-    if isinstance(value, dict):
-        return {"mapping": {str(k): _encode(v) for k, v in value.items()}}
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    if isinstance(value, (bool, str)) or value is None:
-        return value
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise TypeError(f"cannot serialise fitted value of type {type(value).__name__}")
-
-
-def _decode(value: Any, path: str | Path) -> Any:
-    if isinstance(value, list):
-        return [_decode(v, path) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "calibrator" in value:
-        return Calibrator._from_document(value["calibrator"], path)
-    if "mapping" in value:
-        return {k: _decode(v, path) for k, v in value["mapping"].items()}
-    return np.asarray(value["data"], dtype=value["dtype"]).reshape(value["shape"])
 
 
 class Calibrator:
@@ -249,7 +137,9 @@ class Calibrator:
         if "mix" in self._hyperparameters:
             check_mix(self._mix_setting())
         self._validate_hyperparameters()
-        pred = self._predictions(X, y, logits, probs, labels, need_labels=True)
+        pred = resolve_predictions(
+            type(self).__name__, self.kind, X, y, logits, probs, labels, True
+        )
         self._check_classes(pred.n_classes)
         if self._likelihood_fit:
             check_fittable(pred, type(self).__name__)
@@ -377,26 +267,13 @@ class Calibrator:
 
     def save(self, path: str | Path) -> None:
         """Write hyperparameters and fitted attributes to a JSON file."""
-        doc = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "selfcal_version": _version(),
-            **self._document(),
-        }
-        Path(path).write_text(json.dumps(doc, indent=1, allow_nan=False))
+        write_document(path, self._document())
 
     @classmethod
     def load(cls, path: str | Path) -> Calibrator:
         """Read a file written by :meth:`save`. Called on a subclass, the file must hold that
         class; called on :class:`Calibrator`, the class named in the file is built."""
-        doc = json.loads(Path(path).read_text())
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ValueError(f"{path} is not a selfcal calibrator file")
-        if doc.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{path} has calibrator format version {doc.get('format_version')!r}; "
-                f"this selfcal reads version {FORMAT_VERSION}"
-            )
+        doc = read_document(path)
         cls._resolve(doc.get("class"), path)
         return Calibrator._from_document(doc, path)
 
@@ -404,14 +281,14 @@ class Calibrator:
         """``{"class", "params", "fitted"}``: what :meth:`save` writes for this calibrator."""
         return {
             "class": type(self).__name__,
-            "params": {k: _encode(v) for k, v in self.get_params().items()},
-            "fitted": {k: _encode(v) for k, v in self.fitted_attributes().items()},
+            "params": {k: encode(v, Calibrator) for k, v in self.get_params().items()},
+            "fitted": {k: encode(v, Calibrator) for k, v in self.fitted_attributes().items()},
         }
 
     @staticmethod
     def _from_document(doc: dict[str, Any], path: str | Path) -> Calibrator:
         name = doc.get("class")
-        params = {k: _decode(v, path) for k, v in doc["params"].items()}
+        params = {k: decode(v, path, Calibrator) for k, v in doc["params"].items()}
         obj = Calibrator._resolve(name, path)(**params)
         fitted = doc["fitted"]
         unknown = sorted(set(fitted) - set(obj._all_fitted()))
@@ -421,7 +298,7 @@ class Calibrator:
                 f"{', '.join(obj._all_fitted())})"
             )
         for key, value in fitted.items():
-            setattr(obj, key, _decode(value, path))
+            setattr(obj, key, decode(value, path, Calibrator))
         if obj._likelihood_fit and "prob_floor_" not in fitted:
             obj.prob_floor_ = 0.0  # saved before the floor existed: read as before
         obj._check_fitted()
@@ -431,50 +308,6 @@ class Calibrator:
     @classmethod
     def _param_names(cls) -> tuple[str, ...]:
         return (*cls._hyperparameters, "kind")
-
-    def _predictions(
-        self,
-        X: Predictions | ArrayLike | None,
-        y: ArrayLike | None,
-        logits: ArrayLike | None,
-        probs: ArrayLike | None,
-        labels: ArrayLike | None,
-        need_labels: bool,
-    ) -> Predictions:
-        """Resolve ``(X[, y])`` or ``logits= | probs=, labels=`` into validated predictions
-        (tensors that require grad detached)."""
-        if y is not None and labels is not None:
-            raise ValueError("pass the labels once: positionally (fit(X, y)) or as labels=")
-        labels = _detached(y if y is not None else labels)
-        logits, probs = _detached(logits), _detached(probs)
-        if X is None or isinstance(X, Predictions):
-            return as_predictions(
-                X, labels=labels, logits=logits, probs=probs, need_labels=need_labels
-            )
-        if logits is not None or probs is not None:
-            raise ValueError(
-                "pass the scores once: positionally (read as this calibrator's kind) or as "
-                "logits=... / probs=..."
-            )
-        if self.kind is None:
-            raise ValueError(self._kind_needed(X))
-        scores = {self.kind: _detached(X)}
-        return as_predictions(labels=labels, need_labels=need_labels, **scores)
-
-    def _kind_needed(self, scores: ArrayLike) -> str:
-        """The one-line error for positional scores without a ``kind``, with the evidence
-        when they look like probabilities."""
-        name = type(self).__name__
-        evidence = (
-            " (these look like probabilities: every row lies in [0, 1] and sums to 1)"
-            if looks_like_probabilities(scores)
-            else ""
-        )
-        return (
-            f"{name} got scores positionally but no kind{evidence}: build it with "
-            f"{name}(kind='logits') or {name}(kind='probs'), or pass logits=... / probs=... "
-            "by name (selfcal never guesses)"
-        )
 
     def _check_kind(self) -> None:
         if self.kind is not None:
@@ -532,7 +365,7 @@ class Calibrator:
                     f"{name}.load or Calibrator.load"
                 )
             return cls
-        known = {c.__name__: c for c in _subclasses(Calibrator)}
+        known = {c.__name__: c for c in subclasses(Calibrator)}
         if name not in known:
             raise ValueError(f"{path} holds an unknown calibrator class {name!r}")
         return known[name]
@@ -557,7 +390,9 @@ class Calibrator:
         probs: ArrayLike | None,
     ) -> Predictions:
         self._check_fitted()
-        pred = self._predictions(X, None, logits, probs, None, need_labels=False)
+        pred = resolve_predictions(
+            type(self).__name__, self.kind, X, None, logits, probs, None, False
+        )
         if pred.n_classes != self.n_classes_:
             raise ValueError(
                 f"{type(self).__name__} was fitted on {self.n_classes_} classes but got scores "
@@ -585,83 +420,3 @@ class Calibrator:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
-
-
-@contextmanager
-def recorded_degenerate_fits() -> Iterator[list[str]]:
-    """Collect the :class:`~selfcal.exceptions.DegenerateCalibration` messages of the fits in
-    the block into the yielded list (filled when the block ends) instead of showing them --
-    for sweeps that record per run what a calibrator could not identify; other warnings pass
-    through."""
-    messages: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield messages
-    for w in caught:
-        if issubclass(w.category, DegenerateCalibration):
-            messages.append(str(w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-
-
-def _detached(x: Any) -> Any:
-    """A tensor that requires grad, detached (anything else as it is)."""
-    if isinstance(x, torch.Tensor) and x.requires_grad:
-        return x.detach()
-    return x
-
-
-def _subclasses(cls: type[Calibrator]) -> list[type[Calibrator]]:
-    out: list[type[Calibrator]] = []
-    for sub in cls.__subclasses__():
-        out.append(sub)
-        out.extend(_subclasses(sub))
-    return out
-
-
-# ---------------------------------------------------------------------- shared utilities
-def zero_floor(pred: Predictions) -> float:
-    """The floor under which the likelihood fits read probabilities: half the smallest
-    positive probability of ``pred`` when some probability is exactly 0, else 0 (logits, or
-    no zero).
-
-    ``log 0`` has no value, and any fixed stand-in decides the fit: read as
-    ``log(tiny) = -708`` (or probmetrics' ``log(float32 tiny) = -87``), a random forest's
-    "no tree voted for the true class" dominates temperature scaling's NLL and drives it to
-    a huge temperature (test NLL 0.97 against 0.49 over 17 random-forest sets with zeros;
-    matrix scaling 2.0 against 0.48; ``scripts/zero_probabilities.py``). A zero is instead
-    read as half the smallest probability the model gave on the fitting rows -- for vote
-    fractions, half a vote; for a network, below anything it resolves -- and every row
-    renormalised (:meth:`~selfcal.Predictions.with_floor`)."""
-    if pred.kind != "probs":
-        return 0.0
-    p = pred.scores
-    zero = p == 0
-    if not bool(zero.any()):
-        return 0.0
-    return float(p[~zero].min()) / 2
-
-
-def scores_as_logits(pred: Predictions) -> torch.Tensor:
-    """``(N, C)`` float64 logits: the logits as given, or ``log(p)`` for probabilities (a zero
-    -- left only when the fit saw none, see :func:`zero_floor` -- becomes
-    ``log(tiny) ~ -708``)."""
-    if pred.kind == "logits":
-        return pred.scores.double()
-    return pred.log_probs
-
-
-def as_tensor(values: np.ndarray | float, like: torch.Tensor) -> torch.Tensor:
-    """Fitted numpy values as a float64 tensor on ``like``'s device."""
-    return torch.as_tensor(np.asarray(values, dtype=np.float64), device=like.device)
-
-
-def interp(x: torch.Tensor, xp: torch.Tensor, fp: torch.Tensor) -> torch.Tensor:
-    """Piecewise-linear interpolation through ``(xp, fp)`` (``xp`` strictly increasing),
-    constant beyond the ends -- ``numpy.interp`` on any torch device."""
-    if xp.shape[0] == 1:
-        return fp[0].expand_as(x).clone()
-    xc = x.clamp(xp[0], xp[-1])
-    i = (torch.searchsorted(xp, xc.contiguous(), right=True) - 1).clamp(0, xp.shape[0] - 2)
-    x0, x1, y0, y1 = xp[i], xp[i + 1], fp[i], fp[i + 1]
-    return y0 + (xc - x0) * ((y1 - y0) / (x1 - x0))

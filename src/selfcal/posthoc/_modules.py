@@ -36,7 +36,7 @@ def _tiny(x: torch.Tensor) -> float:
 
 def score_logits(scores: torch.Tensor, from_probs: bool) -> torch.Tensor:
     """The scores the logit-based calibrators use: logits as given, ``log(max(p, tiny))`` for
-    probabilities (``selfcal.posthoc._base.scores_as_logits``)."""
+    probabilities (``selfcal.posthoc._scores.scores_as_logits``)."""
     if from_probs:
         return scores.clamp_min(_tiny(scores)).log()
     return scores
@@ -105,7 +105,7 @@ def padded_table(values: np.ndarray, counts: np.ndarray, fill: float) -> np.ndar
 def batched_interp(
     x: torch.Tensor, xp: torch.Tensor, fp: torch.Tensor, counts: torch.Tensor
 ) -> torch.Tensor:
-    """``interp`` of ``selfcal.posthoc._base`` for ``R`` maps at once: column ``r`` of ``x``
+    """``interp`` of ``selfcal.posthoc._tensors`` for ``R`` maps at once: column ``r`` of ``x``
     ``(N, R)`` through the knots ``xp[r, :counts[r]]``, ``fp[r, :counts[r]]`` (rows padded by
     repeating the last knot), constant beyond the ends; a single-knot map is constant. The
     same float64 arithmetic as ``interp``, so the values are identical."""

@@ -24,7 +24,8 @@ from selfcal._validation import check_choice, check_int
 from selfcal.exceptions import CalibrationNotConverged, DegenerateCalibration
 from selfcal.metrics import brier, ece, nll
 from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
-from selfcal.posthoc._base import Calibrator, mix_confidence, mix_uniform
+from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._mixing import mix_confidence, mix_uniform
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
 from selfcal.predictions import Predictions
 

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from selfcal.posthoc._base import Calibrator, as_tensor
+from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._modules import padded_table, renormalise, score_probs
+from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 

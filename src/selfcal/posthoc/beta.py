@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from selfcal.posthoc._base import Calibrator, Coverage, as_tensor
+from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import log_one_minus, score_log_probs
 from selfcal.posthoc._solvers import Logistic, Solution, newton, warn_not_converged
+from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.linear import MAX_ITER, check_flag, check_max_iter, platt_targets
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions

@@ -37,7 +37,7 @@ class DirichletCalibration(MatrixScaling):
 
     ``log p`` is ``log_softmax(z)`` for logits and ``log p`` for probabilities; exact zeros
     are read as half the smallest positive probability of the fitting rows, rows
-    renormalised (``prob_floor_``, :func:`~selfcal.posthoc._base.zero_floor`;
+    renormalised (``prob_floor_``, :func:`~selfcal.posthoc._scores.zero_floor`;
     ``dirichletcal`` reads them as ``log(tiny) = -708``, which decides its fit). Logits and
     their (zero-free) probabilities therefore give the same fit; and
     ``DirichletCalibration().fit(logits=z)`` equals ``MatrixScaling().fit(logits=log_softmax(z))``

@@ -12,10 +12,12 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
-from selfcal.posthoc._base import Calibrator, Coverage, scores_as_logits
+from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._degenerate import Coverage
+from selfcal.posthoc._inverse_temperature import fit_inverse_temperature
 from selfcal.posthoc._modules import score_logits
+from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc.registry import register_calibrator
-from selfcal.posthoc.temperature import fit_inverse_temperature
 from selfcal.predictions import Predictions
 
 TEMPERATURE_BOUNDS = (0.05, 5.0)

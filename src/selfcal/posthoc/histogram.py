@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
-from selfcal.posthoc._base import Calibrator, as_tensor
+from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._modules import HistogramModule, renormalise
+from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 

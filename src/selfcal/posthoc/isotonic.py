@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from selfcal.posthoc._base import Calibrator, as_tensor, interp
+from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule, renormalise
+from selfcal.posthoc._tensors import as_tensor, interp
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 

@@ -2,9 +2,9 @@
 al., "Structured matrix scaling for multi-class calibration", AISTATS 2026), as their library
 ``probmetrics`` 1.3 defines them (``SVSCalibrator``, ``SMSCalibrator``).
 
-Both are :class:`~selfcal.posthoc.linear._StructuredScaling` fits whose second step acts on
-``x = log((1 - eps) softmax(z / T) + eps / C)``, the log of temperature scaling mixed with the
-uniform distribution ("TS-mix", ``eps = 1 / (n + 1)``), instead of ``z / T``:
+Both are :class:`~selfcal.posthoc._structured_scaling._StructuredScaling` fits whose second
+step acts on ``x = log((1 - eps) softmax(z / T) + eps / C)``, the log of temperature scaling
+mixed with the uniform distribution ("TS-mix", ``eps = 1 / (n + 1)``), instead of ``z / T``:
 :class:`~selfcal.posthoc.linear.VectorScaling` and :class:`~selfcal.posthoc.linear.MatrixScaling`
 are the same fits on the logits. The log-probabilities are bounded below by ``log(eps / C)``,
 so no validation row dominates the fit through a huge negative feature, and the identity map
@@ -18,13 +18,15 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_nonnegative
-from selfcal.posthoc._base import as_tensor, check_mix, resolve_mix, scores_as_logits
+from selfcal.posthoc._mixing import check_mix, resolve_mix
 from selfcal.posthoc._modules import (
     AffineModule,
     MixtureModule,
     TemperatureModule,
     VectorScalingModule,
 )
+from selfcal.posthoc._scores import scores_as_logits
+from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.linear import MAX_ITER, RIDGE_L2, _StructuredScaling, check_max_iter
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
@@ -155,9 +157,9 @@ class StructuredMatrixScaling(_TSMixScaling):
 
     from ``Delta = 0, b = 0`` (TS-mix): Newton's method with the exact ``C(C+1)``-dimensional
     Hessian while it is affordable, L-BFGS on the exact gradient beyond
-    (:func:`~selfcal.posthoc.linear.fit_affine`). The off-diagonal weights are penalised
-    ``C - 1`` times more than the diagonal: with few rows per parameter the map stays near
-    TS-mix. Temperature scaling not identified: TS-mix at ``T = 1``, warned.
+    (:func:`~selfcal.posthoc._structured_scaling.fit_affine`). The off-diagonal weights are
+    penalised ``C - 1`` times more than the diagonal: with few rows per parameter the map stays
+    near TS-mix. Temperature scaling not identified: TS-mix at ``T = 1``, warned.
 
     :class:`~selfcal.posthoc.linear.MatrixScaling` is the same fit on the logits ``z / T``.
     **Can change the predicted class.** Given ``probs=``, the scores are ``z = log(p)``.

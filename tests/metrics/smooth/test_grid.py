@@ -32,6 +32,27 @@ def test_linear_binning_keeps_mass_and_first_moment():
     torch.testing.assert_close(points[left] + frac / inv_step, x, rtol=0, atol=1e-14)
 
 
+def test_linear_binning_in_place_equals_out_of_place_bit_for_bit():
+    """The in-place accumulation gives exactly the grid (and gradients) of the out-of-place
+    ``index_add`` it replaced, duplicates of a grid point included."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.cat([torch.rand(300, generator=gen, dtype=torch.float64), torch.full((5,), 0.5)])
+    x.requires_grad_(True)
+    mass = torch.rand(4, 305, generator=gen, dtype=torch.float64, requires_grad=True)
+    grid, _, _ = linear_bin(x, 0.0, 40.0, 41, mass)
+    pos = x * 40.0
+    left = pos.detach().long().clamp(0, 39)
+    frac = pos - left
+    want = torch.zeros(4, 41, dtype=torch.float64)
+    want = want.index_add(1, left, mass * (1 - frac)).index_add(1, left + 1, mass * frac)
+    assert torch.equal(grid, want)
+    weights = torch.rand(4, 41, generator=gen, dtype=torch.float64)
+    got_grads = torch.autograd.grad((grid * weights).sum(), (x, mass))
+    want_grads = torch.autograd.grad((want * weights).sum(), (x, mass))
+    for got, expected in zip(got_grads, want_grads, strict=True):
+        assert torch.equal(got, expected)
+
+
 def test_interpolation_reads_a_linear_function_back_exactly():
     x = torch.tensor([0.0, 0.13, 0.5, 0.999], dtype=torch.float64)
     _, left, frac = linear_bin(x, 0.0, 10.0, 11, torch.ones(1, 4, dtype=torch.float64))
@@ -45,6 +66,26 @@ def test_fft_convolution_is_the_full_linear_convolution():
     got = fft_convolve(torch.from_numpy(signal), torch.from_numpy(kernel)).numpy()
     want = np.stack([np.convolve(row, kernel[0]) for row in signal])
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_fft_convolution_in_place_equals_out_of_place_bit_for_bit(grad):
+    """Without autograd the spectra are multiplied in place: exactly the out-of-place result;
+    with autograd (or a kernel with more rows than the signal) out of place, as before."""
+    import scipy.fft
+
+    gen = torch.Generator().manual_seed(2)
+    signal = torch.rand(6, 300, generator=gen, dtype=torch.float64, requires_grad=grad)
+    kernel = torch.rand(1, 41, generator=gen, dtype=torch.float64)
+    n_fft = scipy.fft.next_fast_len(340, real=True)
+
+    def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        spec = torch.fft.rfft(a, n_fft) * torch.fft.rfft(b, n_fft)
+        return torch.fft.irfft(spec, n_fft)[..., :340]
+
+    assert torch.equal(fft_convolve(signal, kernel), reference(signal, kernel))
+    wide = kernel.expand(3, 41)  # more rows than the signal: the product broadcasts
+    assert torch.equal(fft_convolve(signal[:1], wide), reference(signal[:1], wide))
 
 
 def test_rows_finish_and_fixed_bandwidth():

@@ -1,0 +1,42 @@
+"""What every sweep back end shares: the executor and group types, and running one group.
+
+:func:`run_group` is the function a group runs through wherever it runs -- in the sweep's own
+process, in a worker process (:mod:`selfcal.experiments.runner`) or in a Ray task
+(:mod:`selfcal.experiments.ray_executor`) -- so an exception becomes the same failed results
+and the results are bit-identical whichever back end ran them. Both back ends import this
+module; it imports neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from selfcal.experiments.spec import RunResult, RunSpec
+
+Executor = Callable[[list[RunSpec]], list[RunResult]]
+Group = list[RunSpec]
+OnDone = Callable[[Group, list[RunResult]], None]
+
+
+def run_group(execute: Executor, group: Group) -> list[RunResult]:
+    """Run one group (in this process or a worker); exceptions become failed results.
+    Results without ``seconds`` get the group's wall time shared equally."""
+    start = time.perf_counter()
+    try:
+        results = execute(list(group))
+        _check_results(results, len(group))
+    except Exception as err:
+        share = (time.perf_counter() - start) / len(group)
+        return [RunResult.failure(f"{type(err).__name__}: {err}", share) for _ in group]
+    share = (time.perf_counter() - start) / len(group)
+    return [r if r.seconds is not None else dataclasses.replace(r, seconds=share) for r in results]
+
+
+def _check_results(results: Any, expected: int) -> None:
+    if not isinstance(results, list) or not all(isinstance(r, RunResult) for r in results):
+        raise TypeError(f"execute must return a list of RunResult, got {type(results).__name__}")
+    if len(results) != expected:
+        raise ValueError(f"execute returned {len(results)} results for {expected} specs")

@@ -1,0 +1,186 @@
+"""Reading predictions from files and writing calibrated probabilities; the one reader and
+writer of ``.csv`` / ``.parquet`` columns (:func:`read_columns`, :func:`write_table`) that the
+feature tables of ``selfcal train`` use too.
+
+Supported formats (the kind of scores -- logits or probabilities -- always comes from a name,
+never from the values):
+
+``.npz``
+    Arrays ``logits`` *or* ``probs`` (shape ``(N, C)``, or ``(N,)`` / ``(N, 1)`` for a binary
+    positive-class score) and ``labels`` (shape ``(N,)``). A file holding both ``logits`` and
+    ``probs`` is ambiguous unless ``kind`` picks one.
+``.npy`` pair
+    ``NAME.logits.npy`` or ``NAME.probs.npy`` holds the scores and ``NAME.labels.npy``, in the
+    same folder, the labels. Pass the scores file (or the labels file, if exactly one scores
+    file sits beside it); the middle suffix gives the kind.
+``.csv`` / ``.parquet``
+    One column per class, named ``logit_0 .. logit_{C-1}`` or ``prob_0 .. prob_{C-1}``
+    (``logits_``/``probs_`` also accepted), or a single unindexed ``logit`` / ``prob`` column for
+    a binary positive-class score; plus a label column (``label`` by default). With ``kind``
+    given and no such names, every column other than the label column is a score column, in
+    file order.
+
+Scores *named* logits whose every row lies in ``[0, 1]`` and sums to 1 are refused by
+:func:`load_predictions` (a contradiction between name and values, reported with the
+evidence) unless ``kind="logits"`` says they really are logits. Labels are integer class
+indices: class names (strings) get the one message of
+:data:`selfcal.predictions.STRING_LABELS`, since score columns have no names.
+
+Errors are ``ValueError`` (or ``FileNotFoundError``) whose message starts with the file:
+an empty file, a file that is not a valid ``.npz`` / ``.npy``, an object array (nothing is
+unpickled), a folder, missing labels (naming the arrays or columns there are).
+Row numbers in error messages count data rows from 0 (a CSV header line is not a row).
+``example:NAME`` stands for a bundled example file (see :mod:`selfcal.examples`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from selfcal._validation import check_choice
+from selfcal.io._arrays import _read_npy, _read_npz, read_npy, read_npz
+from selfcal.io._formats import KINDS, TABULAR, format_of, resolve_path
+from selfcal.io._tables import _read_tabular, read_columns, write_table
+from selfcal.predictions import Predictions, looks_like_probabilities
+
+__all__ = [
+    "KINDS",
+    "TABULAR",
+    "check_named_kind",
+    "load_predictions",
+    "read_arrays",
+    "read_columns",
+    "read_npy",
+    "read_npz",
+    "resolve_path",
+    "save_probs",
+    "write_table",
+]
+
+
+def read_arrays(
+    path: str | Path, *, kind: str | None = None, label_column: str = "label"
+) -> tuple[str, np.ndarray, np.ndarray | None]:
+    """``(kind, scores, labels-or-None)`` as stored in ``path``, without validation."""
+    if kind is not None:
+        check_choice("kind", kind, KINDS)
+    path = resolve_path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a file; pass one predictions file")
+    fmt = format_of(path)
+    if fmt != "npy" and not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    if fmt == "npz":
+        return _read_npz(path, kind)
+    if fmt == "npy":
+        return _read_npy(path, kind)
+    return _read_tabular(path, kind, label_column)
+
+
+def load_predictions(
+    path: str | Path,
+    *,
+    kind: str | None = None,
+    label_column: str = "label",
+    require_labels: bool = True,
+) -> Predictions:
+    """Read and validate predictions from ``path`` (format by extension; see module docstring).
+
+    ``kind`` (``"logits"`` / ``"probs"``) is needed only where the file's names do not say it;
+    given, it overrides them. Scores *named* logits whose every row is a probability vector
+    are refused (:func:`check_named_kind`) unless ``kind="logits"`` says they are logits.
+    Raises ``ValueError`` (bad content, including every :mod:`selfcal.predictions` validation
+    error) or ``FileNotFoundError``; messages start with the file path.
+    """
+    path = resolve_path(path)
+    found, scores, labels = read_arrays(path, kind=kind, label_column=label_column)
+    if kind is None:
+        check_named_kind(path, found, scores)
+    if labels is None and require_labels:
+        raise ValueError(f"{path}: no labels ({_labels_where(path, label_column)})")
+    try:
+        if found == "logits":
+            return Predictions.from_logits(scores, labels)
+        return Predictions.from_probs(scores, labels)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _labels_where(path: Path, label_column: str) -> str:
+    """Where the labels of ``path`` were looked for (and, for ``.npz``, what is there)."""
+    fmt = format_of(path)
+    if fmt in ("csv", "parquet"):
+        names, _ = read_columns(path)
+        return f"column {label_column!r} not found; columns: {', '.join(names)}"
+    if fmt == "npz":
+        files, _ = read_npz(path, ())
+        return f"array 'labels' not found; arrays: {', '.join(files)}"
+    return "a NAME.labels.npy file beside it not found"
+
+
+def check_named_kind(path: str | Path, kind: str, scores: np.ndarray) -> None:
+    """Refuse scores whose *name* says logits while every row lies in ``[0, 1]`` and sums
+    to 1 (:func:`selfcal.predictions.looks_like_probabilities`): one line naming the
+    evidence and both ways out. selfcal never guesses; this is a contradiction, not a guess."""
+    if kind != "logits" or not looks_like_probabilities(scores):
+        return
+    path = Path(path)
+    one_column = scores.ndim == 1 or scores.shape[1] == 1
+    evidence = (
+        "every value lies in [0, 1]" if one_column else "every row lies in [0, 1] and sums to 1"
+    )
+    fmt = format_of(path)
+    if fmt == "npz":
+        what, fix = "the array 'logits' holds", "rename it 'probs'"
+    elif fmt == "npy":
+        what, fix = "the scores named .logits.npy hold", "rename the file NAME.probs.npy"
+    elif one_column:
+        what, fix = "the 'logit' column holds", "rename it 'prob'"
+    else:
+        last = scores.shape[1] - 1
+        what, fix = "the logit_* columns hold", f"rename them prob_0 .. prob_{last}"
+    raise ValueError(
+        f"{path}: {what} probabilities ({evidence}); {fix}, or pass --kind logits "
+        "(kind='logits' in Python) if these really are logits"
+    )
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def save_probs(path: str | Path, probs: Any, labels: Any = None) -> Path:
+    """Write ``(N, C)`` probabilities (and labels, if given) to ``path``.
+
+    Formats: ``.npz`` (arrays ``probs``, ``labels``), ``NAME.probs.npy`` (labels to
+    ``NAME.labels.npy``), ``.csv`` / ``.parquet`` (columns ``prob_0..`` and ``label``).
+    Returns the path written.
+    """
+    path = Path(path)
+    p = _to_numpy(probs)
+    if p.ndim == 1:
+        p = np.stack([1 - p, p], axis=1)
+    y = None if labels is None else _to_numpy(labels).astype(np.int64)
+    fmt = format_of(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "npz":
+        if y is None:
+            np.savez(path, probs=p)
+        else:
+            np.savez(path, probs=p, labels=y)
+    elif fmt == "npy":
+        if not path.name.endswith(".probs.npy"):
+            raise ValueError(f"{path}: name the output NAME.probs.npy")
+        np.save(path, p)
+        if y is not None:
+            np.save(path.with_name(path.name.removesuffix(".probs.npy") + ".labels.npy"), y)
+    else:
+        columns = {f"prob_{j}": p[:, j] for j in range(p.shape[1])}
+        write_table(path, columns if y is None else {**columns, "label": y})
+    return path

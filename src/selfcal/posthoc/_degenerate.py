@@ -1,0 +1,81 @@
+"""What the validation data cover, and the warnings of the fits they do not identify.
+
+:class:`Coverage` says which classes the validation labels hold and how many predictions are
+correct -- what :meth:`selfcal.posthoc.Calibrator.fit` reads to apply the one rule for
+degenerate fits (a bounded, documented result and a
+:class:`~selfcal.exceptions.DegenerateCalibration` warning naming :data:`REMEDY`);
+:func:`recorded_degenerate_fits` collects those warnings in a sweep.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from selfcal.exceptions import DegenerateCalibration
+from selfcal.predictions import Predictions
+
+REMEDY = (
+    "Fit on more validation rows: stratified, so that every class and some of the model's "
+    "errors appear"
+)
+"""The remedy every :class:`~selfcal.exceptions.DegenerateCalibration` warning names."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What the validation labels and predictions cover: ``n`` rows, the classes with no
+    example (``missing``), and how many predictions are correct."""
+
+    n: int
+    n_classes: int
+    missing: tuple[int, ...]
+    n_correct: int
+
+    @classmethod
+    def of(cls, pred: Predictions) -> Coverage:
+        """The coverage of validated predictions with labels; ``ValueError`` when the labels
+        hold a single class (nothing about the others can be learned)."""
+        labels = pred.require_labels()
+        counts = torch.bincount(labels, minlength=pred.n_classes).cpu()
+        present = torch.nonzero(counts).squeeze(1).tolist()
+        if len(present) == 1:
+            raise ValueError(
+                f"the validation labels hold only class {present[0]} of {pred.n_classes} "
+                f"({pred.n_samples} rows): a calibrator needs examples of at least two "
+                "classes; fit on a validation split with several classes"
+            )
+        missing = tuple(int(j) for j in torch.nonzero(counts == 0).squeeze(1).tolist())
+        return cls(pred.n_samples, pred.n_classes, missing, int(pred.correct.sum()))
+
+    @property
+    def all_correct(self) -> bool:
+        return self.n_correct == self.n
+
+    def missing_text(self) -> str:
+        shown = ", ".join(map(str, self.missing[:10])) + (", ..." if len(self.missing) > 10 else "")
+        return (
+            f"the validation labels hold {self.n_classes - len(self.missing)} of the "
+            f"{self.n_classes} classes (none of class {shown})"
+        )
+
+
+@contextmanager
+def recorded_degenerate_fits() -> Iterator[list[str]]:
+    """Collect the :class:`~selfcal.exceptions.DegenerateCalibration` messages of the fits in
+    the block into the yielded list (filled when the block ends) instead of showing them --
+    for sweeps that record per run what a calibrator could not identify; other warnings pass
+    through."""
+    messages: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield messages
+    for w in caught:
+        if issubclass(w.category, DegenerateCalibration):
+            messages.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

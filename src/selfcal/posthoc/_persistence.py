@@ -1,0 +1,105 @@
+"""The calibrator file: JSON with the class name, the hyperparameters and the fitted values.
+
+``Calibrator.save`` writes, and ``Calibrator.load`` reads, ``{"format", "format_version",
+"selfcal_version", "class", "params", "fitted"}``: floats written with ``repr`` (which
+round-trips exactly), arrays as dtype, shape and flat data, a nested calibrator as its own
+document. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from selfcal.posthoc._base import Calibrator
+
+FORMAT = "selfcal-calibrator"
+FORMAT_VERSION = 1
+
+
+def write_document(path: str | Path, document: dict[str, Any]) -> None:
+    """Write a calibrator's ``{"class", "params", "fitted"}`` document to ``path``, after the
+    file's format, its version and the selfcal version."""
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "selfcal_version": _version(),
+        **document,
+    }
+    Path(path).write_text(json.dumps(doc, indent=1, allow_nan=False))
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    """The document of a file written by :func:`write_document`; ``ValueError`` when it is not
+    a calibrator file or has another format version."""
+    doc = json.loads(Path(path).read_text())
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a selfcal calibrator file")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has calibrator format version {doc.get('format_version')!r}; "
+            f"this selfcal reads version {FORMAT_VERSION}"
+        )
+    return doc
+
+
+def _version() -> str:
+    from selfcal import __version__
+
+    return __version__
+
+
+def encode(value: Any, calibrator_type: type[Calibrator]) -> Any:
+    """Fitted value or hyperparameter -> JSON-able: arrays as dtype/shape/flat data, a
+    calibrator as its own document (``{"calibrator": {class, params, fitted}}``), mappings
+    as ``{"mapping": ...}``, sequences as lists. ``calibrator_type`` is
+    :class:`~selfcal.posthoc.Calibrator` (passed in: this module does not import it)."""
+    if isinstance(value, np.ndarray):
+        data = (
+            [float(x) for x in value.reshape(-1)]
+            if value.dtype.kind == "f"
+            else [int(x) for x in value.reshape(-1)]
+        )
+        return {"dtype": str(value.dtype), "shape": list(value.shape), "data": data}
+    if isinstance(value, calibrator_type):
+        return {"calibrator": value._document()}
+    if isinstance(value, dict):
+        return {"mapping": {str(k): encode(v, calibrator_type) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return [encode(v, calibrator_type) for v in value]
+    if isinstance(value, (bool, str)) or value is None:
+        return value
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"cannot serialise fitted value of type {type(value).__name__}")
+
+
+def decode(value: Any, path: str | Path, calibrator_type: type[Calibrator]) -> Any:
+    """The inverse of :func:`encode` (``calibrator_type`` as there)."""
+    if isinstance(value, list):
+        return [decode(v, path, calibrator_type) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "calibrator" in value:
+        return calibrator_type._from_document(value["calibrator"], path)
+    if "mapping" in value:
+        return {k: decode(v, path, calibrator_type) for k, v in value["mapping"].items()}
+    return np.asarray(value["data"], dtype=value["dtype"]).reshape(value["shape"])
+
+
+def subclasses(cls: type[Calibrator]) -> list[type[Calibrator]]:
+    """Every subclass of ``cls``, depth first (the classes a file may name)."""
+    out: list[type[Calibrator]] = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(subclasses(sub))
+    return out
