@@ -510,3 +510,12 @@ def test_stop_by_refinement_keeps_the_epoch_of_lowest_validation_nll_after_ts(
         "--out", tmp_path / "bad",
     )  # fmt: skip
     assert "stop_by" in err
+
+
+def test_by_default_a_trained_model_stops_by_refinement(capsys, files, tmp_path):
+    """The default the benchmark's refine-stop regime supports; ``--stop-by nll`` the
+    papers' rule."""
+    default = train_model(capsys, files, tmp_path / "d", "ce")
+    assert default["model"]["stop_by"] == "refinement"
+    by_nll = train_model(capsys, files, tmp_path / "n", "ce", "--stop-by", "nll")
+    assert by_nll["model"]["stop_by"] == "nll"

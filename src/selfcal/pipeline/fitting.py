@@ -197,13 +197,16 @@ def _train_bo4sc(
 
 
 # ----------------------------------------------------------------------------- one candidate
-DEFAULT_STOP_BY = "nll"
+DEFAULT_STOP_BY = "refinement"
 STOP_BY_DOC = """\
-The checkpoint ``selfcal train`` keeps: by default the lowest validation NLL, the rule of every
-study here; ``--stop-by refinement`` keeps the lowest validation refinement loss (the NLL after
-a temperature fitted on the same validation predictions), where Berta et al. (2025) stop before
-recalibrating. Which rule is better on our data is the question of the benchmark's refine-stop
-regime (issue 24), not yet answered: the default stays the NLL until it is."""
+The checkpoint ``selfcal train`` keeps: by default the lowest validation refinement loss (the
+NLL after a temperature fitted on the same validation predictions), where Berta et al. (2025)
+stop before recalibrating; ``--stop-by nll`` keeps the lowest validation NLL, the rule of the
+papers' studies. The default follows the benchmark's refine-stop regime (``results/benchmark``,
+study version 4): against stopping at the lowest validation NLL, on the same runs, CE's test
+NLL after temperature scaling is lower on MNIST-1D (-0.012 [-0.021, -0.004]) and Spiral 3.5
+(-0.007 [-0.012, -0.001]) and tied on digits, Blobs 1.7 and breast cancer; over all 13 methods
+x 5 datasets, better in 15 and worse in none."""
 STOP_WORDS = {
     "nll": "the lowest validation NLL",
     "refinement": "the lowest validation NLL after temperature scaling",

@@ -54,9 +54,9 @@ class TrainSettings:
     ``calibrate``: a calibrator of :mod:`selfcal.posthoc` fitted on VAL, or ``None``;
     ``n_resamples``: the report's bootstrap resamples (``None``: the default for the size);
     ``seed``: the initialisation, shuffling, meta-validation split and bootstrap;
-    ``stop_by``: the checkpoint kept, ``"nll"`` (the lowest validation NLL, default) or
-    ``"refinement"`` (the lowest validation NLL after temperature scaling; Berta et al., 2025):
-    :data:`selfcal.pipeline.fitting.STOP_BY_DOC` says which the benchmark supports."""
+    ``stop_by``: the checkpoint kept, ``"refinement"`` (the lowest validation NLL after
+    temperature scaling; Berta et al., 2025; default) or ``"nll"`` (the lowest validation
+    NLL): :data:`selfcal.pipeline.fitting.STOP_BY_DOC` gives the benchmark's evidence."""
 
     method: str
     hidden: tuple[int, ...] = TABULAR.hidden or ()
@@ -331,7 +331,7 @@ def _report(
             "hyperparameters": config["hyperparameters"],
             "criterion": config["criterion"]["words"],
             "checkpoint_epoch": config["checkpoint_epoch"],
-            "stop_by": config.get("stop_by", "nll"),
+            "stop_by": config.get("stop_by", "nll"),  # folders from before the key: NLL
             "hidden": config["architecture"]["hidden"],
             "recipe": config["recipe"],
             "seed": config["seed"],
