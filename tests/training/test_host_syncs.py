@@ -1,0 +1,92 @@
+"""Host syncs in a training step: on a GPU, reading a device value on the host (``item()``,
+``float(t)``, ``bool(t)``, ``tolist()``, ``numpy()``) waits for every queued kernel. On the CPU
+the same reads are counted here with a ``TorchFunctionMode``: a loss step makes none, and an
+epoch's reads do not grow with its number of minibatches. Not counted: ``torch.optim``'s reads
+of its step counter, a CPU tensor whatever the parameters' device (not a sync).
+
+Two steps still read, and the tests pin how often so that neither grows unseen: mixup draws its
+``lam`` through scipy's inverse Beta CDF on the host (one read; drawing it on the device would
+change every mixup result), and the γ-Net meta step checks its γ tensor in each of its two focal
+losses (the lookahead's and the real step's: two reads each) and validates the meta batch's
+predictions for SECE (two reads): six a step."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from selfcal.bilevel import MetaStep
+from selfcal.losses import build_loss
+from selfcal.losses._checks import labels_checked
+from selfcal.models import build_model
+from selfcal.training import LossStep, MixupStep, TrainConfig, fit, prepare_run
+
+READS = {
+    torch.Tensor.item,
+    torch.Tensor.__bool__,
+    torch.Tensor.__float__,
+    torch.Tensor.__int__,
+    torch.Tensor.__index__,
+    torch.Tensor.tolist,
+    torch.Tensor.numpy,
+}
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the tensor-to-host reads made inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        caller = sys._getframe(1).f_code.co_filename
+        if func in READS and f"torch{os.sep}optim" not in caller:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, 1, 8, 8, generator=g), torch.randint(3, (n,), generator=g)
+
+
+STEPS = {
+    "ce": (lambda: LossStep(), 0),
+    "focal": (lambda: LossStep(build_loss("focal", gamma=3.0)), 0),
+    "bsce-gra": (lambda: LossStep(build_loss("bsce-gra", gamma=3.0, norm=2)), 0),
+    "mixup": (lambda: MixupStep(alpha=1.0), 1),
+    "gamma-net": (lambda: MetaStep(_data(32), method="gamma-net"), 6),
+}
+
+
+@pytest.mark.parametrize("name", list(STEPS))
+def test_host_reads_per_step(name):
+    model = build_model("cnn2d", seed=0, n_classes=3)
+    run = prepare_run(model, _data(64), config=TrainConfig(epochs=1, batch_size=16))
+    make, per_step = STEPS[name]
+    step = make()
+    step.start(run)
+    step.start_epoch(0)
+    x, y = run.train
+    with labels_checked():  # as inside fit, which checks every label once
+        step.step(model, x[:16], y[:16])  # the first step may set things up
+        with HostReads() as reads:
+            for start in (16, 32, 48):
+                loss = step.step(model, x[start : start + 16], y[start : start + 16])
+    assert reads.count == 3 * per_step
+    assert loss.ndim == 0 and not loss.requires_grad
+
+
+def test_an_epoch_reads_the_same_whatever_its_number_of_minibatches():
+    counts = []
+    for batch_size in (32, 8):  # 2 and 8 minibatches an epoch
+        model = build_model("cnn2d", seed=0, n_classes=3)
+        with HostReads() as reads:
+            fit(model, _data(64), config=TrainConfig(epochs=2, batch_size=batch_size))
+        counts.append(reads.count)
+    assert counts[0] == counts[1]
