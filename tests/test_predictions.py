@@ -208,3 +208,26 @@ def test_looks_like_probabilities_needs_every_row_to_be_a_distribution():
     assert not looks_like_probabilities(np.array([[-0.2, 1.2], [0.5, 0.5]]))
     assert not looks_like_probabilities(np.array([[np.nan, 1.0]]))
     assert not looks_like_probabilities(np.array(["a", "b"]))
+
+
+def test_trusted_predictions_give_the_validated_numbers_without_reading_the_host():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(50, 4, generator=g, dtype=torch.float64)
+    y = torch.randint(4, (50,), generator=g)
+    for scores, kind in ((z, "logits"), (torch.softmax(z, 1), "probs")):
+        checked = (
+            Predictions.from_logits(z, y) if kind == "logits" else Predictions.from_probs(scores, y)
+        )
+        trusted = Predictions.trusted(scores, kind, y)
+        assert torch.equal(trusted.confidence, checked.confidence)
+        assert torch.equal(trusted.predicted, checked.predicted)
+        assert torch.equal(trusted.labels, checked.labels)
+    grad = z.clone().requires_grad_(True)
+    assert torch.equal(
+        Predictions.trusted(grad, "logits", y).confidence,
+        Predictions.from_logits(grad, y).confidence,
+    )
+    with pytest.raises(ValueError, match="trusted predictions need"):
+        Predictions.trusted(z, "logits", y.int())
+    with pytest.raises(ValueError, match="trusted predictions need"):
+        Predictions.trusted(z[:, :1], "logits", y)

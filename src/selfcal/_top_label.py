@@ -73,12 +73,14 @@ def top_label_pass(scores: torch.Tensor, kind: ScoreKind) -> tuple[torch.Tensor,
 
 
 def top_label(
-    scores: torch.Tensor, kind: ScoreKind, atol: float = PROB_ATOL
+    scores: torch.Tensor, kind: ScoreKind, atol: float = PROB_ATOL, *, checked: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validated top-label confidence (float64) and predicted class: one fused kernel pass
     on large CPU inputs (:mod:`selfcal._kernels`), else :func:`top_label_pass`, which also
     finds and names the first invalid row when the kernel reports one. ``atol``: the row-sum
-    tolerance of probabilities (:func:`prob_atol` of their dtype as given)."""
+    tolerance of probabilities (:func:`prob_atol` of their dtype as given). ``checked=False``
+    skips the rows' check (the same numbers; no value is read on the host), for scores the
+    caller already trusts."""
     kernels = kernels_for(scores.numel(), scores.device)
     if kernels is not None:
         fast = kernels.top_label(scores, kind, atol)
@@ -86,7 +88,8 @@ def top_label(
             return fast
     with torch.no_grad():
         stats = top_label_pass(scores, kind)
-    check_rows(scores, kind, stats, atol)
+    if checked:
+        check_rows(scores, kind, stats, atol)
     return stats[0], stats[1]
 
 

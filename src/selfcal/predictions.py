@@ -201,6 +201,30 @@ class Predictions:
         return cls._build(probs, "probs", labels)
 
     @classmethod
+    def trusted(cls, scores: torch.Tensor, kind: ScoreKind, labels: torch.Tensor) -> Predictions:
+        """Predictions of a float32 / float64 ``(N, C)`` tensor and int64 labels that the caller
+        has validated already, built without reading any value on the host (no device sync):
+        only shapes and dtypes are checked. For the inside of a training step, whose data the
+        loop checked once and whose divergence check catches a non-finite score; the numbers
+        are those of :meth:`from_logits` / :meth:`from_probs`."""
+        if (
+            scores.ndim != 2
+            or scores.shape[1] < 2
+            or scores.dtype not in (torch.float32, torch.float64)
+            or labels.shape != scores.shape[:1]
+            or labels.dtype != torch.long
+        ):
+            raise ValueError(
+                "trusted predictions need float32/float64 (N, C >= 2) scores and int64 (N,) "
+                f"labels, got {scores.dtype} {tuple(scores.shape)} and {labels.dtype} "
+                f"{tuple(labels.shape)}"
+            )
+        confidence, predicted = top_label(scores, kind, prob_atol(scores.dtype), checked=False)
+        if scores.requires_grad:
+            confidence = differentiable_confidence(scores, kind, predicted)
+        return cls(scores, kind, labels, confidence, predicted, False)
+
+    @classmethod
     def _build(cls, raw: ArrayLike, kind: ScoreKind, labels: ArrayLike | None) -> Predictions:
         numpy_in = not isinstance(raw, torch.Tensor)
         given = to_tensor(raw, kind)

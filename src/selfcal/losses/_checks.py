@@ -40,6 +40,26 @@ def labels_checked() -> Iterator[None]:
         _LABELS_CHECKED.reset(token)
 
 
+_GAMMAS_CHECKED: ContextVar[bool] = ContextVar("gammas_checked", default=False)
+
+
+@contextmanager
+def gammas_checked() -> Iterator[None]:
+    """Inside, a per-sample ``gamma`` tensor is trusted to be finite and ``>= 0`` without
+    reading it on the host: the γ-Net meta step, whose γ is ``|...| / tau`` by construction and
+    whose finiteness it checks once an epoch."""
+    token = _GAMMAS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _GAMMAS_CHECKED.reset(token)
+
+
+def gammas_are_checked() -> bool:
+    """Whether the caller is inside :func:`gammas_checked`."""
+    return _GAMMAS_CHECKED.get()
+
+
 def check_reduction(reduction: str) -> None:
     """``reduction`` must be ``"mean"`` (the default), ``"sum"`` (the reference code's) or
     ``"none"``."""

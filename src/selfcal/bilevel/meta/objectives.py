@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from selfcal._validation import check_choice, check_nonnegative
 from selfcal.metrics import dece, sece
+from selfcal.predictions import Predictions
 
 MetaObjective = Literal["sece", "dece", "ce+dece", "ce"]
 META_OBJECTIVES: tuple[str, ...] = ("sece", "dece", "ce+dece", "ce")
@@ -51,13 +52,13 @@ def meta_objective(name: str, *, ce_weight: float = DEFAULT_CE_WEIGHT) -> Object
 
 
 def _sece(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return sece(labels=labels, logits=logits, bandwidth=SECE_BANDWIDTH, t_a=SOFT_ACCURACY_SCALE)
+    pred = Predictions.trusted(logits, "logits", labels)  # the loop checked the data once
+    return sece(pred, bandwidth=SECE_BANDWIDTH, t_a=SOFT_ACCURACY_SCALE)
 
 
 def _dece(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return dece(
-        labels=labels,
-        logits=logits,
+        Predictions.trusted(logits, "logits", labels),
         n_bins=DECE_BINS,
         t_a=SOFT_ACCURACY_SCALE,
         t_b=DECE_TEMPERATURE,

@@ -44,6 +44,7 @@ from selfcal.bilevel.meta.reference_quirks import (
 )
 from selfcal.bilevel.optim import Params
 from selfcal.exceptions import NonFinite
+from selfcal.losses._checks import gammas_checked
 from selfcal.models.inference import predict_logits
 from selfcal.training import History, TrainConfig, fit
 from selfcal.training.loop import BatchTransform, EpochCallback
@@ -153,7 +154,13 @@ class MetaStep(TrainStep):
         self.gammas: list[torch.Tensor] = []
 
     def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """One iteration (methods §6.4 steps 1-6); returns the real step's loss."""
+        """One iteration (methods §6.4 steps 1-6); returns the real step's loss. Its γ are
+        not read on the host: they are ``>= 0`` by construction and their finiteness is read
+        once an epoch (:meth:`_gamma`)."""
+        with gammas_checked():
+            return self._iteration(model, x, y)
+
+    def _iteration(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         rows = next(self.meta_batches)
         x, x_meta, y_meta = self.run.augment(x), self.x_meta[rows], self.y_meta[rows]
         meta = self.meta_module
