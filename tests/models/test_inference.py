@@ -124,3 +124,13 @@ def test_one_model_over_data_function():
         if str(path.relative_to(SRC)) not in allowed and pattern.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_params_evaluate_a_template_on_the_meta_device():
+    """The BO4SC study's models are templates on ``meta``; the rows go where the params are."""
+    real = build_model("mlp", seed=0, n_features=3, n_classes=4, hidden=(8,))
+    with torch.device("meta"):
+        template = build_model("mlp", n_features=3, n_classes=4, hidden=(8,))
+    x = torch.randn(10, 3)
+    out = predict_logits(template, x, params=dict(real.named_parameters()))
+    assert torch.equal(out, predict_logits(real, x))

@@ -42,20 +42,22 @@ def predict_logits(
     out_device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """``model(x)`` in eval mode without gradients, ``batch_size`` rows at a time (``None``:
-    all rows at once).
+        all rows at once).
 
-    ``params``: evaluate ``functional_call(model, params, (chunk,))`` instead -- a snapshot of
-    the parameters, without loading it into the model. ``forward``: ``forward(model, chunk)``
-    instead of ``model(chunk)`` (e.g. a model's features). Rows move to the device of the
-    model's first parameter (``non_blocking``: asynchronous from pinned memory); each chunk's
-    output moves to ``out_device`` (default: stays where it was computed) before the chunks
-    are concatenated, so a GPU holds one chunk of logits at a time when ``out_device="cpu"``.
-    The model's train/eval mode is restored afterwards."""
+        ``params``: evaluate ``functional_call(model, params, (chunk,))`` instead -- a snapshot of
+        the parameters, without loading it into the model. ``forward``: ``forward(model, chunk)``
+        instead of ``model(chunk)`` (e.g. a model's features). Rows move to the device of the
+        model's first parameter, or of ``params`` when given -- the model may then be a template on
+    the ``meta`` device (``non_blocking``: asynchronous from pinned memory); each chunk's
+        output moves to ``out_device`` (default: stays where it was computed) before the chunks
+        are concatenated, so a GPU holds one chunk of logits at a time when ``out_device="cpu"``.
+        The model's train/eval mode is restored afterwards."""
     x = as_tensor(x, "x")
     if x.ndim < 1 or x.shape[0] == 0:
         raise ValueError(f"x must have at least one row, got shape {tuple(x.shape)}")
     check_optional_int("batch_size", batch_size, minimum=1)
-    device = next((p.device for p in model.parameters()), x.device)
+    source = params.values() if params else model.parameters()  # a template may live on "meta"
+    device = next((p.device for p in source), x.device)
     run = _forward_of(model, params, forward)
     was_training = model.training
     model.eval()
