@@ -110,10 +110,10 @@ def prepare_run(
     strategy can also be started on and driven by hand (e.g. to time one step)."""
     device = torch.device(config.device)
     model.to(device)
-    if config.compile:
-        model.compile()
     x, y = _prepare_pair(model, train, "train", device)
     validation = None if val is None else _prepare_pair(model, val, "val", device)
+    if config.compile:  # after the one-row probes of _prepare_pair: no graph compiled for them
+        model.compile()
     if validation is None and (config.early_stopping is not None or config.restore_best):
         raise ValueError("early_stopping and restore_best need validation data (val=...)")
     generator = _augmentation_generator(config.seed, device)
