@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from bench_calibrators import synthetic
 
-import selfcal.posthoc.linear as linear
+import selfcal.posthoc._structured_scaling as structured_scaling
 from selfcal.posthoc import build_calibrator
 from selfcal.posthoc._solvers import Solution, lbfgs
 
@@ -58,12 +58,12 @@ def fit(name: str, mode: str) -> tuple[Solution, int, float]:
         seen.append((solution, counted.evaluations))
         return solution
 
-    linear.lbfgs = recorded  # type: ignore[assignment]
+    structured_scaling.lbfgs = recorded  # type: ignore[assignment]
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build_calibrator(name).fit(logits=z, labels=y)
-    linear.lbfgs = lbfgs  # type: ignore[assignment]
+    structured_scaling.lbfgs = lbfgs  # type: ignore[assignment]
     return seen[0][0], seen[0][1], time.perf_counter() - start
 
 

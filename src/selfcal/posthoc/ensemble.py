@@ -52,9 +52,23 @@ def ets_log_probs(
     return mixed.log()
 
 
-def _brier_per_entry(z: torch.Tensor, onehot: torch.Tensor, temperature: float) -> float:
-    """The authors' ``mse_t``: ``mean over N x C of (softmax(z / T) - onehot)^2``."""
-    return float((torch.softmax(z / temperature, dim=1) - onehot).square().mean())
+def mse_of_temperature(z: torch.Tensor, y: torch.Tensor) -> Callable[[float], float]:
+    """``T -> `` the authors' ``mse_t``, ``mean over N x C of (softmax(z / T) - onehot)^2``,
+    as ``mean_i (sum_k p_ik^2 - 2 p_iy + 1) / C`` with ``p_i = e_i / sum_k e_ik`` and
+    ``e = exp((z - max z) / T)``: one ``exp`` and two row sums per temperature (half the
+    passes over ``(N, C)`` of the softmax, the difference and its square)."""
+    s = z - z.amax(dim=1, keepdim=True)
+    s_y = s.gather(1, y.unsqueeze(1)).squeeze(1)
+    c = z.shape[1]
+
+    def mse(temperature: float) -> float:
+        e = torch.exp(s * (1.0 / temperature))
+        total = e.sum(dim=1)
+        squares = e.square_().sum(dim=1)
+        p_y = torch.exp(s_y * (1.0 / temperature)) / total
+        return float((squares / total.square() - 2.0 * p_y).mean()) / c + 1.0 / c
+
+    return mse
 
 
 def fit_temperature(z: torch.Tensor, y: torch.Tensor, loss: str) -> float:
@@ -73,13 +87,13 @@ def fit_temperature(z: torch.Tensor, y: torch.Tensor, loss: str) -> float:
         return min(max(1.0 / fit_inverse_temperature(z, y), lo), hi)
     from scipy.optimize import minimize_scalar
 
-    onehot = torch.nn.functional.one_hot(y, z.shape[1]).to(z.dtype)
+    mse = mse_of_temperature(z, y)
     grid = np.linspace(math.log(lo), math.log(hi), GRID_POINTS)
-    values = [_brier_per_entry(z, onehot, math.exp(u)) for u in grid]
+    values = [mse(math.exp(u)) for u in grid]
     k = int(np.argmin(values))
     left, right = grid[max(k - 1, 0)], grid[min(k + 1, GRID_POINTS - 1)]
     res = minimize_scalar(
-        lambda u: _brier_per_entry(z, onehot, math.exp(u)),
+        lambda u: mse(math.exp(u)),
         bounds=(left, right),
         method="bounded",
         options={"xatol": 1e-10},
