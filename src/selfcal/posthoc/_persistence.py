@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from selfcal.posthoc._base import Calibrator
+    from selfcal.posthoc._estimator import ScoreEstimator
 
 FORMAT = "selfcal-calibrator"
 FORMAT_VERSION = 1
@@ -54,11 +54,12 @@ def _version() -> str:
     return __version__
 
 
-def encode(value: Any, calibrator_type: type[Calibrator]) -> Any:
+def encode(value: Any, calibrator_type: type[ScoreEstimator]) -> Any:
     """Fitted value or hyperparameter -> JSON-able: arrays as dtype/shape/flat data, a
     calibrator as its own document (``{"calibrator": {class, params, fitted}}``), mappings
     as ``{"mapping": ...}``, sequences as lists. ``calibrator_type`` is
-    :class:`~selfcal.posthoc.Calibrator` (passed in: this module does not import it)."""
+    the family's base class, e.g. :class:`~selfcal.posthoc.Calibrator` (passed in: this
+    module does not import it)."""
     if isinstance(value, np.ndarray):
         data = (
             [float(x) for x in value.reshape(-1)]
@@ -83,7 +84,7 @@ def encode(value: Any, calibrator_type: type[Calibrator]) -> Any:
     raise TypeError(f"cannot serialise fitted value of type {type(value).__name__}")
 
 
-def decode(value: Any, path: str | Path, calibrator_type: type[Calibrator]) -> Any:
+def decode(value: Any, path: str | Path, calibrator_type: type[ScoreEstimator]) -> Any:
     """The inverse of :func:`encode` (``calibrator_type`` as there)."""
     if isinstance(value, list):
         return [decode(v, path, calibrator_type) for v in value]
@@ -96,9 +97,9 @@ def decode(value: Any, path: str | Path, calibrator_type: type[Calibrator]) -> A
     return np.asarray(value["data"], dtype=value["dtype"]).reshape(value["shape"])
 
 
-def subclasses(cls: type[Calibrator]) -> list[type[Calibrator]]:
+def subclasses(cls: type[ScoreEstimator]) -> list[type[ScoreEstimator]]:
     """Every subclass of ``cls``, depth first (the classes a file may name)."""
-    out: list[type[Calibrator]] = []
+    out: list[type[ScoreEstimator]] = []
     for sub in cls.__subclasses__():
         out.append(sub)
         out.extend(subclasses(sub))
