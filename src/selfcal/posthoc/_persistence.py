@@ -2,13 +2,15 @@
 
 ``Calibrator.save`` writes, and ``Calibrator.load`` reads, ``{"format", "format_version",
 "selfcal_version", "class", "params", "fitted"}``: floats written with ``repr`` (which
-round-trips exactly), arrays as dtype, shape and flat data, a nested calibrator as its own
+round-trips exactly; a non-finite one as the string ``"inf"``, ``"-inf"`` or ``"nan"``),
+arrays as dtype, shape and flat data, a nested calibrator as its own
 document. Nothing is pickled.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import numbers
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,7 +64,7 @@ def encode(value: Any, calibrator_type: type[ScoreEstimator]) -> Any:
     module does not import it)."""
     if isinstance(value, np.ndarray):
         data = (
-            [float(x) for x in value.reshape(-1)]
+            [_float(float(x)) for x in value.reshape(-1)]
             if value.dtype.kind == "f"
             else [int(x) for x in value.reshape(-1)]
         )
@@ -80,7 +82,8 @@ def encode(value: Any, calibrator_type: type[ScoreEstimator]) -> Any:
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
-        return float(value)
+        x = _float(float(value))
+        return x if isinstance(x, float) else {"float": x}
     raise TypeError(f"cannot serialise fitted value of type {type(value).__name__}")
 
 
@@ -94,7 +97,16 @@ def decode(value: Any, path: str | Path, calibrator_type: type[ScoreEstimator]) 
         return calibrator_type._from_document(value["calibrator"], path)
     if "mapping" in value:
         return {k: decode(v, path, calibrator_type) for k, v in value["mapping"].items()}
-    return np.asarray(value["data"], dtype=value["dtype"]).reshape(value["shape"])
+    if "float" in value:
+        return float(value["float"])
+    data = [float(x) if isinstance(x, str) else x for x in value["data"]]
+    return np.asarray(data, dtype=value["dtype"]).reshape(value["shape"])
+
+
+def _float(x: float) -> float | str:
+    """A float as JSON holds it: itself when finite, else ``"inf"``, ``"-inf"`` or ``"nan"``
+    (JSON has no non-finite numbers; a conformal threshold can be ``+inf``)."""
+    return x if math.isfinite(x) else repr(x)
 
 
 def subclasses(cls: type[ScoreEstimator]) -> list[type[ScoreEstimator]]:
