@@ -1,6 +1,6 @@
 """selfcal.conformal against independent implementations (test-only peers): TorchCP's score
 functions, MAPIE's SplitConformalClassifier and crepes' ConformalClassifier, on shared
-inputs. Where a convention differs, a test pins the documented difference (methods §7.6)."""
+inputs. Where a convention differs, a test pins the documented difference (methods §10.6)."""
 
 from __future__ import annotations
 
