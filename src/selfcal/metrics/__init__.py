@@ -1,5 +1,5 @@
 """Calibration metrics: one binning core, the ECE family, smooth metrics, proper scores,
-selective prediction and bootstrap intervals.
+selective prediction, metrics of conformal prediction sets and bootstrap intervals.
 
 Every metric is a :class:`Metric`: it takes its input explicitly -- ``f(labels=y, logits=z)`` or
 ``f(labels=y, probs=p)`` -- or a validated :class:`~selfcal.Predictions` as the first argument,
@@ -16,6 +16,15 @@ from selfcal.metrics.binning import (
 )
 from selfcal.metrics.bootstrap import Interval, bootstrap_ci
 from selfcal.metrics.calibration import adaece, classwise_ece, ece, mce
+from selfcal.metrics.conformal import (
+    average_set_size,
+    class_conditional_coverage,
+    conformal_summary,
+    set_coverage,
+    singleton_rate,
+    size_stratified_coverage,
+    worst_class_coverage,
+)
 from selfcal.metrics.debiased import debiased_ece
 from selfcal.metrics.refinement import calibration_loss, recalibrated, refinement_loss
 from selfcal.metrics.scores import accuracy, brier, error, nll
@@ -39,12 +48,15 @@ __all__ = [
     "accuracy_at_coverage",
     "adaece",
     "aurc",
+    "average_set_size",
     "bin_statistics",
     "bootstrap_ci",
     "brier",
     "calibration_error",
     "calibration_loss",
+    "class_conditional_coverage",
     "classwise_ece",
+    "conformal_summary",
     "coverage_at_accuracy",
     "debiased_ece",
     "dece",
@@ -58,7 +70,11 @@ __all__ = [
     "refinement_loss",
     "risk_coverage_curve",
     "sece",
+    "set_coverage",
+    "singleton_rate",
+    "size_stratified_coverage",
     "smooth_ece",
     "soft_accuracy",
     "uniform_edges",
+    "worst_class_coverage",
 ]

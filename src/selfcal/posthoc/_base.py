@@ -39,25 +39,16 @@ Contract:
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import torch
 
 from selfcal._validation import check_choice
-from selfcal.exceptions import DegenerateCalibration, not_fitted
+from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc._degenerate import REMEDY, Coverage, recorded_degenerate_fits
-from selfcal.posthoc._inputs import resolve_predictions
+from selfcal.posthoc._estimator import SCORE_KINDS, ScoreEstimator
 from selfcal.posthoc._mixing import check_mix, mix_confidence, mix_uniform, resolve_mix
-from selfcal.posthoc._persistence import (
-    FORMAT,
-    FORMAT_VERSION,
-    decode,
-    encode,
-    read_document,
-    subclasses,
-    write_document,
-)
+from selfcal.posthoc._persistence import FORMAT, FORMAT_VERSION
 from selfcal.posthoc._scores import LARGEST_FITTABLE, check_fittable, scores_as_logits, zero_floor
 from selfcal.posthoc._tensors import as_tensor, interp
 from selfcal.predictions import ArrayLike, Predictions
@@ -82,23 +73,20 @@ __all__ = [  # the base class, and the helpers once defined here (now in the mod
     "zero_floor",
 ]
 
-SCORE_KINDS = ("logits", "probs")
-"""What a positional score array holds (the ``kind`` hyperparameter of every calibrator)."""
 
-
-class Calibrator:
+class Calibrator(ScoreEstimator):
     """Base class of post-hoc calibrators (see the module docstring for the contract).
 
     ``kind`` (``"logits"``, ``"probs"`` or ``None``, the default) says what a score array
     passed positionally holds -- ``fit(X, y)``, ``predict_proba(X)`` -- and what the module of
     :meth:`to_module` takes (logits when ``None``). Scores passed by name (``logits=``,
     ``probs=``) or as a :class:`~selfcal.Predictions` say what they are themselves, whatever
-    ``kind`` is; positional scores without a ``kind`` are a ``ValueError``."""
+    ``kind`` is; positional scores without a ``kind`` are a ``ValueError``. The estimator
+    machinery (parameters, inputs, files) is :class:`~selfcal.posthoc._estimator.ScoreEstimator`'s,
+    shared with the conformal predictors."""
 
-    _hyperparameters: ClassVar[tuple[str, ...]] = ()
-    """Names of the constructor arguments other than ``kind`` (stored verbatim as attributes)."""
-    _fitted_attributes: ClassVar[tuple[str, ...]] = ()
-    """Names of the attributes :meth:`fit` sets (besides ``n_classes_`` and ``mix_``)."""
+    _noun: ClassVar[str] = "calibrator"
+    _abstract: ClassVar[bool] = True
     _per_class: ClassVar[bool] = False
     """Whether the calibrator fits parameters per class, which a class missing from the
     validation labels leaves unidentified (warned, see :meth:`fit`)."""
@@ -107,9 +95,6 @@ class Calibrator:
     probabilities), whose float64 arithmetic limits their magnitude to
     :data:`LARGEST_FITTABLE` (larger is a ``ValueError``), and which reads exact zero
     probabilities through the floor of :func:`zero_floor` (fitted as ``prob_floor_``)."""
-
-    def __init__(self, kind: str | None = None) -> None:
-        self.kind = kind
 
     # ------------------------------------------------------------------ public API
     def fit(
@@ -137,9 +122,7 @@ class Calibrator:
         if "mix" in self._hyperparameters:
             check_mix(self._mix_setting())
         self._validate_hyperparameters()
-        pred = resolve_predictions(
-            type(self).__name__, self.kind, X, y, logits, probs, labels, True
-        )
+        pred = self._resolve_inputs(X, y, logits, probs, labels, True)
         self._check_classes(pred.n_classes)
         if self._likelihood_fit:
             check_fittable(pred, type(self).__name__)
@@ -201,41 +184,6 @@ class Calibrator:
         """The fitted mixing weight ``eps`` (0 for a calibrator without ``mix``)."""
         return float(getattr(self, "mix_", 0.0))
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Hyperparameters as given to the constructor (``kind`` last). ``deep`` is accepted
-        for scikit-learn (``sklearn.base.clone``); a calibrator holds no sub-estimators, so it
-        changes nothing."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params: Any) -> Self:
-        """Set hyperparameters by name and return ``self`` (as scikit-learn's estimators; the
-        values are validated by the next :meth:`fit`). A name that is not a hyperparameter of
-        this calibrator raises ``ValueError`` naming the valid ones."""
-        valid = self._param_names()
-        unknown = sorted(set(params) - set(valid))
-        if unknown:
-            raise ValueError(
-                f"{type(self).__name__} has no hyperparameter {unknown[0]!r}; "
-                f"valid: {', '.join(valid)}"
-            )
-        for name, value in params.items():
-            setattr(self, name, value)
-        return self
-
-    def fitted_attributes(self) -> dict[str, Any]:
-        """The fitted values by name (``n_classes_`` first, then the calibrator's own, e.g.
-        ``{"n_classes_": 10, "temperature_": 1.83}``), as :meth:`save` writes them."""
-        self._check_fitted()
-        return {name: getattr(self, name) for name in self._all_fitted()}
-
-    def __sklearn_tags__(self) -> Any:
-        """Estimator tags for scikit-learn >= 1.6 meta-estimators (``GridSearchCV``,
-        ``cross_validate``), built only when scikit-learn asks: fitting needs labels; no
-        other tag applies (a calibrator maps scores, it is not itself a classifier)."""
-        from sklearn.utils import Tags, TargetTags
-
-        return Tags(estimator_type=None, target_tags=TargetTags(required=True))
-
     def to_module(self, kind: str | None = None) -> torch.nn.Module:
         """The fitted map as a ``torch.nn.Module`` for deployment: ``(N, C)`` scores of ``kind``
         (default: this calibrator's ``kind``) -> ``(N, C)`` calibrated logits, so that
@@ -265,53 +213,9 @@ class Calibrator:
             module = MixtureModule(module, eps)
         return module.eval()
 
-    def save(self, path: str | Path) -> None:
-        """Write hyperparameters and fitted attributes to a JSON file."""
-        write_document(path, self._document())
-
-    @classmethod
-    def load(cls, path: str | Path) -> Calibrator:
-        """Read a file written by :meth:`save`. Called on a subclass, the file must hold that
-        class; called on :class:`Calibrator`, the class named in the file is built."""
-        doc = read_document(path)
-        cls._resolve(doc.get("class"), path)
-        return Calibrator._from_document(doc, path)
-
-    def _document(self) -> dict[str, Any]:
-        """``{"class", "params", "fitted"}``: what :meth:`save` writes for this calibrator."""
-        return {
-            "class": type(self).__name__,
-            "params": {k: encode(v, Calibrator) for k, v in self.get_params().items()},
-            "fitted": {k: encode(v, Calibrator) for k, v in self.fitted_attributes().items()},
-        }
-
-    @staticmethod
-    def _from_document(doc: dict[str, Any], path: str | Path) -> Calibrator:
-        name = doc.get("class")
-        params = {k: decode(v, path, Calibrator) for k, v in doc["params"].items()}
-        obj = Calibrator._resolve(name, path)(**params)
-        fitted = doc["fitted"]
-        unknown = sorted(set(fitted) - set(obj._all_fitted()))
-        if unknown:
-            raise ValueError(
-                f"{path}: {name} has no fitted attribute {unknown[0]!r} (it sets "
-                f"{', '.join(obj._all_fitted())})"
-            )
-        for key, value in fitted.items():
-            setattr(obj, key, decode(value, path, Calibrator))
-        if obj._likelihood_fit and "prob_floor_" not in fitted:
-            obj.prob_floor_ = 0.0  # saved before the floor existed: read as before
-        obj._check_fitted()
-        return obj
-
-    # ------------------------------------------------------------------ helpers
-    @classmethod
-    def _param_names(cls) -> tuple[str, ...]:
-        return (*cls._hyperparameters, "kind")
-
-    def _check_kind(self) -> None:
-        if self.kind is not None:
-            check_choice("kind", self.kind, SCORE_KINDS)
+    def _loaded(self, fitted: dict[str, Any]) -> None:
+        if self._likelihood_fit and "prob_floor_" not in fitted:
+            self.prob_floor_ = 0.0  # saved before the floor existed: read as before
 
     def _warn_coverage(self, coverage: Coverage) -> None:
         """One :class:`~selfcal.exceptions.DegenerateCalibration` warning for what the
@@ -356,32 +260,10 @@ class Calibrator:
         )
         return f"those classes' maps are fitted to all-zero targets{mixed}"
 
-    @classmethod
-    def _resolve(cls, name: Any, path: str | Path) -> type[Calibrator]:
-        if cls is not Calibrator:
-            if name != cls.__name__:
-                raise ValueError(
-                    f"{path} holds a {name!r} calibrator, not a {cls.__name__}; load it with "
-                    f"{name}.load or Calibrator.load"
-                )
-            return cls
-        known = {c.__name__: c for c in subclasses(Calibrator)}
-        if name not in known:
-            raise ValueError(f"{path} holds an unknown calibrator class {name!r}")
-        return known[name]
-
     def _all_fitted(self) -> tuple[str, ...]:
         mixed = ("mix_",) if "mix" in self._hyperparameters else ()
         floor = ("prob_floor_",) if self._likelihood_fit else ()
-        return ("n_classes_",) + self._fitted_attributes + mixed + floor
-
-    def _check_fitted(self) -> None:
-        missing = [n for n in self._all_fitted() if not hasattr(self, n)]
-        if missing:
-            raise not_fitted(
-                f"this {type(self).__name__} is not fitted yet; call fit(logits=... or "
-                f"probs=..., labels=...) first (missing {', '.join(missing)})"
-            )
+        return (*super()._all_fitted(), *mixed, *floor)
 
     def _prepare(
         self,
@@ -389,16 +271,7 @@ class Calibrator:
         logits: ArrayLike | None,
         probs: ArrayLike | None,
     ) -> Predictions:
-        self._check_fitted()
-        pred = resolve_predictions(
-            type(self).__name__, self.kind, X, None, logits, probs, None, False
-        )
-        if pred.n_classes != self.n_classes_:
-            raise ValueError(
-                f"{type(self).__name__} was fitted on {self.n_classes_} classes but got scores "
-                f"with {pred.n_classes} columns"
-            )
-        return self._floored(pred)
+        return self._floored(self._fitted_predictions(X, logits, probs))
 
     def _check_classes(self, n_classes: int) -> None:
         """Hook: refuse class counts a method does not support."""
@@ -416,7 +289,3 @@ class Calibrator:
         """The module of :meth:`to_module`, taking probabilities if ``from_probs`` else
         logits."""
         raise NotImplementedError
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({args})"

@@ -2,13 +2,15 @@
 
 ``Calibrator.save`` writes, and ``Calibrator.load`` reads, ``{"format", "format_version",
 "selfcal_version", "class", "params", "fitted"}``: floats written with ``repr`` (which
-round-trips exactly), arrays as dtype, shape and flat data, a nested calibrator as its own
+round-trips exactly; a non-finite one as the string ``"inf"``, ``"-inf"`` or ``"nan"``),
+arrays as dtype, shape and flat data, a nested calibrator as its own
 document. Nothing is pickled.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import numbers
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from selfcal.posthoc._base import Calibrator
+    from selfcal.posthoc._estimator import ScoreEstimator
 
 FORMAT = "selfcal-calibrator"
 FORMAT_VERSION = 1
@@ -54,14 +56,15 @@ def _version() -> str:
     return __version__
 
 
-def encode(value: Any, calibrator_type: type[Calibrator]) -> Any:
+def encode(value: Any, calibrator_type: type[ScoreEstimator]) -> Any:
     """Fitted value or hyperparameter -> JSON-able: arrays as dtype/shape/flat data, a
     calibrator as its own document (``{"calibrator": {class, params, fitted}}``), mappings
     as ``{"mapping": ...}``, sequences as lists. ``calibrator_type`` is
-    :class:`~selfcal.posthoc.Calibrator` (passed in: this module does not import it)."""
+    the family's base class, e.g. :class:`~selfcal.posthoc.Calibrator` (passed in: this
+    module does not import it)."""
     if isinstance(value, np.ndarray):
         data = (
-            [float(x) for x in value.reshape(-1)]
+            [_float(float(x)) for x in value.reshape(-1)]
             if value.dtype.kind == "f"
             else [int(x) for x in value.reshape(-1)]
         )
@@ -79,11 +82,12 @@ def encode(value: Any, calibrator_type: type[Calibrator]) -> Any:
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
-        return float(value)
+        x = _float(float(value))
+        return x if isinstance(x, float) else {"float": x}
     raise TypeError(f"cannot serialise fitted value of type {type(value).__name__}")
 
 
-def decode(value: Any, path: str | Path, calibrator_type: type[Calibrator]) -> Any:
+def decode(value: Any, path: str | Path, calibrator_type: type[ScoreEstimator]) -> Any:
     """The inverse of :func:`encode` (``calibrator_type`` as there)."""
     if isinstance(value, list):
         return [decode(v, path, calibrator_type) for v in value]
@@ -93,12 +97,21 @@ def decode(value: Any, path: str | Path, calibrator_type: type[Calibrator]) -> A
         return calibrator_type._from_document(value["calibrator"], path)
     if "mapping" in value:
         return {k: decode(v, path, calibrator_type) for k, v in value["mapping"].items()}
-    return np.asarray(value["data"], dtype=value["dtype"]).reshape(value["shape"])
+    if "float" in value:
+        return float(value["float"])
+    data = [float(x) if isinstance(x, str) else x for x in value["data"]]
+    return np.asarray(data, dtype=value["dtype"]).reshape(value["shape"])
 
 
-def subclasses(cls: type[Calibrator]) -> list[type[Calibrator]]:
+def _float(x: float) -> float | str:
+    """A float as JSON holds it: itself when finite, else ``"inf"``, ``"-inf"`` or ``"nan"``
+    (JSON has no non-finite numbers; a conformal threshold can be ``+inf``)."""
+    return x if math.isfinite(x) else repr(x)
+
+
+def subclasses(cls: type[ScoreEstimator]) -> list[type[ScoreEstimator]]:
     """Every subclass of ``cls``, depth first (the classes a file may name)."""
-    out: list[type[Calibrator]] = []
+    out: list[type[ScoreEstimator]] = []
     for sub in cls.__subclasses__():
         out.append(sub)
         out.extend(subclasses(sub))

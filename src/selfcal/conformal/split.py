@@ -1,0 +1,300 @@
+"""Split-conformal classification as an estimator: fit a threshold on a calibration split,
+predict sets of labels that hold the true label with probability at least ``1 - alpha``
+(methods §7).
+
+:class:`SplitConformal` shares the estimator machinery of the post-hoc calibrators
+(:class:`~selfcal.posthoc._estimator.ScoreEstimator`: hyperparameters, ``fit(X, y)`` /
+``fit(logits=, labels=)`` / ``fit(probs=, labels=)`` / ``fit(Predictions)``, ``get_params`` /
+``set_params``, ``save`` / ``load``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import torch
+
+from selfcal._validation import check_choice, check_int
+from selfcal.conformal.scores import (
+    canonical_score,
+    check_alpha,
+    check_score_options,
+    class_quantiles,
+    conformal_quantile,
+    quantile_rank,
+    scores_given_u,
+    uniforms,
+)
+from selfcal.exceptions import DegenerateCalibration
+from selfcal.posthoc._estimator import SCORE_KINDS, ScoreEstimator
+from selfcal.predictions import ArrayLike, Predictions
+
+__all__ = ["ConformalSetModule", "SplitConformal"]
+
+PREDICT_STREAM = 0x5EED
+"""Predictions draw their ``u`` from a generator seeded with ``seed ^ PREDICT_STREAM``, so that
+they never reuse the calibration draws (seeded with ``seed``)."""
+
+
+def _generator(seed: int, device: torch.device) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+class SplitConformal(ScoreEstimator):
+    """Split-conformal prediction sets for a classifier's scores (methods §7).
+
+    ``fit`` on a calibration split (rows the model was not trained on) computes the
+    non-conformity score of each row's true label (:func:`~selfcal.conformal.conformity_scores`
+    with ``score``, ``penalty``, ``k_reg``, ``weight``) and sets ``threshold_``, their
+    ``ceil((n + 1)(1 - alpha))``-th smallest value; :meth:`predict_set` then returns, for new
+    rows, the ``(N, C)`` boolean mask of the labels whose score is at most ``threshold_``.
+    When the calibration and test rows are exchangeable, the set holds the true label with
+    probability in ``[1 - alpha, 1 - alpha + 1 / (n + 1)]`` (the upper bound needs scores
+    without ties: the randomised ones).
+
+    ``mondrian=True`` fits one threshold per class, from the rows whose true label is that
+    class (``threshold_`` is then a ``(C,)`` float64 array and ``class_counts_`` their
+    counts); label ``k`` is in the set iff its score is at most class ``k``'s threshold, so
+    the guarantee holds for each class separately. A class with fewer than
+    ``ceil(1 / alpha) - 1`` rows gets ``+inf`` (it is in every set) and a
+    :class:`~selfcal.exceptions.DegenerateCalibration` warning names it.
+
+    ``randomized=True`` draws the ``u`` of the APS / RAPS / SAPS scores from a
+    ``torch.Generator`` on the input's device seeded at each call: with ``seed`` in ``fit``,
+    with ``seed ^ 0x5EED`` in :meth:`predict_set` and :meth:`conformity_scores` (so the same
+    input gives the same sets, and predictions never reuse the calibration draws). LAC has no
+    ``u``. ``kind`` reads positional scores, as for every calibrator.
+
+    Fitted: ``threshold_``, ``n_calibration_`` (rows), ``class_counts_`` (``(C,)`` int64 rows
+    per true label), ``n_classes_``.
+    """
+
+    _hyperparameters: ClassVar[tuple[str, ...]] = (
+        "alpha",
+        "score",
+        "randomized",
+        "mondrian",
+        "penalty",
+        "k_reg",
+        "weight",
+        "seed",
+    )
+    _fitted_attributes: ClassVar[tuple[str, ...]] = (
+        "threshold_",
+        "n_calibration_",
+        "class_counts_",
+    )
+    _noun: ClassVar[str] = "conformal predictor"
+
+    def __init__(
+        self,
+        alpha: float = 0.1,
+        score: str = "aps",
+        randomized: bool = True,
+        mondrian: bool = False,
+        penalty: float = 0.01,
+        k_reg: int = 1,
+        weight: float = 0.2,
+        seed: int = 0,
+        kind: str | None = None,
+    ) -> None:
+        self.alpha = alpha
+        self.score = score
+        self.randomized = randomized
+        self.mondrian = mondrian
+        self.penalty = penalty
+        self.k_reg = k_reg
+        self.weight = weight
+        self.seed = seed
+        self.kind = kind
+
+    # ------------------------------------------------------------------ public API
+    def fit(
+        self,
+        X: Predictions | ArrayLike | None = None,
+        y: ArrayLike | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+        labels: ArrayLike | None = None,
+    ) -> Self:
+        """Fit the threshold(s) on the calibration split; returns ``self``.
+
+        ``fit(logits=z, labels=y)``, ``fit(probs=p, labels=y)``, ``fit(predictions)`` or
+        ``fit(X, y)`` with ``X`` of this estimator's ``kind``."""
+        self._check_kind()
+        alpha = self._validated()
+        pred = self._resolve_inputs(X, y, logits, probs, labels, True)
+        labels_ = pred.require_labels()
+        gen = _generator(int(self.seed), pred.device)
+        scores = self._scores(pred, gen, labels_)
+        counts = torch.bincount(labels_, minlength=pred.n_classes)
+        if self.mondrian:
+            thresholds, _ = class_quantiles(scores, labels_, pred.n_classes, alpha)
+            self.threshold_: float | np.ndarray = thresholds.cpu().numpy()
+            self._warn_small_classes(counts.cpu().numpy(), alpha)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DegenerateCalibration)
+                self.threshold_ = conformal_quantile(scores, alpha)
+            if math.isinf(self.threshold_):
+                self._warn(
+                    f"{pred.n_samples} calibration rows are too few for alpha={alpha:g}; "
+                    "threshold_ = +inf, so every set holds every label",
+                    alpha,
+                )
+        self.n_calibration_ = pred.n_samples
+        self.class_counts_ = counts.cpu().numpy().astype(np.int64)
+        self.n_classes_ = pred.n_classes
+        return self
+
+    def predict_set(
+        self,
+        X: Predictions | ArrayLike | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+    ) -> Any:
+        """The ``(N, C)`` boolean prediction sets in the caller's form (numpy in -> numpy out;
+        torch in -> a bool tensor on the input's device): label ``k`` is in row ``i``'s set
+        iff its score is at most the (class ``k``'s) threshold."""
+        pred = self._fitted_predictions(X, logits, probs)
+        scores = self._predict_scores(pred)
+        return pred.output(scores <= self._thresholds(pred.device))
+
+    def conformity_scores(
+        self,
+        X: Predictions | ArrayLike | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+    ) -> Any:
+        """The ``(N, C)`` float64 scores of every label that :meth:`predict_set` compares with
+        the threshold (the same draws of ``u``), in the caller's form."""
+        pred = self._fitted_predictions(X, logits, probs)
+        return pred.output(self._predict_scores(pred))
+
+    def to_module(self, kind: str | None = None) -> torch.nn.Module:
+        """The fitted set predictor as a :class:`ConformalSetModule`: ``(N, C)`` scores of
+        ``kind`` (default: this estimator's ``kind``, else logits) -> ``(N, C)`` bool sets,
+        equal to :meth:`predict_set` on the same scores. Randomised scores draw ``u`` from the
+        module's ``generator`` argument, or, when ``None``, from a generator seeded as
+        :meth:`predict_set`'s (so ``module(z)`` equals ``predict_set(logits=z)``). The module
+        does not validate its input."""
+        self._check_fitted()
+        kind = kind or self.kind or "logits"
+        check_choice("kind", kind, SCORE_KINDS)
+        penalty, k_reg, weight = check_score_options(self.penalty, self.k_reg, self.weight)
+        return ConformalSetModule(
+            self._thresholds(torch.device("cpu")),
+            canonical_score(self.score),
+            from_probs=kind == "probs",
+            randomized=bool(self.randomized),
+            seed=int(self.seed) ^ PREDICT_STREAM,
+            penalty=penalty,
+            k_reg=k_reg,
+            weight=weight,
+        ).eval()
+
+    # ------------------------------------------------------------------ helpers
+    def _validated(self) -> float:
+        alpha = check_alpha(self.alpha)
+        canonical_score(self.score)
+        check_score_options(self.penalty, self.k_reg, self.weight)
+        for name in ("randomized", "mondrian"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        check_int("seed", self.seed, minimum=0)
+        return alpha
+
+    def _scores(
+        self, pred: Predictions, gen: torch.Generator, labels: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The scores of ``labels`` (``(N,)``), or of every label (``(N, C)``) without."""
+        score = canonical_score(self.score)
+        penalty, k_reg, weight = check_score_options(self.penalty, self.k_reg, self.weight)
+        p = pred.probs
+        u: torch.Tensor | float = 1.0
+        if self.randomized and score != "lac":
+            shape = (p.shape[0], 1) if labels is not None else tuple(p.shape)
+            u = uniforms(shape, gen, p.device)
+        out = scores_given_u(p, u, score, penalty, k_reg, weight)
+        return out if labels is None else out.gather(1, labels.unsqueeze(1)).squeeze(1)
+
+    def _predict_scores(self, pred: Predictions) -> torch.Tensor:
+        self._validated()
+        return self._scores(pred, _generator(int(self.seed) ^ PREDICT_STREAM, pred.device))
+
+    def _thresholds(self, device: torch.device) -> torch.Tensor:
+        """``(1,)`` or ``(C,)`` float64 thresholds on ``device``."""
+        t = torch.as_tensor(np.asarray(self.threshold_, dtype=np.float64), device=device)
+        return t.reshape(-1)
+
+    def _warn_small_classes(self, counts: np.ndarray, alpha: float) -> None:
+        small = [c for c, n in enumerate(counts) if quantile_rank(int(n), alpha) > n]
+        if small:
+            shown = ", ".join(f"{c} ({int(counts[c])} rows)" for c in small[:10])
+            more = f" and {len(small) - 10} more" if len(small) > 10 else ""
+            self._warn(
+                f"class(es) {shown}{more} have too few calibration rows for a Mondrian "
+                f"threshold at alpha={alpha:g}; their threshold_ is +inf, so they are in "
+                "every set",
+                alpha,
+                stacklevel=4,
+            )
+
+    def _warn(self, problem: str, alpha: float, stacklevel: int = 3) -> None:
+        need = math.ceil(1 / alpha) - 1
+        warnings.warn(
+            f"{type(self).__name__}: {problem}. Use at least {need} calibration rows "
+            f"{'per class ' if self.mondrian else ''}(ceil(1/alpha) - 1), or a larger alpha.",
+            DegenerateCalibration,
+            stacklevel=stacklevel,
+        )
+
+
+class ConformalSetModule(torch.nn.Module):
+    """``(N, C)`` logits or probabilities -> ``(N, C)`` bool prediction sets of fitted
+    thresholds (:meth:`SplitConformal.to_module`). ``forward(scores, generator=None)``:
+    randomised scores draw ``u`` from ``generator`` when given, else from a fresh generator
+    seeded with the module's ``seed`` on the input's device."""
+
+    def __init__(
+        self,
+        thresholds: torch.Tensor,
+        score: str,
+        *,
+        from_probs: bool,
+        randomized: bool,
+        seed: int,
+        penalty: float,
+        k_reg: int,
+        weight: float,
+    ) -> None:
+        super().__init__()
+        self.register_buffer("thresholds", thresholds.double())
+        self.score = score
+        self.from_probs = from_probs
+        self.randomized = randomized and score != "lac"
+        self.seed = seed
+        self.penalty, self.k_reg, self.weight = penalty, k_reg, weight
+
+    def forward(
+        self, scores: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        x = scores.double()
+        p = x if self.from_probs else torch.softmax(x, dim=1)
+        u: torch.Tensor | float = 1.0
+        if self.randomized:
+            gen = generator if generator is not None else _generator(self.seed, p.device)
+            u = uniforms(tuple(p.shape), gen, p.device)
+        s = scores_given_u(p, u, self.score, self.penalty, self.k_reg, self.weight)
+        return s <= self.thresholds.to(s.device)

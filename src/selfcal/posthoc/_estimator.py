@@ -1,0 +1,206 @@
+"""The estimator machinery every fitted map of scores shares: post-hoc calibrators
+(:class:`~selfcal.posthoc.Calibrator`) and conformal predictors
+(:class:`~selfcal.conformal.SplitConformal`).
+
+:class:`ScoreEstimator` owns what is the same for both: hyperparameters stored verbatim by
+``__init__`` and validated at ``fit`` (so ``sklearn.base.clone`` rebuilds an estimator from
+:meth:`~ScoreEstimator.get_params`), ``kind="logits" | "probs" | None`` for scores passed
+positionally, input resolution through :mod:`selfcal.predictions` (never guessing),
+fitted attributes ending in ``_``, and the JSON file of ``save`` / ``load``
+(:mod:`selfcal.posthoc._persistence`). A *family* is the class directly below
+:class:`ScoreEstimator` (``Calibrator``, ``SplitConformal``): ``Family.load`` builds any class
+of the family that a file names, ``Subclass.load`` only that class.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from selfcal._validation import check_choice
+from selfcal.exceptions import not_fitted
+from selfcal.posthoc._inputs import resolve_predictions
+from selfcal.posthoc._persistence import (
+    decode,
+    encode,
+    read_document,
+    subclasses,
+    write_document,
+)
+from selfcal.predictions import ArrayLike, Predictions
+
+SCORE_KINDS = ("logits", "probs")
+"""What a positional score array holds (the ``kind`` hyperparameter of every estimator)."""
+
+
+class ScoreEstimator:
+    """Base class of the estimators fitted on held-out scores and labels (module docstring)."""
+
+    _hyperparameters: ClassVar[tuple[str, ...]] = ()
+    """Names of the constructor arguments other than ``kind`` (stored verbatim as attributes)."""
+    _fitted_attributes: ClassVar[tuple[str, ...]] = ()
+    """Names of the attributes :meth:`fit` sets (besides ``n_classes_``)."""
+    _noun: ClassVar[str] = "estimator"
+    """What the family is called in error messages (``"calibrator"``)."""
+    _abstract: ClassVar[bool] = False
+    """Set on a family's base class that a file may not name (only in its own body)."""
+
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Hyperparameters as given to the constructor (``kind`` last). ``deep`` is accepted
+        for scikit-learn (``sklearn.base.clone``); an estimator here holds no sub-estimators,
+        so it changes nothing."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> Self:
+        """Set hyperparameters by name and return ``self`` (as scikit-learn's estimators; the
+        values are validated by the next ``fit``). A name that is not a hyperparameter of
+        this estimator raises ``ValueError`` naming the valid ones."""
+        valid = self._param_names()
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__} has no hyperparameter {unknown[0]!r}; "
+                f"valid: {', '.join(valid)}"
+            )
+        for name, value in params.items():
+            setattr(self, name, value)
+        return self
+
+    def fitted_attributes(self) -> dict[str, Any]:
+        """The fitted values by name (``n_classes_`` first, then the estimator's own, e.g.
+        ``{"n_classes_": 10, "temperature_": 1.83}``), as :meth:`save` writes them."""
+        self._check_fitted()
+        return {name: getattr(self, name) for name in self._all_fitted()}
+
+    def __sklearn_tags__(self) -> Any:
+        """Estimator tags for scikit-learn >= 1.6 meta-estimators (``GridSearchCV``,
+        ``cross_validate``), built only when scikit-learn asks: fitting needs labels; no
+        other tag applies (the estimator maps scores, it is not itself a classifier)."""
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=True))
+
+    def save(self, path: str | Path) -> None:
+        """Write hyperparameters and fitted attributes to a JSON file."""
+        write_document(path, self._document())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Any:
+        """Read a file written by :meth:`save`. Called on a subclass, the file must hold that
+        class; called on the family's base class, the class named in the file is built."""
+        doc = read_document(path)
+        cls._resolve(doc.get("class"), path)
+        return cls._root()._from_document(doc, path)
+
+    # ------------------------------------------------------------------ helpers
+    @classmethod
+    def _root(cls) -> type[ScoreEstimator]:
+        """The family's base class: the class of ``cls``'s bases directly below this one."""
+        mro = cls.__mro__
+        return mro[max(0, mro.index(ScoreEstimator) - 1)]
+
+    def _document(self) -> dict[str, Any]:
+        """``{"class", "params", "fitted"}``: what :meth:`save` writes for this estimator."""
+        family = self._root()
+        return {
+            "class": type(self).__name__,
+            "params": {k: encode(v, family) for k, v in self.get_params().items()},
+            "fitted": {k: encode(v, family) for k, v in self.fitted_attributes().items()},
+        }
+
+    @classmethod
+    def _from_document(cls, doc: dict[str, Any], path: str | Path) -> Any:
+        """The estimator of a document (:meth:`_document`); ``cls`` is the family's base."""
+        name = doc.get("class")
+        params = {k: decode(v, path, cls) for k, v in doc["params"].items()}
+        obj = cls._resolve(name, path)(**params)
+        fitted = doc["fitted"]
+        unknown = sorted(set(fitted) - set(obj._all_fitted()))
+        if unknown:
+            raise ValueError(
+                f"{path}: {name} has no fitted attribute {unknown[0]!r} (it sets "
+                f"{', '.join(obj._all_fitted())})"
+            )
+        for key, value in fitted.items():
+            setattr(obj, key, decode(value, path, cls))
+        obj._loaded(fitted)
+        obj._check_fitted()
+        return obj
+
+    def _loaded(self, fitted: dict[str, Any]) -> None:
+        """Hook: complete an estimator read from a file written by an older version."""
+
+    @classmethod
+    def _resolve(cls, name: Any, path: str | Path) -> type[Any]:
+        root = cls._root()
+        noun = root._noun
+        if cls is not root:
+            if name != cls.__name__:
+                raise ValueError(
+                    f"{path} holds a {name!r} {noun}, not a {cls.__name__}; load it with "
+                    f"{name}.load or {root.__name__}.load"
+                )
+            return cls
+        family = (root, *subclasses(root))
+        known = {c.__name__: c for c in family if not c.__dict__.get("_abstract", False)}
+        if name not in known:
+            raise ValueError(f"{path} holds an unknown {noun} class {name!r}")
+        return known[name]
+
+    @classmethod
+    def _param_names(cls) -> tuple[str, ...]:
+        return (*cls._hyperparameters, "kind")
+
+    def _check_kind(self) -> None:
+        if self.kind is not None:
+            check_choice("kind", self.kind, SCORE_KINDS)
+
+    def _all_fitted(self) -> tuple[str, ...]:
+        return ("n_classes_", *self._fitted_attributes)
+
+    def _check_fitted(self) -> None:
+        missing = [n for n in self._all_fitted() if not hasattr(self, n)]
+        if missing:
+            raise not_fitted(
+                f"this {type(self).__name__} is not fitted yet; call fit(logits=... or "
+                f"probs=..., labels=...) first (missing {', '.join(missing)})"
+            )
+
+    def _resolve_inputs(
+        self,
+        X: Predictions | ArrayLike | None,
+        y: ArrayLike | None,
+        logits: ArrayLike | None,
+        probs: ArrayLike | None,
+        labels: ArrayLike | None,
+        need_labels: bool,
+    ) -> Predictions:
+        """``fit``'s or ``predict``'s arguments as validated predictions (positional scores
+        read as this estimator's ``kind``)."""
+        return resolve_predictions(
+            type(self).__name__, self.kind, X, y, logits, probs, labels, need_labels
+        )
+
+    def _fitted_predictions(
+        self,
+        X: Predictions | ArrayLike | None,
+        logits: ArrayLike | None,
+        probs: ArrayLike | None,
+    ) -> Predictions:
+        """The scores to predict on, validated, of the fitted number of classes."""
+        self._check_fitted()
+        pred = self._resolve_inputs(X, None, logits, probs, None, False)
+        n_classes = getattr(self, "n_classes_")  # noqa: B009 - set by fit
+        if pred.n_classes != n_classes:
+            raise ValueError(
+                f"{type(self).__name__} was fitted on {n_classes} classes but got scores "
+                f"with {pred.n_classes} columns"
+            )
+        return pred
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
