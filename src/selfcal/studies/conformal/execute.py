@@ -15,7 +15,9 @@ import numpy as np
 import torch
 
 import selfcal.metrics as M
-from selfcal.conformal import SplitConformal
+from selfcal.conformal import conformal_quantile, conformity_scores
+from selfcal.conformal.scores import class_quantiles
+from selfcal.exceptions import DegenerateCalibration
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.posthoc import build_calibrator
 from selfcal.studies.conformal.protocol import ConformalProtocol
@@ -93,35 +95,55 @@ def evaluate(protocol: ConformalProtocol, spec: RunSpec) -> RunResult:
         "n_classes": float(data.n_classes),
         "error": float(np.mean(np.argmax(data.test, 1) != y)),
     }
+    labels = torch.from_numpy(y)
     for posthoc in protocol.posthoc:
-        probs = test_probs(data, posthoc)
+        probs = torch.from_numpy(test_probs(data, posthoc))
         for name in protocol.score_names:
-            for alpha in protocol.alphas:
-                found = conformalise(probs, y, splits, name, alpha)
-                metrics.update({key(m, posthoc, name, alpha): v for m, v in found.items()})
+            found = conformalise(probs, labels, splits, name, protocol.alphas)
+            metrics.update({key(m, posthoc, name, a): v for (m, a), v in found.items()})
     return RunResult(metrics=metrics)
 
 
 def conformalise(
-    probs: np.ndarray,
-    labels: np.ndarray,
+    probs: torch.Tensor,
+    labels: torch.Tensor,
     splits: list[tuple[np.ndarray, np.ndarray]],
     name: str,
-    alpha: float,
-) -> dict[str, float]:
+    alphas: tuple[float, ...],
+) -> dict[tuple[str, float], float]:
     """Mean over ``splits`` of each of :data:`METRICS` for score ``name`` (``<score>-mondrian``:
-    class-conditional) at ``alpha``; empty when the calibration halves are too small."""
+    class-conditional) at each level; a level the calibration halves are too small for is
+    left out.
+
+    It is :class:`~selfcal.conformal.SplitConformal` taken apart so that one score matrix
+    serves every level: per halving ``r`` the ``(N, C)`` scores of every test row and label
+    (:func:`selfcal.conformal.conformity_scores`, ``u`` drawn per row and label from a
+    generator seeded ``r``), the calibration half's scores of their true labels, the threshold
+    (:func:`~selfcal.conformal.conformal_quantile`, or per class
+    :func:`~selfcal.conformal.scores.class_quantiles`), and the sets ``score <= threshold`` of
+    the other half -- ``SplitConformal``'s rule, with independent draws of ``u`` for the two
+    halves as it makes them (``tests/studies/test_conformal.py`` checks the sets equal its
+    own where the scores have no ``u``)."""
     score, _, mondrian = name.partition("-")
-    if len(splits[0][0]) < 1 / alpha - 1:
-        return {}
-    totals = dict.fromkeys(METRICS, 0.0)
+    usable = [a for a in alphas if len(splits[0][0]) >= 1 / a - 1]
+    totals = {(m, a): 0.0 for m in METRICS for a in usable}
+    n_classes = probs.shape[1]
     for r, (cal, scored) in enumerate(splits):
-        predictor = SplitConformal(alpha=alpha, score=score, mondrian=bool(mondrian), seed=r)
-        predictor.fit(probs=probs[cal], labels=labels[cal])
-        sets = predictor.predict_set(probs=probs[scored])
-        truth = labels[scored]
-        totals["coverage"] += float(M.set_coverage(sets, truth))
-        totals["size"] += float(M.average_set_size(sets))
-        totals["worst_class_coverage"] += float(M.worst_class_coverage(sets, truth))
-        totals["singleton"] += float(M.singleton_rate(sets))
-    return {m: v / len(splits) for m, v in totals.items()}
+        generator = torch.Generator().manual_seed(r)
+        every = conformity_scores(probs, score=score, generator=generator)
+        cal_t, scored_t = torch.from_numpy(cal), torch.from_numpy(scored)
+        truth = labels[scored_t]
+        cal_scores = every[cal_t].gather(1, labels[cal_t].unsqueeze(1)).squeeze(1)
+        for alpha in usable:
+            with warnings.catch_warnings():  # too few rows: +inf, every label (counted)
+                warnings.simplefilter("ignore", DegenerateCalibration)
+                if mondrian:
+                    threshold = class_quantiles(cal_scores, labels[cal_t], n_classes, alpha)[0]
+                else:
+                    threshold = torch.tensor([conformal_quantile(cal_scores, alpha)])
+            sets = every[scored_t] <= threshold
+            totals[("coverage", alpha)] += float(M.set_coverage(sets, truth))
+            totals[("size", alpha)] += float(M.average_set_size(sets))
+            totals[("worst_class_coverage", alpha)] += float(M.worst_class_coverage(sets, truth))
+            totals[("singleton", alpha)] += float(M.singleton_rate(sets))
+    return {k: v / len(splits) for k, v in totals.items()}

@@ -198,13 +198,17 @@ def method_section(results: StudyResults, records: list[RunRecord]) -> list[str]
     if REFERENCE not in methods:
         return ["### (a) Training methods vs CE", "", "No CE runs in this protocol.", ""]
     out = [f"### (a) Training methods vs CE, same post-hoc step (α = {MAIN_ALPHA:g})", ""]
+    shown = [(m, n) for n in p.score_names[:2] for m in ("size",)] + [
+        ("worst_class_coverage", p.score_names[min(1, len(p.score_names) - 1)])
+    ]
     for step in p.posthoc:
-        for name in p.score_names[:1] + p.score_names[1:2]:
-            out += [f"**set size, post-hoc {step}, score {name}**: method − CE", ""]
+        for metric, name in shown:
+            unit = " (points)" if metric != "size" else ""
+            out += [f"**{TITLES[metric]}{unit}, post-hoc {step}, score {name}**: method − CE", ""]
             out += ["| method | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
             for m in methods[1:]:
                 cells = [
-                    _cell(method_difference(records, d, m, step, name, MAIN_ALPHA, "size"), "size")
+                    _cell(method_difference(records, d, m, step, name, MAIN_ALPHA, metric), metric)
                     for d in datasets
                 ]
                 out.append(f"| {m} | " + " | ".join(cells) + " |")
