@@ -1,5 +1,5 @@
 """Split-conformal classification: prediction sets that hold the true label with probability
-at least ``1 - alpha`` (methods §7).
+at least ``1 - alpha`` (methods §10).
 
 :func:`conformity_scores` computes the non-conformity scores (:data:`SCORES`: LAC, APS, RAPS,
 SAPS), :func:`conformal_quantile` the finite-sample threshold, and :class:`SplitConformal`

@@ -1,5 +1,5 @@
 """Non-conformity scores of split-conformal classification and the finite-sample quantile
-(methods §7).
+(methods §10).
 
 A score ``s(x, k)`` is large when label ``k`` is unusual for ``x``; a prediction set holds the
 labels whose score is at most a threshold fitted on held-out data. Write ``p`` for a row's

@@ -1,6 +1,6 @@
 """Split-conformal classification as an estimator: fit a threshold on a calibration split,
 predict sets of labels that hold the true label with probability at least ``1 - alpha``
-(methods §7).
+(methods §10).
 
 :class:`SplitConformal` shares the estimator machinery of the post-hoc calibrators
 (:class:`~selfcal.posthoc._estimator.ScoreEstimator`: hyperparameters, ``fit(X, y)`` /
@@ -46,7 +46,7 @@ def _generator(seed: int, device: torch.device) -> torch.Generator:
 
 
 class SplitConformal(ScoreEstimator):
-    """Split-conformal prediction sets for a classifier's scores (methods §7).
+    """Split-conformal prediction sets for a classifier's scores (methods §10).
 
     ``fit`` on a calibration split (rows the model was not trained on) computes the
     non-conformity score of each row's true label (:func:`~selfcal.conformal.conformity_scores`

@@ -1,4 +1,4 @@
-"""Metrics of prediction sets (methods §7.5): coverage, size, singletons, per-class and
+"""Metrics of prediction sets (methods §10.5): coverage, size, singletons, per-class and
 size-stratified coverage, and their bootstrap intervals.
 
 Every function takes a boolean ``(N, C)`` mask ``sets`` (``sets[i, k]``: label ``k`` is in
