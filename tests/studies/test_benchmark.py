@@ -256,9 +256,7 @@ def test_the_conformal_study_reads_the_predictions_the_benchmark_stored(quick):
     )
     specs = get_study("conformal").specs(protocol)
     kept = [r for r in payload["runs"] if r["regime"] in protocol.regimes]
-    assert len(specs) == len(kept) and {s.hparams["regime"] for s in specs} == set(
-        protocol.regimes
-    )
+    assert len(specs) == len(kept) and {s.hparams["regime"] for s in specs} == set(protocol.regimes)
     runs = {(r["method"], r["seed"], r["regime"]): r["metrics"] for r in payload["runs"]}
     spec = specs[0]
     mine = conformal.evaluate(protocol, spec).metrics
