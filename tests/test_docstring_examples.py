@@ -4,7 +4,8 @@ Each object's ``__doc__`` is parsed and run with :mod:`doctest` explicitly (a me
 object, which ``doctest.testmod``'s finder would skip), so an example that drifts from the code
 fails here: ``ece``, ``TemperatureScaling``, ``BO4SC``, ``uncertainty_weighted_ce``,
 ``fit_meta`` and ``run_sweep`` (the faces a newcomer reads first), ``CalibrationAccumulator`` and
-the streaming ``ECE`` of :mod:`selfcal.integrations.torchmetrics`.
+the streaming ``ECE`` of :mod:`selfcal.integrations.torchmetrics`, and the conformal
+``conformity_scores``, ``conformal_quantile`` and ``conformal_summary``.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import doctest
 import pytest
 
 from selfcal.bilevel import BO4SC, fit_meta
+from selfcal.conformal import conformal_quantile, conformity_scores
 from selfcal.experiments import run_sweep
 from selfcal.integrations.torchmetrics import ECE
 from selfcal.losses import uncertainty_weighted_ce
-from selfcal.metrics import CalibrationAccumulator, ece
+from selfcal.metrics import CalibrationAccumulator, conformal_summary, ece
 from selfcal.posthoc import TemperatureScaling
 
 EXAMPLES = {
@@ -29,6 +31,9 @@ EXAMPLES = {
     "fit_meta": fit_meta,
     "run_sweep": run_sweep,
     "integrations.torchmetrics.ECE": ECE,
+    "conformity_scores": conformity_scores,
+    "conformal_quantile": conformal_quantile,
+    "conformal_summary": conformal_summary,
 }
 
 

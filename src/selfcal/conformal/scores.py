@@ -129,6 +129,7 @@ def conformity_scores(
     ``penalty`` and ``k_reg`` are RAPS's, ``weight`` SAPS's.
 
     >>> import torch
+    >>> from selfcal.conformal import conformity_scores
     >>> p = torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64)
     >>> conformity_scores(p, score="aps", randomized=False)
     tensor([[0.5000, 0.8000, 1.0000]], dtype=torch.float64)
@@ -168,6 +169,7 @@ def conformal_quantile(scores: ArrayLike, alpha: float) -> float:
     guarantee: the result is ``+inf`` (every set holds every label) and a
     :class:`~selfcal.exceptions.DegenerateCalibration` warning says so.
 
+    >>> from selfcal.conformal import conformal_quantile
     >>> conformal_quantile([0.1, 0.4, 0.2, 0.3], alpha=0.4)
     0.3
     """

@@ -267,6 +267,8 @@ class ConformalSetModule(torch.nn.Module):
     randomised scores draw ``u`` from ``generator`` when given, else from a fresh generator
     seeded with the module's ``seed`` on the input's device."""
 
+    thresholds: torch.Tensor
+
     def __init__(
         self,
         thresholds: torch.Tensor,

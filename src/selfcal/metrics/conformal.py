@@ -152,6 +152,7 @@ def conformal_summary(
     that a resample leaves out does not count in that resample's worst-class coverage.
 
     >>> import numpy as np
+    >>> from selfcal.metrics import conformal_summary
     >>> sets = np.array([[True, False], [True, True], [False, True]])
     >>> conformal_summary(sets, np.array([0, 1, 0]), n_resamples=200)["coverage"].value
     0.6666666666666666
