@@ -2,12 +2,12 @@
 
 Every stored run is one prediction set. Its post-hoc step (none, temperature scaling TS or
 structured matrix scaling SMS) is fitted on its validation predictions; its test predictions
-are halved at random 20 times (the same halvings for every method of a dataset and seed), one
-half calibrating a split-conformal predictor and the other scored, and each metric is the mean
-over the halvings. **Set size** is the average number of labels in a set; **worst-class
-coverage** the lowest per-class coverage. Every set has coverage at least ``1 - alpha`` by
-construction (the first table checks it), so a smaller set at the same ``alpha`` is the
-better set.
+are halved at random many times (the protocol's ``halvings``: 20 in ``full``; the same
+halvings for every method of a dataset and seed), one half calibrating a split-conformal
+predictor and the other scored, and each metric is the mean over the halvings. **Set size** is
+the average number of labels in a set; **worst-class coverage** the lowest per-class coverage.
+Every set has coverage at least ``1 - alpha`` by construction (the first table checks it), so a
+smaller set at the same ``alpha`` is the better set.
 
 Comparisons are paired 95% t-intervals over seeds (a seed is a replicate of the data split,
 the initialisation and the selection; the halvings are averaged within it): (a) each training
@@ -240,10 +240,108 @@ def method_totals(results: StudyResults, records: list[RunRecord]) -> list[str]:
     return lines
 
 
+def by_score(results: StudyResults, records: list[RunRecord], step: str) -> str:
+    """``step`` − none, set size, counted per score over datasets, methods and levels."""
+    p = results.protocol
+    datasets, methods = _grid(results, records)
+    parts = []
+    for name in p.score_names:
+        c = counts(
+            (
+                posthoc_difference(records, d, m, step, name, a, "size")
+                for d in datasets
+                for m in methods
+                for a in p.alphas
+            ),
+            "size",
+        )
+        parts.append(f"{name} {c['smaller']} smaller / {c['larger']} larger / {c['tied']} tied")
+    return "; ".join(parts)
+
+
+def smaller_than_ce(results: StudyResults, records: list[RunRecord], step: str) -> list[str]:
+    """Every (method, dataset, score, level) whose sets are significantly smaller than CE's
+    with the same post-hoc ``step``, largest reduction first."""
+    p = results.protocol
+    datasets, methods = _grid(results, records)
+    found = []
+    for d in datasets:
+        for m in methods[1:]:
+            for name in p.score_names:
+                for a in p.alphas:
+                    diff = method_difference(records, d, m, step, name, a, "size")
+                    if diff is not None and diff.n > 1 and diff.verdict() == "better":
+                        found.append(
+                            (diff.mean, f"{m} on {d} ({name}, α = {a:g}: {diff.format()})")
+                        )
+    return [text for _, text in sorted(found)]
+
+
+def answer(results: StudyResults) -> list[str]:
+    """The plain answer, per regime, from the verdicts' counts (every level, score, dataset
+    and method)."""
+    lines = []
+    for regime in regimes(results):
+        records = _records(results, regime)
+        datasets, methods = _grid(results, records)
+        head = f"**{regime or 'scikit-learn models'}**"
+        for step in (s for s in results.protocol.posthoc if s != "none"):
+            lines.append(
+                f"- {head}, {step.upper()} − none (same model), set size by score: "
+                f"{by_score(results, records, step)}."
+            )
+        if REFERENCE not in methods:
+            continue
+        for step in results.protocol.posthoc:
+            c = counts(
+                (
+                    method_difference(records, d, m, step, name, a, "size")
+                    for d in datasets
+                    for m in methods[1:]
+                    for name in results.protocol.score_names
+                    for a in results.protocol.alphas
+                ),
+                "size",
+            )
+            smaller = smaller_than_ce(results, records, step)
+            shown = "; ".join(smaller[:6]) + (
+                f"; and {len(smaller) - 6} more" if len(smaller) > 6 else ""
+            )
+            lines.append(
+                f"- {head}, training method − CE with post-hoc {step}, set size: "
+                f"{_count_text(c, 'size')}" + (f" -- smaller: {shown}." if smaller else ".")
+            )
+        lines.append(f"- {head}, " + per_method(results, records, "ts"))
+    return lines
+
+
+def per_method(results: StudyResults, records: list[RunRecord], step: str) -> str:
+    """Each training method's set-size verdicts against CE with post-hoc ``step``, counted
+    over datasets, scores and levels."""
+    p = results.protocol
+    datasets, methods = _grid(results, records)
+    parts = []
+    for m in methods[1:]:
+        c = counts(
+            (
+                method_difference(records, d, m, step, name, a, "size")
+                for d in datasets
+                for name in p.score_names
+                for a in p.alphas
+            ),
+            "size",
+        )
+        parts.append(f"{m} {c['smaller']}/{c['larger']}")
+    return (
+        f"set size against CE with post-hoc {step}, per method (smaller/larger of "
+        f"{len(datasets) * len(p.score_names) * len(p.alphas)}): " + ", ".join(parts) + "."
+    )
+
+
 def sections(results: StudyResults) -> list[str]:
     from selfcal.experiments.report import prose
 
-    out = [*prose(__doc__), ""]
+    out = [*prose(__doc__), "", "## Answer", "", *answer(results), ""]
     for regime in regimes(results):
         records = _records(results, regime)
         out += [f"## Regime: {regime or 'scikit-learn models'}", ""]
@@ -259,15 +357,7 @@ def sections(results: StudyResults) -> list[str]:
 
 
 def summary(results: StudyResults) -> list[str]:
-    lines = []
-    for regime in regimes(results):
-        records = _records(results, regime)
-        datasets, methods = _grid(results, records)
-        head = f"{regime or 'scikit-learn models'}: "
-        lines += [f"- {head}{line}" for line in posthoc_totals(results, records)]
-        if REFERENCE in methods:
-            lines += [f"- {head}{line}" for line in method_totals(results, records)]
-    return lines
+    return answer(results)
 
 
 def payload(results: StudyResults) -> dict[str, Any]:
