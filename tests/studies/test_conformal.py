@@ -49,12 +49,21 @@ def test_halvings_are_disjoint_seeded_and_shared():
     assert not (first[0][0] == halvings(11, 3, seed=3)[0][0]).all()
 
 
+@pytest.mark.parametrize("tied", [False, True], ids=["distinct", "tied"])
 @pytest.mark.parametrize("name", ["lac", "lac-mondrian"])
-def test_the_sets_are_split_conformals(name):
-    """LAC draws no ``u``: the study's sets are exactly SplitConformal's on each halving."""
+def test_the_sets_are_split_conformals(name, tied):
+    """LAC draws no ``u``: the study's sets are exactly SplitConformal's on each halving, also
+    when most scores tie at the threshold (saturated probabilities: a threshold rounded to
+    float32 once left those sets empty)."""
     rng = np.random.default_rng(0)
     probs = torch.softmax(torch.from_numpy(rng.normal(size=(400, 4)) * 2), 1)
-    labels = torch.from_numpy(rng.integers(0, 4, 400))
+    labels_np = rng.integers(0, 4, 400)
+    if tied:  # 90% of rows: the same confident row on their own label, score 1 - top
+        confident = torch.from_numpy(rng.random(400) < 0.9)
+        top = 1 - 0.0058139534883  # float32 rounds its score 1 - top down
+        probs[confident] = (1 - top) / 3
+        probs[confident, labels_np[confident.numpy()]] = top
+    labels = torch.from_numpy(labels_np)
     splits = halvings(400, 2, seed=0)
     found = conformalise(probs, labels, splits, name, (0.1,))
     sizes, coverage = [], []

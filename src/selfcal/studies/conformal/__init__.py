@@ -19,7 +19,8 @@ from selfcal.studies.conformal.protocol import ConformalProtocol
 @register_study
 class Conformal(Study[ConformalProtocol]):
     title = "Conformal prediction sets after calibration and calibrated training"
-    version = 1
+    version = 2  # 2: the marginal threshold compared in float64 (1 rounded it to float32,
+    # so tied scores just above it -- saturated probabilities -- left sets empty)
 
     def specs(self, protocol: ConformalProtocol) -> list[RunSpec]:
         sklearn = [

@@ -140,7 +140,8 @@ def conformalise(
                 if mondrian:
                     threshold = class_quantiles(cal_scores, labels[cal_t], n_classes, alpha)[0]
                 else:
-                    threshold = torch.tensor([conformal_quantile(cal_scores, alpha)])
+                    q = conformal_quantile(cal_scores, alpha)
+                    threshold = torch.tensor([q], dtype=torch.float64)  # never rounded
             sets = every[scored_t] <= threshold
             totals[("coverage", alpha)] += float(M.set_coverage(sets, truth))
             totals[("size", alpha)] += float(M.average_set_size(sets))
