@@ -51,5 +51,4 @@ def set_size(results: StudyResults, regime: str) -> Any:
     axes[0].invert_yaxis()
     axes[-1].legend(fontsize=7, title="post-hoc", title_fontsize=7)
     fig.suptitle(f"Conformal set size ({regime or 'scikit-learn models'})", fontsize=10)
-    fig.tight_layout()
     return fig
