@@ -95,6 +95,18 @@ def test_quickstart_snippets_run_in_order(tmp_path: Path, monkeypatch: pytest.Mo
     assert (tmp_path / "selfcal-report" / "gra-toy" / "README.md").exists()
 
 
+TEXT_BLOCK = re.compile(r"^```text\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
+
+
+def test_the_conformal_tutorial_prints_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    """The calibrate-then-conformalise tutorial's code prints exactly the output on the page
+    (its numbers come from the code, never typed in)."""
+    page = (DOCS / "tutorials" / "calibrate-then-conformalise.md").read_text(encoding="utf-8")
+    (code,), shown = PYTHON_BLOCK.findall(page), TEXT_BLOCK.findall(page)[0]
+    exec(compile(code, "calibrate-then-conformalise.md", "exec"), {"__name__": "tutorial"})
+    assert capsys.readouterr().out.strip() == shown.strip()
+
+
 # ----------------------------------------------------------------------------- citations
 def test_every_methods_citation_in_the_source_has_a_section() -> None:
     anchors = methods_anchors()

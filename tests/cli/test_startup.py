@@ -101,6 +101,19 @@ def test_cli_constants_equal_the_heavy_modules():
     assert _reproduce.EXECUTORS == runner.EXECUTORS
 
 
+def test_conformal_constants_equal_the_core():
+    import inspect
+
+    from selfcal.cli import _conformal, _predict
+    from selfcal.conformal import SCORES, SplitConformal
+    from selfcal.pipeline import conformal
+
+    default = inspect.signature(SplitConformal).parameters["score"].default
+    assert _conformal.CONFORMAL_SCORES == conformal.SCORES == SCORES
+    assert _conformal.CONFORMAL_SCORE == _predict.CONFORMAL_SCORE == conformal.DEFAULT_SCORE
+    assert conformal.DEFAULT_SCORE == default
+
+
 # ----------------------------------------------------------------------------- help
 @pytest.mark.parametrize("command", ["calibrate", "train"])
 def test_deferred_help_is_never_shown_as_the_placeholder(command, capsys, monkeypatch):

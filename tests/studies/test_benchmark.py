@@ -233,3 +233,33 @@ def test_the_posthoc_leaderboard_scores_the_predictions_the_benchmark_stored(qui
         for name in ("ts", "sms", "auto"):
             assert mine[f"nll.{name}"] == pytest.approx(theirs[f"nll_{name}"], rel=1e-9)
             assert mine[f"ece.{name}"] == pytest.approx(theirs[f"ece_{name}"], abs=1e-9)
+
+
+def test_the_conformal_study_reads_the_predictions_the_benchmark_stored(quick):
+    """The conformal study reads a benchmark record's stored validation / test logits: its
+    records are the benchmark's of its regimes, and the error of the softmax of the stored test
+    logits is the benchmark's own."""
+    import dataclasses
+
+    from selfcal.studies.conformal import execute as conformal
+    from selfcal.studies.conformal.protocol import FULL as CONFORMAL_FULL
+
+    payload, root = quick
+    protocol = dataclasses.replace(
+        CONFORMAL_FULL,
+        seeds=(0, 1),
+        benchmark_store=str(root / "s.sqlite"),
+        benchmark_protocol="quick",
+        posthoc=("none", "ts"),
+        scores=("lac",),
+        halvings=2,
+    )
+    specs = get_study("conformal").specs(protocol)
+    kept = [r for r in payload["runs"] if r["regime"] in protocol.regimes]
+    assert len(specs) == len(kept) and {s.hparams["regime"] for s in specs} == set(protocol.regimes)
+    runs = {(r["method"], r["seed"], r["regime"]): r["metrics"] for r in payload["runs"]}
+    spec = specs[0]
+    mine = conformal.evaluate(protocol, spec).metrics
+    theirs = runs[(spec.method, spec.seed, spec.hparams["regime"])]
+    assert mine["error"] == pytest.approx(theirs["error"], abs=1e-12)
+    assert mine[conformal.key("coverage", "ts", "lac", 0.1)] >= 0.8

@@ -24,6 +24,13 @@ from selfcal.cli._common import (
     stderr,
     stdout,
 )
+from selfcal.cli._conformal import (
+    CONFORMAL_SCORE,
+    CONFORMAL_SCORES,
+    ConformalScores,
+    conformal_scores,
+    conformal_table,
+)
 from selfcal.cli._errors import errors
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -68,12 +75,25 @@ def _evaluate_table(
     return table
 
 
-def _json_line(results: dict[str, Interval]) -> str:
-    """One JSON object: metric -> ``{"value": v, "ci": [low, high]}`` (non-finite -> null)."""
-    payload = {
-        k: {"value": _finite(iv.value), "ci": [_finite(iv.low), _finite(iv.high)]}
-        for k, iv in results.items()
-    }
+def _interval_json(iv: Interval) -> dict[str, Any]:
+    return {"value": _finite(iv.value), "ci": [_finite(iv.low), _finite(iv.high)]}
+
+
+def _json_line(results: dict[str, Interval], scored: ConformalScores | None = None) -> str:
+    """One JSON object: metric -> ``{"value": v, "ci": [low, high]}`` (non-finite -> null);
+    with ``--conformal``, key ``conformal`` holds the sets' settings, the rows that calibrated
+    and were scored, and their metrics in the same form."""
+    payload: dict[str, Any] = {k: _interval_json(iv) for k, iv in results.items()}
+    if scored is not None:
+        payload["conformal"] = {
+            "alpha": scored.alpha,
+            "score": scored.score,
+            "calibration": scored.calibration,
+            "n_calibration": scored.n_calibration,
+            "n_scored": scored.n_scored,
+            "threshold": scored.threshold,
+            "metrics": {k: _interval_json(iv) for k, iv in scored.metrics.items()},
+        }
     return json.dumps(payload) + "\n"
 
 
@@ -106,8 +126,31 @@ def evaluate(
     ] = "centred",
     kind: KindOpt = None,
     label_column: LabelOpt = "label",
+    conformal: Annotated[
+        float | None,
+        typer.Option(
+            "--conformal",
+            help="Also score split-conformal prediction sets at this level ALPHA: coverage, "
+            "average set size, worst-class coverage and singleton rate, with intervals. "
+            "Calibrated on --conformal-calibration's rows (every row of FILE scored), else on a "
+            "random half of FILE's rows (seeded by --seed), the other half scored.",
+        ),
+    ] = None,
+    conformal_score: Annotated[
+        str,
+        typer.Option("--conformal-score", help="Conformity score: lac, aps, raps or saps."),
+    ] = CONFORMAL_SCORE,
+    conformal_calibration: Annotated[
+        str | None,
+        typer.Option(
+            "--conformal-calibration",
+            help="Predictions file whose rows calibrate --conformal (same model, held-out "
+            "rows not in FILE).",
+        ),
+    ] = None,
 ) -> None:
-    """Every calibration metric of FILE with bootstrap confidence intervals. FILE: .npz
+    """Every calibration metric of FILE with bootstrap confidence intervals (with
+    --conformal, also conformal prediction sets). FILE: .npz
     (arrays logits or probs, and labels), NAME.logits.npy + NAME.labels.npy, .csv or .parquet
     (columns logit_0.. or prob_0.., and label). Labels are integer class indices -- the score
     columns have no names, so class names cannot be matched to them (selfcal train and
@@ -118,10 +161,25 @@ def evaluate(
         check_kind(kind)
         check_real("--confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
         check_choice("--interval", interval, INTERVALS)
+        if conformal is not None:
+            check_real("--conformal", conformal, 0.0, 1.0, low_open=True, high_open=True)
+            check_choice("--conformal-score", conformal_score, CONFORMAL_SCORES)
+        elif conformal_calibration is not None:
+            raise ValueError("--conformal-calibration needs --conformal ALPHA")
         from selfcal.evaluation import METRICS, default_resamples
         from selfcal.evaluation import evaluate as run
 
         pred = read(file, kind, label_column)
+        scored = None
+        if conformal is not None:
+            calibration = (
+                None
+                if conformal_calibration is None
+                else read(conformal_calibration, kind, label_column)
+            )
+            scored = conformal_scores(
+                pred, conformal, conformal_score, calibration, seed, resamples, file
+            )
         n_res = resamples or default_resamples(pred.n_samples)
         show = pred.n_samples >= PROGRESS_MIN_ROWS or sys.stderr.isatty()
         bootstrap: dict[str, Any] = {"n_resamples": n_res, "confidence": confidence, "seed": seed}
@@ -133,6 +191,8 @@ def evaluate(
             written = save_figures(pred, plot, n_bins=bins)
             stderr().print(f"wrote {len(written)} figure(s) to {plot}")
         if as_json:
-            sys.stdout.write(_json_line(results))
+            sys.stdout.write(_json_line(results, scored))
         else:
             stdout().print(_evaluate_table(results, confidence, pred.n_samples, n_res, interval))
+            if scored is not None:
+                stdout().print(conformal_table(scored))

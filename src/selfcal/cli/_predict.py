@@ -15,8 +15,11 @@ from selfcal.cli._common import stdout
 from selfcal.cli._errors import errors
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from selfcal.pipeline.conformal import ConformalSets
     from selfcal.pipeline.selective import Threshold
 
+CONFORMAL_SCORE = "aps"
+"""``--conformal-score``'s default: :data:`selfcal.pipeline.conformal.DEFAULT_SCORE`."""
 TRADE = "use --target-coverage or --target-accuracy to trade coverage for accuracy"
 
 
@@ -44,6 +47,18 @@ def abstain_note(threshold: Threshold, abstained: int, n: int, default: bool) ->
     )
 
 
+def conformal_note(sets: ConformalSets, coverage: float | None) -> str:
+    """The line saying how the sets were made, their average size and (with labels) their
+    coverage of these rows."""
+    sizes = sets.sizes
+    singletons = int((sizes == 1).sum())
+    line = (
+        f"{sets.describe()}; average set size {sizes.mean():.3f}, {singletons} of "
+        f"{len(sizes)} sets a single label"
+    )
+    return line if coverage is None else f"{line}; coverage of these rows {coverage:.4f}"
+
+
 def predict(
     folder: Annotated[Path, typer.Argument(help="Model folder written by selfcal train.")],
     data: Annotated[str, typer.Argument(help="Rows to predict (.csv, .parquet, .npz).")],
@@ -63,17 +78,40 @@ def predict(
             help="Abstain below the threshold that keeps this share of the validation set.",
         ),
     ] = None,
+    conformal: Annotated[
+        float | None,
+        typer.Option(
+            "--conformal",
+            help="Also write a conformal prediction set per row (columns set, set_size) that "
+            "holds the true label with probability >= 1 - ALPHA: split conformal prediction "
+            "calibrated on the validation rows that selfcal train --conformal-split held out.",
+        ),
+    ] = None,
+    conformal_score: Annotated[
+        str,
+        typer.Option(
+            "--conformal-score",
+            help="Conformity score of --conformal: lac, aps, raps or saps.",
+        ),
+    ] = CONFORMAL_SCORE,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the threshold and counts as one JSON object.")
     ] = False,
 ) -> None:
     """Predict DATA with the model in FOLDER: per row the calibrated probability of each
-    class, the predicted label, its confidence and whether to abstain."""
+    class, the predicted label, its confidence and whether to abstain (and, with --conformal,
+    a prediction set)."""
     with errors():
         from selfcal.pipeline import predict as run
 
         result = run(
-            folder, data, out, target_accuracy=target_accuracy, target_coverage=target_coverage
+            folder,
+            data,
+            out,
+            target_accuracy=target_accuracy,
+            target_coverage=target_coverage,
+            conformal=conformal,
+            conformal_score=conformal_score,
         )
         n, abstained = len(result.abstain), int(result.abstain.sum())
         default = target_accuracy is None and target_coverage is None
@@ -86,6 +124,11 @@ def predict(
                 "accepted_accuracy": result.accepted_accuracy,
                 "threshold": result.threshold.to_json(),
             }
+            if result.conformal is not None:
+                payload["conformal"] = {
+                    **result.conformal.to_json(),
+                    "coverage": result.set_coverage,
+                }
             sys.stdout.write(json.dumps(payload) + "\n")
             return
         console = stdout()
@@ -93,3 +136,5 @@ def predict(
         accuracy = result.accepted_accuracy
         scored = "" if accuracy is None else f"; accuracy of the accepted rows {accuracy:.4f}"
         console.print(f"wrote {result.path}: {n} rows, {abstained} abstained{scored}")
+        if result.conformal is not None:
+            console.print(conformal_note(result.conformal, result.set_coverage))

@@ -251,6 +251,17 @@ def train(
             "lowest validation NLL).",
         ),
     ] = "refinement",
+    conformal_split: Annotated[
+        float | None,
+        typer.Option(
+            "--conformal-split",
+            help="Hold out this share of VAL (seeded, e.g. 0.3) before selection and "
+            "calibration, used for nothing else, so that selfcal predict --conformal ALPHA can "
+            "give prediction sets with the split-conformal guarantee (1 - ALPHA coverage) at any "
+            "ALPHA >= 1/(rows held out + 1). The other VAL rows select, calibrate and set "
+            "thresholds.",
+        ),
+    ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the model in a non-empty --out.")
     ] = False,
@@ -279,6 +290,7 @@ def train(
             n_resamples=resamples,
             device=device,
             stop_by=stop_by,
+            conformal_split=conformal_split,
         )
         given = {
             "--test": test,
@@ -292,6 +304,7 @@ def train(
             "--resamples": resamples,
             "--device": device,
             "--stop-by": stop_by,
+            "--conformal-split": conformal_split,
         }
         command = _command(data, val, method, out, given, grid or [])
         with progress_bar(sys.stderr.isatty() and not as_json) as progress:
@@ -326,6 +339,7 @@ DEFAULTS: dict[str, object] = {
     "--resamples": None,
     "--device": "cpu",
     "--stop-by": "refinement",
+    "--conformal-split": None,
 }
 """The options' defaults: the report's command line names only the others."""
 
@@ -366,4 +380,11 @@ def _print_summary(report: dict[str, Any], folder: Path) -> None:
     console.print(_summary_table(report))
     for t in report["selective"]:
         console.print("abstention, " + Threshold.from_json(t).describe())
+    held = report.get("conformal")
+    if held is not None:
+        console.print(
+            f"conformal: {held['rows']} validation rows ({held['split']:g} of VAL, seed "
+            f"{held['seed']}) held out before selection and calibration; selfcal predict "
+            f"--conformal ALPHA gives sets for ALPHA >= {1 / (held['rows'] + 1):.3g}"
+        )
     console.print(f"wrote {folder} (report: {folder / 'report.md'})")

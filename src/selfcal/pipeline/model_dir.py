@@ -10,6 +10,9 @@
 ``selective.json``     the abstention thresholds chosen on VAL for the default targets
 ``validation.npz``     VAL's calibrated confidences and correctness (arrays ``confidence``,
                        ``correct``), from which a threshold for any other target is chosen
+``conformal.npz``      with ``--conformal-split``: the held-out validation rows' calibrated
+                       probabilities and labels, for conformal prediction sets
+                       (:mod:`selfcal.pipeline.conformal`)
 ``report.md/.json``    the calibration report (:mod:`selfcal.pipeline.report`)
 =====================  ==================================================================
 
@@ -49,7 +52,8 @@ SELECTIVE = "selective.json"
 VALIDATION = "validation.npz"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
-FILES = (WEIGHTS, CONFIG, CALIBRATOR, SELECTIVE, VALIDATION, REPORT_MD, REPORT_JSON)
+CONFORMAL = "conformal.npz"
+FILES = (WEIGHTS, CONFIG, CALIBRATOR, SELECTIVE, VALIDATION, CONFORMAL, REPORT_MD, REPORT_JSON)
 """Every file a model folder may hold."""
 
 

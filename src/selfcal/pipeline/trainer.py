@@ -17,6 +17,7 @@ import selfcal
 from selfcal._validation import check_choice, check_int, check_optional_int, check_positive
 from selfcal.evaluation import default_resamples
 from selfcal.pipeline import model_dir as md
+from selfcal.pipeline.conformal import save_calibration, split_validation
 from selfcal.pipeline.fitting import DEFAULT_STOP_BY, Progress, Selection, fit_and_select
 from selfcal.pipeline.methods import Method, get_method
 from selfcal.pipeline.prepare import PreparedData, prepare
@@ -56,7 +57,9 @@ class TrainSettings:
     ``seed``: the initialisation, shuffling, meta-validation split and bootstrap;
     ``stop_by``: the checkpoint kept, ``"refinement"`` (the lowest validation NLL after
     temperature scaling; Berta et al., 2025; default) or ``"nll"`` (the lowest validation
-    NLL): :data:`selfcal.pipeline.fitting.STOP_BY_DOC` gives the benchmark's evidence."""
+    NLL): :data:`selfcal.pipeline.fitting.STOP_BY_DOC` gives the benchmark's evidence;
+    ``conformal_split``: the share of VAL held out, before selection and calibration, for
+    conformal prediction sets (:mod:`selfcal.pipeline.conformal`), or ``None``."""
 
     method: str
     hidden: tuple[int, ...] = TABULAR.hidden or ()
@@ -69,6 +72,7 @@ class TrainSettings:
     n_resamples: int | None = None
     device: str = "cpu"
     stop_by: str = DEFAULT_STOP_BY
+    conformal_split: float | None = None
 
     def __post_init__(self) -> None:
         get_method(self.method)
@@ -81,6 +85,8 @@ class TrainSettings:
         check_int("seed", self.seed, minimum=0)
         check_optional_int("n_resamples", self.n_resamples)
         check_choice("stop_by", self.stop_by, CRITERIA)
+        if self.conformal_split is not None and not 0.0 < self.conformal_split < 1.0:
+            raise ValueError(f"--conformal-split must be in (0, 1), got {self.conformal_split!r}")
         if self.calibrate is not None:
             from selfcal.posthoc import calibrator_names
 
@@ -133,8 +139,13 @@ def train(
     method = settings.resolved_method()
     folder = _check_out(Path(out), overwrite)
     tables = [_table(t, label_column) for t in (data, val)]
+    held_out = None
+    if settings.conformal_split is not None:
+        tables[1], held_out = split_validation(tables[1], settings.conformal_split, settings.seed)
     test_table = None if test is None else _table(test, label_column)
     prepared = prepare(tables[0], tables[1], test_table, seed=settings.seed)
+    if held_out is not None and held_out.labels is not None:  # a class DATA lacks: stop now
+        prepared.labels.encode(held_out.labels, held_out.name)
     selection = fit_and_select(
         method,
         settings.recipe(len(prepared.train[1])),
@@ -157,6 +168,7 @@ def train(
             test_table,
             label_column,
             command,
+            held_out,
         )
         _replace(folder, scratch)
     finally:
@@ -204,6 +216,7 @@ def _config(
     label_column: str,
     tables: list[FeatureTable],
     test: FeatureTable | None,
+    held_out: FeatureTable | None = None,
 ) -> dict[str, Any]:
     best = selection.best
     recipe = settings.recipe(len(prepared.train[1]))
@@ -248,6 +261,14 @@ def _config(
             "test": None if test is None else test.name,
             "rows": prepared.sizes(),
         },
+        "conformal": None
+        if held_out is None
+        else {
+            "file": md.CONFORMAL,
+            "split": settings.conformal_split,
+            "rows": held_out.n_rows,
+            "seed": settings.seed,
+        },
     }
 
 
@@ -261,10 +282,11 @@ def _write_folder(
     test: FeatureTable | None,
     label_column: str,
     command: str,
+    held_out: FeatureTable | None = None,
 ) -> dict[str, Any]:
     """Weights and config, then (read back from them) the calibrator fitted on VAL, the
-    thresholds, and the report."""
-    config = _config(settings, method, prepared, selection, label_column, tables, test)
+    thresholds, the held-out conformal rows' calibrated probabilities, and the report."""
+    config = _config(settings, method, prepared, selection, label_column, tables, test, held_out)
     state = selection.best.state
     if state is None:  # pragma: no cover - select_candidate never picks a failed candidate
         raise ValueError("the selected candidate has no parameters")
@@ -286,6 +308,11 @@ def _write_folder(
         choose_threshold(confidence, correct, kind="coverage", target=DEFAULT_TARGET_COVERAGE),
     ]
     md.save_selective(folder, confidence, correct, thresholds, thresholds[0])
+    if held_out is not None:
+        assert held_out.labels is not None  # read with require_labels
+        z_held = model.logits(model.features(held_out))
+        labels = model.labels.encode(held_out.labels, held_out.name)
+        save_calibration(folder, model.calibrate(z_held).numpy(), labels)
     report = _report(
         settings, config, selection, model, prepared, z_val, p_val, thresholds, command
     )
@@ -351,4 +378,5 @@ def _report(
         },
         "metrics": metrics,
         "selective": [t.to_json() for t in thresholds],
+        "conformal": config["conformal"],
     }

@@ -1,0 +1,64 @@
+"""``selfcal reproduce conformal``: conformal prediction sets on the benchmark's stored
+predictions -- does post-hoc calibration (temperature scaling, structured matrix scaling), or
+any of the papers' training methods, shrink split-conformal sets at a fixed coverage? Each
+stored run's post-hoc step is fitted on its validation predictions; its test predictions are
+halved at random many times (one half calibrates the conformal predictor, the other is
+scored); paired intervals over seeds (:mod:`selfcal.studies.conformal.report`). Run
+``selfcal reproduce benchmark --store results/benchmark.sqlite`` first: this study reads its
+stored predictions instead of retraining."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from selfcal.experiments.spec import RunSpec
+from selfcal.experiments.study import Study, register_study
+from selfcal.studies.conformal.protocol import ConformalProtocol
+
+
+@register_study
+class Conformal(Study[ConformalProtocol]):
+    title = "Conformal prediction sets after calibration and calibrated training"
+    version = 2  # 2: the marginal threshold compared in float64 (1 rounded it to float32,
+    # so tied scores just above it -- saturated probabilities -- left sets empty)
+
+    def specs(self, protocol: ConformalProtocol) -> list[RunSpec]:
+        sklearn = [
+            self.spec(protocol, d, f"sk:{m}", seed)
+            for d in protocol.datasets
+            for m in protocol.models
+            for seed in protocol.seeds
+        ]
+        return sklearn + self.benchmark_specs(protocol)
+
+    def benchmark_specs(self, protocol: ConformalProtocol) -> list[RunSpec]:
+        """One spec per selected benchmark record of ``protocol.regimes`` (its method, dataset,
+        seed and regime), naming the record by key."""
+        if not protocol.benchmark:
+            return []
+        from selfcal.experiments.store import ResultsStore
+        from selfcal.experiments.study import StudyResults, get_study
+
+        path = Path(protocol.benchmark_store)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"the conformal study reads the benchmark's stored predictions, and {path} does "
+                f"not exist: run `selfcal reproduce benchmark --store {path} --out "
+                "results/benchmark` first (or `--quick` for scikit-learn sets only)"
+            )
+        benchmark = get_study("benchmark")
+        with ResultsStore(path) as store:
+            made = benchmark.protocol(protocol.benchmark_protocol)
+            records = StudyResults.load(benchmark, made, store).selected
+        return [
+            self.spec(
+                protocol,
+                r.spec.dataset,
+                r.spec.method,
+                r.spec.seed,
+                regime=str(r.spec.hparams["regime"]),
+                config={"record": r.key},
+            )
+            for r in sorted(records, key=lambda r: r.key)
+            if "val_logits" in r.artefacts and r.spec.hparams["regime"] in protocol.regimes
+        ]

@@ -1,0 +1,71 @@
+"""The conformal study's protocol: which prediction sets (the benchmark's stored predictions,
+or scikit-learn models for the quick protocol), which post-hoc steps, scores and levels, and
+how many random halvings of each test split."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from selfcal.experiments.study import StudyProtocol
+
+POSTHOC = ("none", "ts", "sms")
+"""The post-hoc steps fitted on each run's validation predictions before conformalising:
+nothing (the softmax), temperature scaling, structured matrix scaling."""
+SCORES = ("lac", "aps", "raps")
+"""The conformity scores of the marginal sets (:data:`selfcal.conformal.SCORES`)."""
+MONDRIAN_SCORE = "lac"
+"""The score also run class-conditionally (Mondrian: one threshold per class)."""
+ALPHAS = (0.01, 0.05, 0.1)
+"""The miscoverage levels."""
+
+
+@dataclass(frozen=True)
+class ConformalProtocol(StudyProtocol):
+    """Every selected record of ``selfcal reproduce benchmark`` (protocol
+    ``benchmark_protocol``, regimes ``regimes``) read from ``benchmark_store`` (a path, not part
+    of the fingerprint), or, with ``benchmark=False``, scikit-learn ``models`` on ``datasets``
+    (:func:`selfcal.studies.posthoc.sources.sklearn_set`). Each set: every ``posthoc`` step
+    fitted on its validation predictions, then ``halvings`` seeded random halvings of its test
+    predictions (one half calibrates, the other is scored) at every level of ``alphas`` for
+    every score of ``scores``, plus ``mondrian_score`` class-conditionally."""
+
+    benchmark: bool = True
+    benchmark_store: str = "results/benchmark.sqlite"
+    benchmark_protocol: str = "full"
+    regimes: tuple[str, ...] = ("memorise", "refine-stop")
+    models: tuple[str, ...] = ()
+    posthoc: tuple[str, ...] = POSTHOC
+    scores: tuple[str, ...] = SCORES
+    mondrian_score: str | None = MONDRIAN_SCORE
+    alphas: tuple[float, ...] = ALPHAS
+    halvings: int = 20
+
+    def settings(self) -> dict[str, Any]:
+        return {k: v for k, v in super().settings().items() if k != "benchmark_store"}
+
+    @property
+    def score_names(self) -> tuple[str, ...]:
+        """The marginal scores, then ``<score>-mondrian``."""
+        extra = () if self.mondrian_score is None else (f"{self.mondrian_score}-mondrian",)
+        return (*self.scores, *extra)
+
+
+FULL = ConformalProtocol(
+    "full",
+    seeds=tuple(range(10)),
+    notes=(
+        "Every selected record of the benchmark (13 methods x 5 datasets x 10 seeds) in the "
+        "memorising and refine-stop regimes, from its stored validation / test logits.",
+    ),
+)
+QUICK = ConformalProtocol(
+    "quick",
+    seeds=(0, 1),
+    datasets=("breast-cancer", "wine"),
+    models=("logistic",),
+    benchmark=False,
+    halvings=3,
+    notes=("--quick: logistic regression on two small sets, two seeds; for tests only.",),
+)
+PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
