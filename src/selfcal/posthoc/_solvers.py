@@ -177,8 +177,15 @@ def lbfgs(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution:
     ``H_g = L_g L_g^T`` (:func:`ridged_cholesky`), so that the curvature within each block
     starts as the identity -- the same minimiser, in fewer gradients (on 10^4 x 100, one
     block per class; none / the diagonal alone / the blocks: structured matrix scaling 116 /
-    60 / 24, Dirichlet calibration 91 / 38 / 15; ``scripts/lbfgs_preconditioning.py``)."""
+    60 / 24, Dirichlet calibration 91 / 38 / 15; ``scripts/lbfgs_preconditioning.py``).
+
+    scipy's L-BFGS-B update (level-1 and -2 BLAS on the ``maxcor x n`` history) runs with one
+    OpenBLAS thread (``threadpoolctl``): with its default pool, its threads and torch's
+    OpenMP threads, each waiting busily for work, share the cores, and at two torch threads
+    structured matrix scaling took 1.8 s on 10^4 x 100 instead of 1.0 s
+    (``benchmarks/results/calibrators_scale.md``)."""
     from scipy.optimize import minimize
+    from threadpoolctl import threadpool_limits
 
     device = theta.device
     factor = None
@@ -196,13 +203,14 @@ def lbfgs(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution:
         grad_u = torch.linalg.solve_triangular(factor, grad.view(g, b, 1), upper=False)
         return loss, grad_u.view(-1).cpu().numpy()
 
-    res = minimize(
-        value_and_grad,
-        (factor.mT @ theta.view(g, b, 1)).view(-1).cpu().numpy(),
-        jac=True,
-        method="L-BFGS-B",
-        options={"maxiter": max_iter, "gtol": 1e-9, "ftol": 1e-15, "maxcor": 20},
-    )
+    with threadpool_limits(limits=1, user_api="blas"):  # see the docstring
+        res = minimize(
+            value_and_grad,
+            (factor.mT @ theta.view(g, b, 1)).view(-1).cpu().numpy(),
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": max_iter, "gtol": 1e-9, "ftol": 1e-15, "maxcor": 20},
+        )
     solution = to_theta(torch.from_numpy(res.x).to(device))
     return Solution(solution, bool(res.success), res.nit, res.fun)
 
