@@ -179,11 +179,13 @@ def lbfgs(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution:
     block per class; none / the diagonal alone / the blocks: structured matrix scaling 116 /
     60 / 24, Dirichlet calibration 91 / 38 / 15; ``scripts/lbfgs_preconditioning.py``).
 
-    scipy's L-BFGS-B update (level-1 and -2 BLAS on the ``maxcor x n`` history) runs with one
-    OpenBLAS thread (``threadpoolctl``): with its default pool, its threads and torch's
-    OpenMP threads, each waiting busily for work, share the cores, and at two torch threads
-    structured matrix scaling took 1.8 s on 10^4 x 100 instead of 1.0 s
-    (``benchmarks/results/calibrators_scale.md``)."""
+    When torch runs more than one thread, scipy's L-BFGS-B update (BLAS on the ``maxcor x n``
+    history) runs with one OpenBLAS thread (``threadpoolctl``): otherwise its threads and
+    torch's OpenMP workers, which wait busily between operations, share the cores, and at two
+    torch threads structured matrix scaling took 1.8 s on 10^4 x 100 instead of 1.1 s
+    (``benchmarks/results/calibrators_scale.md``). With one torch thread OpenBLAS keeps its
+    own pool, which then has the other cores to itself (limited, the same fit took 1.4 s
+    instead of 0.95 s)."""
     from scipy.optimize import minimize
     from threadpoolctl import threadpool_limits
 
@@ -203,7 +205,8 @@ def lbfgs(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution:
         grad_u = torch.linalg.solve_triangular(factor, grad.view(g, b, 1), upper=False)
         return loss, grad_u.view(-1).cpu().numpy()
 
-    with threadpool_limits(limits=1, user_api="blas"):  # see the docstring
+    blas_threads = 1 if torch.get_num_threads() > 1 else None  # see the docstring
+    with threadpool_limits(limits=blas_threads, user_api="blas"):
         res = minimize(
             value_and_grad,
             (factor.mT @ theta.view(g, b, 1)).view(-1).cpu().numpy(),
