@@ -9,8 +9,6 @@ stored predictions instead of retraining."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies.conformal.protocol import ConformalProtocol
@@ -36,20 +34,14 @@ class Conformal(Study[ConformalProtocol]):
         seed and regime), naming the record by key."""
         if not protocol.benchmark:
             return []
-        from selfcal.experiments.store import ResultsStore
-        from selfcal.experiments.study import StudyResults, get_study
+        from selfcal.studies.posthoc.sources import stored_benchmark_records
 
-        path = Path(protocol.benchmark_store)
-        if not path.exists():
-            raise FileNotFoundError(
-                f"the conformal study reads the benchmark's stored predictions, and {path} does "
-                f"not exist: run `selfcal reproduce benchmark --store {path} --out "
-                "results/benchmark` first (or `--quick` for scikit-learn sets only)"
-            )
-        benchmark = get_study("benchmark")
-        with ResultsStore(path) as store:
-            made = benchmark.protocol(protocol.benchmark_protocol)
-            records = StudyResults.load(benchmark, made, store).selected
+        records = stored_benchmark_records(
+            protocol.benchmark_store,
+            protocol.benchmark_protocol,
+            protocol.regimes,
+            "the conformal study",
+        )
         return [
             self.spec(
                 protocol,
@@ -59,6 +51,5 @@ class Conformal(Study[ConformalProtocol]):
                 regime=str(r.spec.hparams["regime"]),
                 config={"record": r.key},
             )
-            for r in sorted(records, key=lambda r: r.key)
-            if "val_logits" in r.artefacts and r.spec.hparams["regime"] in protocol.regimes
+            for r in records
         ]

@@ -7,8 +7,6 @@ stored predictions instead of retraining."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
 from selfcal.studies.posthoc.protocol import PosthocProtocol
@@ -41,20 +39,14 @@ class Posthoc(Study[PosthocProtocol]):
         ``nn:<the benchmark's method>``, its regime), naming the record by key."""
         if not protocol.benchmark:
             return []
-        from selfcal.experiments.store import ResultsStore
-        from selfcal.experiments.study import StudyResults, get_study
+        from selfcal.studies.posthoc.sources import stored_benchmark_records
 
-        path = Path(protocol.benchmark_store)
-        if not path.exists():
-            raise FileNotFoundError(
-                f"the post-hoc leaderboard reads the benchmark's stored predictions, and "
-                f"{path} does not exist: run `selfcal reproduce benchmark --store {path} "
-                f"--out results/benchmark` first (or `--quick` for the scikit-learn sets only)"
-            )
-        benchmark = get_study("benchmark")
-        with ResultsStore(path) as store:
-            made = benchmark.protocol(protocol.benchmark_protocol)
-            records = StudyResults.load(benchmark, made, store).selected
+        records = stored_benchmark_records(
+            protocol.benchmark_store,
+            protocol.benchmark_protocol,
+            BENCHMARK_REGIMES,
+            "the post-hoc leaderboard",
+        )
         return [
             self.spec(
                 protocol,
@@ -64,6 +56,5 @@ class Posthoc(Study[PosthocProtocol]):
                 regime=str(r.spec.hparams["regime"]),
                 config={"record": r.key},
             )
-            for r in sorted(records, key=lambda r: r.key)
-            if "val_logits" in r.artefacts and r.spec.hparams["regime"] in BENCHMARK_REGIMES
+            for r in records
         ]

@@ -37,6 +37,32 @@ def prediction_set(protocol: PosthocProtocol, spec: RunSpec) -> PredictionSet:
     return sklearn_set(protocol, spec.dataset, spec.method, spec.seed)
 
 
+def stored_benchmark_records(
+    store_path: str, benchmark_protocol: str, regimes: tuple[str, ...], reader: str
+) -> list[Any]:
+    """The benchmark's selected records of ``regimes`` that stored their predictions
+    (``val_logits``), sorted by key, from the store at ``store_path``; a missing store is a
+    ``FileNotFoundError`` that says how to make it (``reader``: the study that needs it)."""
+    from selfcal.experiments.store import ResultsStore
+    from selfcal.experiments.study import StudyResults, get_study
+
+    if not Path(store_path).exists():
+        raise FileNotFoundError(
+            f"{reader} reads the benchmark's stored predictions, and {store_path} does not "
+            f"exist: run `selfcal reproduce benchmark --store {store_path} --out "
+            "results/benchmark` first (or `--quick` for the scikit-learn sets only)"
+        )
+    benchmark = get_study("benchmark")
+    with ResultsStore(store_path) as store:
+        made = benchmark.protocol(benchmark_protocol)
+        records = StudyResults.load(benchmark, made, store).selected
+    return [
+        r
+        for r in sorted(records, key=lambda r: r.key)
+        if "val_logits" in r.artefacts and r.spec.hparams["regime"] in regimes
+    ]
+
+
 def benchmark_set(store_path: str, key: str) -> PredictionSet:
     """The stored validation / test logits and labels of benchmark run ``key``."""
     from selfcal.experiments.store import ResultsStore
