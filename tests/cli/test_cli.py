@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.cli import run
 from helpers.metrics import REPORT_KEYS
 
 from selfcal.cli import main
@@ -30,13 +31,6 @@ def make_data(n=300, c=4, seed=0, scale=3.0):
     y = rng.integers(0, c, n)
     z = rng.normal(size=(n, c)) + 1.5 * np.eye(c)[y]
     return (scale * z).astype(np.float64), y
-
-
-def run(capsys, *args):
-    """``(exit code, stdout, stderr)`` of ``selfcal ARGS``."""
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def evaluate_json(capsys, path, *extra):

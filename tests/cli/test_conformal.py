@@ -11,36 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.cli import TINY, blobs_csvs, run
 
 from selfcal.cli import main
 from selfcal.conformal import SplitConformal
-from selfcal.data import load_dataset
-from selfcal.io import write_table
 from selfcal.pipeline.conformal import split_validation
 from selfcal.pipeline.tables import FeatureTable, read_table
-
-NAMES = np.array(["ant", "bee", "cow", "dog", "elk"])
-TINY = ["--hidden", "16", "--epochs", "20", "--resamples", "20"]
-
-
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    """Blobs 1.7 (seed 0) as three CSVs with string labels."""
-    folder = tmp_path_factory.mktemp("blobs")
-    data = load_dataset("blobs-1.7", 0)
-    paths = {}
-    for split in ("train", "val", "test"):
-        x, y = data.raw(split).numpy(), data.split(split).y.numpy()
-        paths[split] = write_table(
-            folder / f"{split}.csv", {"f0": x[:, 0], "f1": x[:, 1], "label": NAMES[y]}
-        )
-    return paths
+    return blobs_csvs(tmp_path_factory.mktemp("blobs"))
 
 
 @pytest.fixture(scope="module")

@@ -11,20 +11,12 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.cli import TINY, run
 
 from selfcal.cli import main
 from selfcal.cli._common import fmt
 from selfcal.data import load_dataset
 from selfcal.io import load_predictions, write_table
-
-TINY = ["--hidden", "16", "--epochs", "20", "--resamples", "20"]
-
-
-def run(capsys, *args):
-    """``(exit code, stdout, stderr)`` of ``selfcal ARGS``."""
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def error_of(capsys, *args) -> str:
