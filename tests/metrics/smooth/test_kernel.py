@@ -11,7 +11,12 @@ import torch
 from helpers.smooth import grad_inputs, random_logits, spec_soft_accuracy
 
 from selfcal.metrics.smooth import sece, soft_accuracy
-from selfcal.metrics.smooth.kernel import SECE_EXACT_MAX_N, sece_method
+from selfcal.metrics.smooth.kernel import (
+    SECE_EXACT_MAX_N,
+    _sums_blocked,
+    _sums_exact,
+    sece_method,
+)
 from selfcal.predictions import Predictions
 
 
@@ -73,9 +78,44 @@ def test_sece_grid_path_gradients_finite():
 
 
 def test_method_choice():
-    assert sece_method(SECE_EXACT_MAX_N) == "exact"
-    assert sece_method(SECE_EXACT_MAX_N + 1) == "grid"
-    assert sece_method(10, "grid") == "grid" and sece_method(10**6, "exact") == "exact"
+    """Exact up to SECE_EXACT_MAX_N samples; above, exact for spread-out confidences (few
+    pairs within 12 h) and the grid for many samples crowded near one value."""
+    gen = torch.Generator().manual_seed(0)
+    spread = torch.rand(20_000, generator=gen, dtype=torch.float64)
+    crowded = 1 - 0.05 * torch.rand(20_000, generator=gen, dtype=torch.float64) ** 3
+    assert sece_method(crowded[:SECE_EXACT_MAX_N]) == "exact"
+    assert sece_method(spread[:5000]) == "exact"
+    assert sece_method(crowded) == "grid"
+    assert sece_method(spread[:10], method="grid") == "grid"
+    assert sece_method(crowded, method="exact") == "exact"
+
+
+def test_blocked_exact_path_equals_dense_kernel():
+    """Above SECE_EXACT_MAX_N samples the exact path runs in blocks of sorted confidences
+    against the band within 12 h; it equals the dense all-pairs sums to round-off, with
+    bootstrap weights and gradients."""
+    z, y = grad_inputs(n=SECE_EXACT_MAX_N + 700, c=5, seed=6)
+    pred = Predictions.from_logits(z, y)
+    w = torch.from_numpy(np.random.default_rng(1).integers(0, 3, (3, pred.n_samples))).double()
+    conf, acc = pred.confidence, soft_accuracy(pred.probs, pred.labels)
+    for mass in (torch.ones(1, pred.n_samples, dtype=torch.float64), w):
+        blocked = _sums_blocked(conf, mass * acc, mass, 0.01)
+        dense = _sums_exact(conf, mass * acc, mass, 0.01)
+        for got, want in zip(blocked, dense):
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+    value = sece.core(pred, method="exact")
+    (grad,) = torch.autograd.grad(value, z)
+    (want,) = torch.autograd.grad(dense_sece(z, y), z)
+    np.testing.assert_allclose(grad.numpy(), want.numpy(), rtol=1e-9, atol=1e-15)
+
+
+def dense_sece(z, y):
+    """SECE with the dense all-pairs kernel at any size (the definition, O(N^2) memory)."""
+    pred = Predictions.from_logits(z, y)
+    conf, acc = pred.confidence, soft_accuracy(pred.probs, pred.labels)
+    one = torch.ones(1, pred.n_samples, dtype=torch.float64)
+    num, den = _sums_exact(conf, one * acc, one, 0.01)
+    return ((num / den)[0] - conf).abs().mean()
 
 
 def test_invalid_options():

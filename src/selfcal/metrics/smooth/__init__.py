@@ -23,8 +23,10 @@ Every core accepts bootstrap ``weights`` (``(B, N)`` multiplicities) and returns
 values equal to the metric evaluated on the resampled data set (each row ``i`` repeated
 ``w_bi`` times), computed in one batched tensor pass.
 
-Large inputs: SECE's all-pairs kernel is used up to :data:`SECE_EXACT_MAX_N` samples; above
-that a grid algorithm (linear binning + FFT convolution) with a documented error bound is used.
+Large inputs: SECE's exact kernel sums run over all pairs as one matrix up to
+:data:`SECE_EXACT_MAX_N` samples and in blocks of sorted confidences above; where that would
+cost more than a grid algorithm (linear binning + FFT convolution, with a documented error
+bound) -- many samples crowded near one confidence -- the grid is used (:func:`sece_method`).
 KDE-ECE and smECE are defined by grid procedures in their reference code; we reproduce those
 grids, so their cost is O(N + G log G) at any N.
 """

@@ -63,7 +63,8 @@ def _fits_into(small: torch.Size, big: torch.Size) -> bool:
 
 
 def fft_convolve(signal: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-    """Full linear convolution along the last axis (``(B, L1)`` with ``(B or 1, L2)``).
+    """Full linear convolution along the last axis of ``signal`` (``(..., L1)``) with a
+    ``kernel`` (``(..., L2)``) whose leading dimensions broadcast to the signal's.
 
     Without an autograd graph the signal's spectrum is multiplied by the kernel's in place
     (the same products, bit for bit), saving a copy of the largest array."""

@@ -1,15 +1,18 @@
 """SECE, the smooth ECE of the meta-regularization paper (methods §6.3, eqs. 5-7, 12), and
 its soft accuracy (Qin et al. 2010 soft ranking; methods §5.1 step 3).
 
-Two algorithms for the same kernel sums: the exact all-pairs kernel up to
-:data:`SECE_EXACT_MAX_N` samples, above that a grid (linear binning + FFT convolution, see
-:mod:`selfcal.metrics.smooth._grid`) with the error bound documented in :func:`sece`.
+Two algorithms for the same kernel sums: the exact kernel over all pairs (one dense matrix up
+to :data:`SECE_EXACT_MAX_N` samples; above that in blocks of sorted confidences, each against
+the band of neighbours within the kernel's reach), and a grid (linear binning + FFT
+convolution, see :mod:`selfcal.metrics.smooth._grid`) with the error bound documented in
+:func:`sece`. ``method="auto"`` takes whichever costs less for the data at hand.
 """
 
 from __future__ import annotations
 
 import math
 
+import scipy.fft
 import torch
 
 from selfcal._validation import check_positive
@@ -19,16 +22,28 @@ from selfcal.metrics.smooth._grid import fft_convolve, finish, interp, linear_bi
 from selfcal.predictions import Predictions
 
 SECE_EXACT_MAX_N = 2048
-"""Up to this many samples SECE uses the exact all-pairs kernel (O(N^2) memory and time)."""
+"""Up to this many samples the exact path is one dense ``(N, N)`` kernel matrix (the path a
+training minibatch takes); above, it runs in blocks of :data:`SECE_BLOCK` sorted rows."""
+
+SECE_BLOCK = 512
+"""Rows per block of the exact path above :data:`SECE_EXACT_MAX_N` samples."""
+
+SECE_GRID_COST_IN_PAIRS = 20.0
+"""``method="auto"`` above :data:`SECE_EXACT_MAX_N` samples: the exact path's cost is its
+number of kernel pairs within reach, the grid's ``n log2 n`` for its FFT length ``n``; the two
+paths take equal time at about 26-28 pairs per grid unit on these CPUs
+(``benchmarks/results/sece.md``, ``python benchmarks/bench_sece.py``), so 20 leans to the
+exact path only where it is faster."""
 
 SECE_GRID_STEPS_PER_BANDWIDTH = 2048
-"""Fast SECE path: grid spacing ``delta = h / 2048`` (unless capped by :data:`SECE_MAX_GRID`)."""
+"""Grid path: spacing ``delta = h / 2048`` (unless capped by :data:`SECE_MAX_GRID`)."""
 
 SECE_MAX_GRID = 1 << 22
 """Upper bound on the number of grid points of the fast SECE path."""
 
 SECE_KERNEL_RADIUS = 12.0
-"""Fast SECE path: the Gaussian is truncated at ``12 h`` (``exp(-72) < 1e-31``)."""
+"""The grid and the blocked exact path truncate the Gaussian at ``12 h`` (``exp(-72) <
+1e-31``, below float64 round-off against the self term ``K_ii = 1`` of every denominator)."""
 
 
 def soft_accuracy(probs: torch.Tensor, labels: torch.Tensor, t_a: float = 100.0) -> torch.Tensor:
@@ -67,6 +82,45 @@ def _sums_exact(
     return mass_acc @ kernel, mass @ kernel
 
 
+def _band(z_sorted: torch.Tensor, bandwidth: float) -> list[tuple[int, int, int, int]]:
+    """Blocks ``(start, end, lo, hi)`` of :data:`SECE_BLOCK` rows of the sorted confidences and
+    the column range ``[lo, hi)`` of every sample within ``12 h`` of one of them."""
+    n, reach = z_sorted.shape[0], SECE_KERNEL_RADIUS * bandwidth
+    starts = torch.arange(0, n, SECE_BLOCK, device=z_sorted.device)
+    ends = (starts + SECE_BLOCK).clamp_max(n)
+    lo = torch.searchsorted(z_sorted, z_sorted[starts] - reach)
+    hi = torch.searchsorted(z_sorted, z_sorted[ends - 1] + reach, right=True)
+    return list(zip(*(t.tolist() for t in (starts, ends, lo, hi))))
+
+
+def _sums_blocked(
+    z: torch.Tensor, mass_acc: torch.Tensor, mass: torch.Tensor, bandwidth: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_sums_exact` without the ``(N, N)`` matrix: the samples sorted by confidence, each
+    block of rows against the band of columns within ``12 h`` (the only pairs whose kernel is
+    not below round-off), then put back in the input order. Memory O(block x band)."""
+    order = torch.argsort(z.detach(), stable=True)
+    z_sorted = z[order]
+    both = torch.cat([mass_acc, mass])[:, order]
+    pieces = [
+        both[:, lo:hi] @ _gaussian(z_sorted[a:b, None] - z_sorted[None, lo:hi], bandwidth).T
+        for a, b, lo, hi in _band(z_sorted.detach(), bandwidth)
+    ]
+    sums = torch.cat(pieces, dim=1)[:, torch.argsort(order)]
+    return sums[: mass.shape[0]], sums[mass.shape[0] :]
+
+
+def _grid_shape(lo: float, hi: float, bandwidth: float) -> tuple[int, float, int]:
+    """The grid path's point count, spacing and kernel radius (in steps) for confidences in
+    ``[lo, hi]``."""
+    delta = bandwidth / SECE_GRID_STEPS_PER_BANDWIDTH
+    n_grid = math.floor((hi - lo) / delta) + 2
+    if n_grid > SECE_MAX_GRID:
+        n_grid = SECE_MAX_GRID
+        delta = (hi - lo) / (n_grid - 2)
+    return n_grid, delta, math.ceil(SECE_KERNEL_RADIUS * bandwidth / delta)
+
+
 def _sums_grid(
     z: torch.Tensor, mass_acc: torch.Tensor, mass: torch.Tensor, bandwidth: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,12 +128,7 @@ def _sums_grid(
     FFT convolution with the sampled Gaussian (truncated at 12 h), and linear interpolation
     back to the sample points."""
     lo, hi = float(z.detach().min()), float(z.detach().max())
-    delta = bandwidth / SECE_GRID_STEPS_PER_BANDWIDTH
-    n_grid = math.floor((hi - lo) / delta) + 2
-    if n_grid > SECE_MAX_GRID:
-        n_grid = SECE_MAX_GRID
-        delta = (hi - lo) / (n_grid - 2)
-    radius = math.ceil(SECE_KERNEL_RADIUS * bandwidth / delta)
+    n_grid, delta, radius = _grid_shape(lo, hi, bandwidth)
     taps = torch.arange(-radius, radius + 1, dtype=torch.float64, device=z.device) * delta
     kernel = _gaussian(taps, bandwidth).unsqueeze(0)
     both = torch.cat([mass_acc, mass])
@@ -90,13 +139,25 @@ def _sums_grid(
     return at_points[:b], at_points[b:]
 
 
-def sece_method(n: int, method: str = "auto") -> str:
-    """``"exact"`` or ``"grid"``: the SECE algorithm used for ``n`` samples."""
+def sece_method(confidence: torch.Tensor, bandwidth: float = 0.01, method: str = "auto") -> str:
+    """``"exact"`` or ``"grid"``: the SECE algorithm for these top-label confidences.
+
+    ``"auto"`` is exact up to :data:`SECE_EXACT_MAX_N` samples; above, it compares the exact
+    path's kernel pairs within reach with the grid's FFT cost (:data:`SECE_GRID_COST_IN_PAIRS`)
+    and takes the cheaper: exact for spread-out confidences, the grid for many samples
+    crowded near one value."""
     if method not in ("auto", "exact", "grid"):
         raise ValueError(f"method must be 'auto', 'exact' or 'grid', got {method!r}")
-    if method == "auto":
-        return "exact" if n <= SECE_EXACT_MAX_N else "grid"
-    return method
+    if method != "auto":
+        return method
+    z = confidence.detach()
+    if z.shape[0] <= SECE_EXACT_MAX_N:
+        return "exact"
+    z_sorted = z.sort().values
+    pairs = sum((b - a) * (hi - lo) for a, b, lo, hi in _band(z_sorted, bandwidth))
+    n_grid, _, radius = _grid_shape(float(z_sorted[0]), float(z_sorted[-1]), bandwidth)
+    n_fft = scipy.fft.next_fast_len(n_grid + 2 * radius, real=True)
+    return "exact" if pairs <= SECE_GRID_COST_IN_PAIRS * n_fft * math.log2(n_fft) else "grid"
 
 
 @metric(differentiable=True)
@@ -118,20 +179,26 @@ def sece(
 
     Bootstrap weights multiply every sum over ``j`` and the outer mean.
 
-    ``method``: ``"exact"`` (all pairs), ``"grid"``, or ``"auto"`` (exact for
-    ``N <= SECE_EXACT_MAX_N``). The grid path bins ``z`` linearly onto a grid of spacing
-    ``delta = h/2048`` (at most ``2^22`` points), convolves with the sampled Gaussian by FFT
-    and interpolates linearly back to each ``z_i``. Linear interpolation of ``K(u)`` over a
-    cell changes a term by a relative ``<= (delta^2/8) |K''(u)/K(u)| = (delta/h)^2 |u^2/h^2 -
-    1| / 8``; it happens twice (binning and read-back). Terms with ``|u| > 10 h`` weigh
-    ``< e^-50`` against the self term ``K_ii = 1`` of the denominator, so every relevant term
-    moves by a relative ``eta <= 2 * 99/8 (delta/h)^2 ~ 25 (delta/h)^2``, and the weighted
-    average ``SACC_i`` by ``<= 2 eta ~ 50 (delta/h)^2`` = ``1.2e-5`` at the default spacing
-    (measured differences are ~1e-9). FFT round-off adds ``~1e-16 * max density``.
+    ``method``: ``"exact"`` (all pairs; in blocks of sorted confidences above
+    ``SECE_EXACT_MAX_N`` samples, where pairs farther apart than ``12 h`` are skipped: their
+    kernel is below round-off), ``"grid"``, or ``"auto"`` (:func:`sece_method`: exact up to
+    ``SECE_EXACT_MAX_N``, above that whichever is cheaper for the data). The grid path bins
+    ``z`` linearly onto a grid of spacing ``delta = h/2048`` (at most ``2^22`` points),
+    convolves with the sampled Gaussian by FFT and interpolates linearly back to each ``z_i``.
+    Linear interpolation of ``K(u)`` over a cell changes a term by a relative ``<=
+    (delta^2/8) |K''(u)/K(u)| = (delta/h)^2 |u^2/h^2 - 1| / 8``; it happens twice (binning and
+    read-back). Terms with ``|u| > 10 h`` weigh ``< e^-50`` against the self term ``K_ii = 1``
+    of the denominator, so every relevant term moves by a relative ``eta <= 2 * 99/8
+    (delta/h)^2 ~ 25 (delta/h)^2``, and the weighted average ``SACC_i`` by ``<= 2 eta ~ 50
+    (delta/h)^2`` = ``1.2e-5`` at the default spacing (measured differences are ~1e-9). FFT
+    round-off adds ``~1e-16 * max density``.
     """
     check_positive("bandwidth", bandwidth)
     z, acc, w = soft_inputs(pred, weights, t_a)
-    sums = _sums_exact if sece_method(pred.n_samples, method) == "exact" else _sums_grid
+    if sece_method(z, bandwidth, method) == "grid":
+        sums = _sums_grid
+    else:
+        sums = _sums_exact if pred.n_samples <= SECE_EXACT_MAX_N else _sums_blocked
     numerator, denominator = sums(z, w * acc, w, bandwidth)
     present = w > 0  # rows absent from a resample may sit where the density is ~0
     sacc = numerator / torch.where(present, denominator, torch.ones_like(denominator))

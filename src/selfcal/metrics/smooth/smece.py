@@ -32,19 +32,20 @@ def _np_linspace01(n: int, device: torch.device) -> torch.Tensor:
 
 
 def _reflected_gaussian_smooth(values: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """relplot's ``ReflectedGaussianKernel.convolve``: grid values (``(B, G)``, G odd) are
+    """relplot's ``ReflectedGaussianKernel.convolve``: grid values (``(..., B, G)``, G odd,
+    row ``b`` smoothed with ``sigma[b]``) are
     extended by mirror images about both end points (end points not repeated) and convolved
     with ``exp(-(t - 1/2)^2 / (2 s^2)) / (sqrt(2 pi) s)`` sampled at ``t = linspace(0, 1, G)``,
     i.e. a Gaussian truncated at distance 1/2."""
-    g = values.shape[1]
+    g = values.shape[-1]
     t = _np_linspace01(g, values.device)
     s = sigma.unsqueeze(1)
     kernel = torch.exp(-(t - 0.5) * (t - 0.5) / (2 * s * s)) / (math.sqrt(2 * math.pi) * s)
-    flipped = values.flip(1)
-    extended = torch.cat([flipped[:, :-1], values, flipped[:, 1:]], dim=1)
+    flipped = values.flip(-1)
+    extended = torch.cat([flipped[..., :-1], values, flipped[..., 1:]], dim=-1)
     full = fft_convolve(extended, kernel)
     start = g // 2 + g - 1
-    return full[:, start : start + g]
+    return full[..., start : start + g]
 
 
 def _relplot_interpolate(grid_values: torch.Tensor, n_eval: int) -> torch.Tensor:
@@ -80,17 +81,18 @@ def _smooth_ece_at(grids: _SmoothEceGrids, sigma: torch.Tensor) -> torch.Tensor:
     b = sigma.shape[0]
     out = torch.empty(b, dtype=torch.float64, device=sigma.device)
     n_grid, n_eval = _relplot_sizes(sigma.detach())
-    keys = torch.stack([n_grid, n_eval], 1)
-    for key in torch.unique(keys, dim=0):  # a few distinct grid sizes, not one per row
-        group = (keys == key).all(1).nonzero().squeeze(1)
-        g, t = int(key[0]), int(key[1])
+    for g in torch.unique(n_grid).tolist():  # one smoothing pass per grid size (a few)
+        group = (n_grid == g).nonzero().squeeze(1)
+        k = group.shape[0]
         binned = grids.binned(g)
-        both = torch.cat([binned[group], binned[group + b]])
-        smoothed = _reflected_gaussian_smooth(both, torch.cat([sigma[group], sigma[group]]))
-        at_t = _relplot_interpolate(smoothed, t)
-        residual, density = at_t[: group.shape[0]], at_t[group.shape[0] :] + SMECE_DENSITY_EPS
-        value = (residual / density).abs().mul(density).sum(1) / density.sum(1)
-        out = out.index_put((group,), value)
+        both = torch.stack([binned[group], binned[group + b]])  # residual mass, counts
+        smoothed = _reflected_gaussian_smooth(both, sigma[group]).reshape(2 * k, -1)
+        for t in torch.unique(n_eval[group]).tolist():  # interpolation per evaluation size
+            sub = (n_eval[group] == t).nonzero().squeeze(1)
+            at_t = _relplot_interpolate(smoothed[torch.cat([sub, sub + k])], t)
+            residual, density = at_t[: sub.shape[0]], at_t[sub.shape[0] :] + SMECE_DENSITY_EPS
+            value = (residual / density).abs().mul(density).sum(1) / density.sum(1)
+            out = out.index_put((group[sub],), value)
     return out
 
 
