@@ -23,7 +23,11 @@ first offending row):
   ``'cat'``.
 
 Scores keep their floating dtype on input (float16/bfloat16 are widened to float32); every
-quantity derived from them is computed and accumulated in float64.
+quantity derived from them is computed and accumulated in float64. On a device without float64
+(Apple MPS, :data:`NO_FLOAT64_DEVICES`) the scores and labels are copied to the CPU first, so the
+numbers are the CPU's exactly -- no float32 approximation of a metric, at the price of one copy
+of the ``(N, C)`` scores (on Apple silicon's unified memory, a memory copy); results are then CPU
+tensors.
 """
 
 from __future__ import annotations
@@ -51,6 +55,15 @@ STRING_LABELS = (
 """The one message for string (or other non-numeric) labels, wherever labels are read."""
 
 ArrayLike = Any  # numpy array, torch tensor, or nested sequence
+
+NO_FLOAT64_DEVICES = frozenset({"mps"})
+"""Device types that cannot hold float64 tensors; predictions made there are scored on the CPU."""
+
+
+def on_float64_device(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or its copy on the CPU where its device has no float64 (:data:`NO_FLOAT64_DEVICES`);
+    autograd follows the copy."""
+    return t.cpu() if t.device.type in NO_FLOAT64_DEVICES else t
 
 
 def prob_atol(dtype: torch.dtype) -> float:
@@ -177,7 +190,8 @@ class Predictions:
     """Validated class scores (logits or probabilities) with optional labels.
 
     Build with :meth:`from_logits`, :meth:`from_probs` or :func:`as_predictions`. Derived
-    quantities are float64 and computed once, on the device of the input.
+    quantities are float64 and computed once, on the device of the input (the CPU for a device
+    without float64: :data:`NO_FLOAT64_DEVICES`).
     """
 
     scores: torch.Tensor
@@ -206,7 +220,8 @@ class Predictions:
         has validated already, built without reading any value on the host (no device sync):
         only shapes and dtypes are checked. For the inside of a training step, whose data the
         loop checked once and whose divergence check catches a non-finite score; the numbers
-        are those of :meth:`from_logits` / :meth:`from_probs`."""
+        are those of :meth:`from_logits` / :meth:`from_probs`. (On a device without float64 the
+        copy to the CPU is itself a synchronisation.)"""
         if (
             scores.ndim != 2
             or scores.shape[1] < 2
@@ -219,6 +234,7 @@ class Predictions:
                 f"labels, got {scores.dtype} {tuple(scores.shape)} and {labels.dtype} "
                 f"{tuple(labels.shape)}"
             )
+        scores, labels = on_float64_device(scores), on_float64_device(labels)
         confidence, predicted = top_label(scores, kind, prob_atol(scores.dtype), checked=False)
         if scores.requires_grad:
             confidence = differentiable_confidence(scores, kind, predicted)
@@ -227,7 +243,7 @@ class Predictions:
     @classmethod
     def _build(cls, raw: ArrayLike, kind: ScoreKind, labels: ArrayLike | None) -> Predictions:
         numpy_in = not isinstance(raw, torch.Tensor)
-        given = to_tensor(raw, kind)
+        given = on_float64_device(to_tensor(raw, kind))
         scores = validate_scores(given, kind)
         confidence, predicted = top_label(scores, kind, prob_atol(given.dtype))
         if scores.requires_grad:  # the smooth metrics differentiate through the confidence

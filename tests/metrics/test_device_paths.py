@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import selfcal.metrics as M
+from selfcal import predictions
 from selfcal.metrics import binning, scores
+from selfcal.predictions import Predictions
 
 GEN = torch.Generator().manual_seed(0)
 
@@ -62,3 +64,48 @@ def test_cuda_binning_is_deterministic_and_matches_the_cpu():
     runs = [M.ece(logits=z.cuda(), labels=y.cuda()) for _ in range(3)]
     assert all(torch.equal(torch.as_tensor(r), torch.as_tensor(runs[0])) for r in runs)
     assert abs(float(runs[0]) - float(M.ece(logits=z, labels=y))) < 1e-12
+
+
+class _ReportsMps(torch.Tensor):
+    """A CPU tensor that says it lives on Apple MPS until copied to the CPU: what selfcal sees
+    of a tensor on a device without float64, on a machine without one."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("mps")
+
+    def cpu(self, *args, **kwargs) -> torch.Tensor:
+        return self.as_subclass(torch.Tensor).clone()
+
+
+def _on_mps(t: torch.Tensor) -> torch.Tensor:
+    return torch.Tensor._make_subclass(_ReportsMps, t, t.requires_grad)
+
+
+@pytest.mark.parametrize("kind", ["logits", "probs"])
+def test_a_device_without_float64_is_scored_on_the_cpu(monkeypatch, kind):
+    """Scores and labels on MPS (no float64) are copied to the CPU before any float64 is made:
+    every metric then equals the CPU's bit for bit, for ``from_logits`` / ``from_probs`` and
+    ``trusted``, gradients included. Without the copy the first float64 tensor made on the
+    scores' device fails -- what the CPU copy avoids."""
+    z, y = _data(300)
+    scores_in = z.float() if kind == "logits" else torch.softmax(z, 1)
+    build = Predictions.from_logits if kind == "logits" else Predictions.from_probs
+    on_cpu, on_mps = build(scores_in, y), build(_on_mps(scores_in), _on_mps(y))
+    assert on_mps.device == torch.device("cpu") and type(on_mps.scores) is torch.Tensor
+    for metric in (M.ece, M.nll, M.brier, M.adaece, M.classwise_ece, M.sece, M.smooth_ece):
+        assert torch.equal(torch.as_tensor(metric(on_mps)), torch.as_tensor(metric(on_cpu)))
+    trusted = Predictions.trusted(_on_mps(scores_in), kind, _on_mps(y))
+    assert trusted.device == torch.device("cpu") and torch.equal(M.ece(trusted), M.ece(on_cpu))
+
+    leaf = _on_mps(z.clone().requires_grad_(True))
+    (grad,) = torch.autograd.grad(M.sece(Predictions.from_logits(leaf, y)), leaf)
+    want_leaf = z.clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(M.sece(Predictions.from_logits(want_leaf, y)), want_leaf)
+    assert torch.equal(grad, want)
+
+    monkeypatch.setattr(predictions, "NO_FLOAT64_DEVICES", frozenset())
+    with pytest.raises((NotImplementedError, RuntimeError), match="MPS"):
+        build(_on_mps(scores_in), _on_mps(y))

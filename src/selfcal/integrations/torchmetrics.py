@@ -54,8 +54,9 @@ argument (it says what it holds, whatever ``kind`` is); positional scores then r
 ``ValueError``. A ``kind`` is taken as stated: scores passed as logits that look like
 probabilities are still read as logits. Every input is checked (a ``ValueError`` names the
 problem and the first offending row). Results are float64 0-d tensors on the metric's device;
-states live on that device too (``metric.to(device)``), so a device without float64 (Apple
-MPS) cannot hold them.
+states live on that device too (``metric.to(device)``). A device without float64 (Apple MPS)
+cannot hold them: keep the metric on the CPU and update it with the MPS tensors, which are
+scored on the CPU (:data:`~selfcal.predictions.NO_FLOAT64_DEVICES`).
 
 **Where torchmetrics' own ``MulticlassCalibrationError`` differs** (pinned in
 ``tests/integrations/test_torchmetrics.py``): it bins ``[lower, upper)`` with an extra bin for
