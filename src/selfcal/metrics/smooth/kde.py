@@ -136,12 +136,14 @@ def kde_ece(
         )
     bw = torch.where(ok, bw, torch.ones_like(bw))
     grid = torch.from_numpy(KDE_GRID).to(c.device)
-    dens_correct = _kde_on_grid(c, w * correct, bw, grid)
-    dens_all = _kde_on_grid(c, w, bw, grid)
-    accuracy = (w * correct).sum(1) / w.sum(1)
-    integrand = _kde_integrand(grid, dens_correct, dens_all, accuracy, order)
+    # Only [0, 1] is integrated, and the grid points left of it carry nothing forward (their
+    # densities are zeroed), so the integrand is formed there alone: the same numbers.
     inside = (grid >= 0) & (grid <= 1)
     x = grid[inside]
-    value = torch.trapezoid(integrand[:, inside], x) / torch.trapezoid(dens_all[:, inside], x)
+    dens_correct = _kde_on_grid(c, w * correct, bw, grid)[:, inside]
+    dens_all = _kde_on_grid(c, w, bw, grid)[:, inside]
+    accuracy = (w * correct).sum(1) / w.sum(1)
+    integrand = _kde_integrand(x, dens_correct, dens_all, accuracy, order)
+    value = torch.trapezoid(integrand, x) / torch.trapezoid(dens_all, x)
     value = torch.where(ok, value, torch.full_like(value, float("nan")))
     return finish(value, weights)
