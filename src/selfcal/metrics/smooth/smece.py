@@ -32,11 +32,10 @@ def _np_linspace01(n: int, device: torch.device) -> torch.Tensor:
 
 
 def _reflected_gaussian_smooth(values: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """relplot's ``ReflectedGaussianKernel.convolve``: grid values (``(..., B, G)``, G odd,
-    row ``b`` smoothed with ``sigma[b]``) are
-    extended by mirror images about both end points (end points not repeated) and convolved
-    with ``exp(-(t - 1/2)^2 / (2 s^2)) / (sqrt(2 pi) s)`` sampled at ``t = linspace(0, 1, G)``,
-    i.e. a Gaussian truncated at distance 1/2."""
+    """relplot's ``ReflectedGaussianKernel.convolve``: grid values (``(..., B, G)``, G odd; row
+    ``b`` with width ``s = sigma[b]``) are extended by mirror images about both end points (end
+    points not repeated) and convolved with ``exp(-(t - 1/2)^2 / (2 s^2)) / (sqrt(2 pi) s)``
+    sampled at ``t = linspace(0, 1, G)``, i.e. a Gaussian truncated at distance 1/2."""
     g = values.shape[-1]
     t = _np_linspace01(g, values.device)
     s = sigma.unsqueeze(1)
