@@ -38,7 +38,10 @@ sweep. Choices:
   a task reports fails its group with ``"<Type>: <message>"`` of the original exception.
 * **Ctrl-C** (or ``KeyboardInterrupt`` inside a task, which Ray reports as a cancelled task)
   stores the tasks that already finished, cancels the others (``ray.cancel(force=True)``) and
-  re-raises ``KeyboardInterrupt``; rerun to resume.
+  re-raises ``KeyboardInterrupt``; rerun to resume. (Ray 2.60 itself can abort the driver
+  with ``Check failed: ... Tried to complete task that was not pending`` when a task finishes
+  at the very moment it is cancelled, a race inside Ray; the store is unharmed and a rerun
+  resumes.)
 * **A killed driver** (SIGKILL, the out-of-memory killer) loses only its unstored groups: the
   store holds whole runs, and rerunning resumes. Its local Ray instance dies with it (Ray's
   fate sharing: the running tasks' workers within seconds, Ray's idle agents within about a
