@@ -15,21 +15,18 @@ rate between the two costs).
 from __future__ import annotations
 
 import argparse
-import math
 import platform
 from functools import partial
 from pathlib import Path
 
-import scipy.fft
 import torch
 from _timing import interleaved_medians, write_report
 
 from selfcal.metrics.smooth.kernel import (
     SECE_GRID_COST_IN_PAIRS,
-    _band,
-    _grid_shape,
     _sums_blocked,
     _sums_grid,
+    path_costs,
     sece_method,
 )
 
@@ -47,15 +44,6 @@ CASES = [
 def confidences(n: int, kind: str, gen: torch.Generator) -> torch.Tensor:
     u = torch.rand(n, generator=gen, dtype=torch.float64)
     return 0.15 + 0.85 * u if kind == "spread" else 1 - 0.05 * u**3
-
-
-def costs(z: torch.Tensor) -> tuple[int, float]:
-    """The blocked path's kernel pairs and the grid's ``n log2 n``."""
-    z_sorted = z.sort().values
-    pairs = sum((b - a) * (hi - lo) for a, b, lo, hi in _band(z_sorted, BANDWIDTH))
-    n_grid, _, radius = _grid_shape(float(z_sorted[0]), float(z_sorted[-1]), BANDWIDTH)
-    n_fft = scipy.fft.next_fast_len(n_grid + 2 * radius, real=True)
-    return pairs, n_fft * math.log2(n_fft)
 
 
 def main() -> None:
@@ -85,7 +73,7 @@ def main() -> None:
         times = interleaved_medians(rows, args.repeats)
         (num_b, den_b), (num_g, den_g) = rows["blocked"](), rows["grid"]()
         gap = float((num_b / den_b - num_g / den_g).abs().max())
-        pairs, grid_cost = costs(z)
+        pairs, grid_cost = path_costs(z.sort().values, BANDWIDTH)
         lines.append(
             f"| {n:,} | {kind} | {times['blocked']:.3f} | {times['grid']:.3f} | {pairs:.2e} | "
             f"{grid_cost:.2e} | {pairs / grid_cost:.1f} | {gap:.1e} | "

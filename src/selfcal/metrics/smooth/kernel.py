@@ -150,14 +150,19 @@ def sece_method(confidence: torch.Tensor, bandwidth: float = 0.01, method: str =
         raise ValueError(f"method must be 'auto', 'exact' or 'grid', got {method!r}")
     if method != "auto":
         return method
-    z = confidence.detach()
-    if z.shape[0] <= SECE_EXACT_MAX_N:
+    if confidence.shape[0] <= SECE_EXACT_MAX_N:
         return "exact"
-    z_sorted = z.sort().values
+    pairs, grid_cost = path_costs(confidence.detach().sort().values, bandwidth)
+    return "exact" if pairs <= SECE_GRID_COST_IN_PAIRS * grid_cost else "grid"
+
+
+def path_costs(z_sorted: torch.Tensor, bandwidth: float) -> tuple[int, float]:
+    """The two SECE paths' costs for sorted confidences: the blocked exact path's kernel pairs
+    within reach, and the grid's ``n log2 n`` for its FFT length ``n``."""
     pairs = sum((b - a) * (hi - lo) for a, b, lo, hi in _band(z_sorted, bandwidth))
     n_grid, _, radius = _grid_shape(float(z_sorted[0]), float(z_sorted[-1]), bandwidth)
     n_fft = scipy.fft.next_fast_len(n_grid + 2 * radius, real=True)
-    return "exact" if pairs <= SECE_GRID_COST_IN_PAIRS * n_fft * math.log2(n_fft) else "grid"
+    return pairs, n_fft * math.log2(n_fft)
 
 
 @metric(differentiable=True)
