@@ -82,7 +82,9 @@ def pid_then_sleep_execute(specs: list[RunSpec]) -> list[RunResult]:
     """Executor that writes its process id to ``hparams["pid_dir"]`` and then sleeps for
     ``hparams["sleep"]`` seconds (a worker busy in a long group)."""
     folder = specs[0].hparams["pid_dir"]
-    with open(os.path.join(folder, f"{os.getpid()}.pid"), "w") as handle:
+    partial = os.path.join(folder, f"{os.getpid()}.partial")
+    with open(partial, "w") as handle:
         handle.write(str(os.getpid()))
+    os.replace(partial, os.path.join(folder, f"{os.getpid()}.pid"))  # a reader never sees it empty
     time.sleep(float(specs[0].hparams["sleep"]))
     return [run_one(spec) for spec in specs]
