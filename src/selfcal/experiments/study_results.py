@@ -37,6 +37,11 @@ class StudyResults(Generic[P]):
         return cls(study, protocol, store)
 
     @cached_property
+    def _answers(self) -> dict[tuple[Any, ...], list[RunRecord]]:
+        """:meth:`runs`' answers, by its arguments."""
+        return {}
+
+    @cached_property
     def _keys(self) -> set[str]:
         return {spec.key for spec in self.study.specs(self.protocol)}
 
@@ -76,16 +81,20 @@ class StudyResults(Generic[P]):
         candidates: bool = False,
     ) -> list[RunRecord]:
         """Selected runs (every candidate with ``candidates=True``) matching the filters,
-        in seed order."""
-        pool = self.records if candidates else self.selected
-        out = [
-            r
-            for r in pool
-            if (dataset is None or r.spec.dataset == dataset)
-            and (method is None or r.spec.method == method)
-            and (regime_name is None or regime(r) == regime_name)
-        ]
-        return sorted(out, key=lambda r: r.spec.seed)
+        in seed order (each filter's answer is remembered: a report asks for the same few
+        hundred some 10^5 times)."""
+        query = (dataset, method, regime_name, candidates)
+        if query not in self._answers:
+            pool = self.records if candidates else self.selected
+            out = [
+                r
+                for r in pool
+                if (dataset is None or r.spec.dataset == dataset)
+                and (method is None or r.spec.method == method)
+                and (regime_name is None or regime(r) == regime_name)
+            ]
+            self._answers[query] = sorted(out, key=lambda r: r.spec.seed)
+        return list(self._answers[query])
 
     def run(self, dataset: str, method: str, seed: int, regime_name: str = "") -> RunRecord | None:
         """The selected run of one seed (``None`` when absent)."""

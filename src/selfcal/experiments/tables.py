@@ -22,6 +22,7 @@ intervals, and comparisons of two methods from *paired* intervals.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -76,17 +77,24 @@ def _clean(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
-def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """``(mean, low, high)`` of the Student-t interval for the mean of ``values``."""
+@functools.lru_cache(maxsize=256)
+def t_quantile(q: float, dof: int) -> float:
+    """The ``q`` quantile of Student's t with ``dof`` degrees of freedom (scipy's ``t.ppf``,
+    remembered: a report asks for the same few quantiles some 10^5 times)."""
     from scipy import stats
 
+    return float(stats.t.ppf(q, dof))
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of the Student-t interval for the mean of ``values``."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         raise ValueError("no values to aggregate")
     mean = float(x.mean())
     if x.size == 1:
         return mean, math.nan, math.nan
-    half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    half = float(t_quantile((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return mean, mean - half, mean + half
 
 
@@ -219,11 +227,9 @@ def paired_ranks(
 def detectable_difference(sd: float, n: int, confidence: float = 0.95, power: float = 0.8) -> float:
     """Smallest true paired difference detected with probability ``power`` (module doc);
     ``NaN`` below two seeds."""
-    from scipy import stats
-
     if n < 2 or not math.isfinite(sd):
         return math.nan
-    t = stats.t.ppf((1 + confidence) / 2, n - 1) + stats.t.ppf(power, n - 1)
+    t = t_quantile((1 + confidence) / 2, n - 1) + t_quantile(power, n - 1)
     return float(t * sd / math.sqrt(n))
 
 
