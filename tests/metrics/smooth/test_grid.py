@@ -12,9 +12,20 @@ from selfcal.metrics.smooth._grid import (
     fixed_bandwidth,
     interp,
     linear_bin,
+    next_fast_len,
     rows,
 )
 from selfcal.predictions import Predictions
+
+
+def test_next_fast_len_is_scipys_for_real_transforms():
+    """Our 5-smooth length is scipy's ``next_fast_len(n, real=True)`` (which it replaces to
+    spare every command scipy.fft's import), so every FFT runs at the same length as before."""
+    scipy_fft = pytest.importorskip("scipy.fft")
+    n = np.concatenate([np.arange(1, 20_001), np.arange(20_001, 3_000_000, 997)])
+    ours = np.array([next_fast_len(int(k)) for k in n])
+    theirs = np.array([scipy_fft.next_fast_len(int(k), real=True) for k in n])
+    np.testing.assert_array_equal(ours, theirs)
 
 
 def test_linear_binning_keeps_mass_and_first_moment():

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import math
 
-import scipy.fft
 import torch
 
 from selfcal._validation import check_positive
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import Weights
-from selfcal.metrics.smooth._grid import fft_convolve, finish, interp, linear_bin, rows
+from selfcal.metrics.smooth._grid import (
+    fft_convolve,
+    finish,
+    interp,
+    linear_bin,
+    next_fast_len,
+    rows,
+)
 from selfcal.predictions import Predictions
 
 SECE_EXACT_MAX_N = 2048
@@ -161,7 +167,7 @@ def path_costs(z_sorted: torch.Tensor, bandwidth: float) -> tuple[int, float]:
     within reach, and the grid's ``n log2 n`` for its FFT length ``n``."""
     pairs = sum((b - a) * (hi - lo) for a, b, lo, hi in _band(z_sorted, bandwidth))
     n_grid, _, radius = _grid_shape(float(z_sorted[0]), float(z_sorted[-1]), bandwidth)
-    n_fft = scipy.fft.next_fast_len(n_grid + 2 * radius, real=True)
+    n_fft = next_fast_len(n_grid + 2 * radius)
     return pairs, n_fft * math.log2(n_fft)
 
 
