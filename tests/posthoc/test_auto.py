@@ -3,10 +3,13 @@ paired intervals, failed candidates, the refit, and its hyperparameter errors.""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 
+from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics import brier, nll
 from selfcal.posthoc import AutoCalibration, build_calibrator
 from selfcal.posthoc.auto import stratified_folds
@@ -148,3 +151,18 @@ def test_bad_hyperparameters_are_one_line_errors(params, message):
     z, y = biased_logits(3, 100, 3)
     with pytest.raises(ValueError, match=message):
         AutoCalibration(**params).fit(logits=z, labels=y)
+
+
+def test_a_class_with_a_single_row_makes_the_choice_unreliable_and_auto_says_so():
+    """The fold holding out a class's only row fits every candidate without that class: the
+    cross-validated choice rests on such fits, and ``auto`` warns, naming the class; with two
+    rows of every class it does not."""
+    rng = np.random.default_rng(0)
+    y = np.array([0, 1] * 40 + [2])  # class 2: one row
+    z = 2.0 * rng.normal(size=(len(y), 3)) + 3.0 * np.eye(3)[y]
+    with pytest.warns(DegenerateCalibration, match=r"single validation row \(class 2\)"):
+        AutoCalibration(candidates=["ts", "svs"]).fit(logits=z, labels=y)
+    y[0], z[0] = 2, z[-1]  # two rows of class 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateCalibration)
+        AutoCalibration(candidates=["ts", "svs"]).fit(logits=z, labels=y)

@@ -96,7 +96,7 @@ class AutoCalibration(Calibrator):
     criterion : ``"nll"`` (default), ``"brier"`` or ``"ece"``.
     selection : ``"first"`` (default) or ``"best"`` (see above; ``"simplest"`` is an old name
         of ``"first"``).
-    n_folds : folds of the cross-validation (default 5; at most the smallest class's count).
+    n_folds : folds of the cross-validation (default 5; at most the number of rows).
     seed : the folds' and the bootstrap's seed (default 0).
     kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
@@ -185,6 +185,7 @@ class AutoCalibration(Calibrator):
             raise ValueError(
                 f"AutoCalibration: no candidate could be fitted ({names[0]}: {results['error'][0]})"
             )
+        warn_single_row_classes(pred)
         best = names[int(np.argmin(results["score"]))]
         results.update(paired_intervals(out_of_fold, names, best, pred, metric, self.seed))
         self.cv_results_ = results
@@ -241,6 +242,24 @@ def stratified_folds(labels: torch.Tensor, n_folds: int, seed: int) -> list[np.n
     fold_of = np.empty(len(y), dtype=np.int64)
     fold_of[order] = np.arange(len(y)) % k
     return [np.flatnonzero(fold_of == f) for f in range(k)]
+
+
+def warn_single_row_classes(pred: Predictions) -> None:
+    """Warn (:class:`~selfcal.exceptions.DegenerateCalibration`) when a class has a single
+    validation row: the fold that holds it out fits every candidate without that class, so the
+    cross-validated scores, and the choice made from them, rest on fits that never saw it."""
+    counts = torch.bincount(pred.require_labels(), minlength=pred.n_classes).cpu()
+    single = torch.nonzero(counts == 1).squeeze(1).tolist()
+    if single:
+        shown = ", ".join(map(str, single[:10])) + (", ..." if len(single) > 10 else "")
+        warnings.warn(
+            f"AutoCalibration: {len(single)} class(es) have a single validation row (class "
+            f"{shown}), so the fold holding that row out fits every candidate without its "
+            "class: the cross-validated scores and the choice are unreliable. Fit on more "
+            "validation rows, stratified, with at least two rows of every class.",
+            DegenerateCalibration,
+            stacklevel=4,
+        )
 
 
 def cross_validated(
