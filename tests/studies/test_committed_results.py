@@ -22,6 +22,16 @@ def test_a_committed_report_matches_the_code(folder):
     assert (folder / "README.md").read_text().count(made.fingerprint) >= 1
 
 
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_a_committed_report_was_made_by_committed_code(folder):
+    """Every run behind a committed report ran from a clean working tree (``-dirty`` marks a
+    run made with uncommitted changes: its numbers belong to no commit anyone can check out)."""
+    import json
+
+    commits = json.loads((folder / "provenance.json").read_text())["git_commits"]
+    assert commits and not any(c is None or c.endswith("-dirty") for c in commits), commits
+
+
 def test_every_study_has_its_full_report_committed():
     committed = {
         check_provenance(f).study: f for f in FOLDERS if check_provenance(f).protocol == "full"
