@@ -21,8 +21,9 @@ chance when nothing differs.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
+from functools import cached_property
 from typing import Any
 
 from selfcal.experiments.store import RunRecord
@@ -47,15 +48,31 @@ def regimes(results: StudyResults) -> list[str]:
     return sorted({str(r.spec.hparams.get("regime", "")) for r in results.records})
 
 
-def _records(results: StudyResults, regime: str) -> list[RunRecord]:
-    return [r for r in results.records if str(r.spec.hparams.get("regime", "")) == regime]
+class RegimeRecords(list[RunRecord]):
+    """One regime's records, in store order, with their lookup by (dataset, method)."""
+
+    @cached_property
+    def by_model(self) -> dict[tuple[str, str], list[RunRecord]]:
+        """The records of each (dataset, method), in store order (built once: the report asks
+        some 10^5 times)."""
+        out: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+        for r in self:
+            out[(r.spec.dataset, r.spec.method)].append(r)
+        return out
 
 
-def by_seed(records: Iterable[RunRecord], dataset: str, method: str, metric: str) -> dict:
+def _records(results: StudyResults, regime: str) -> RegimeRecords:
+    return RegimeRecords(
+        r for r in results.records if str(r.spec.hparams.get("regime", "")) == regime
+    )
+
+
+def by_seed(records: RegimeRecords, dataset: str, method: str, metric: str) -> dict:
+    """``{seed: metric}`` of one (dataset, method) in one regime."""
     return {
         r.spec.seed: r.metrics[metric]
-        for r in records
-        if r.spec.dataset == dataset and r.spec.method == method and metric in r.metrics
+        for r in records.by_model.get((dataset, method), [])
+        if metric in r.metrics
     }
 
 
@@ -69,7 +86,7 @@ def _cell(d: Difference | None, metric: str) -> str:
 
 
 def posthoc_difference(
-    records: list[RunRecord],
+    records: RegimeRecords,
     dataset: str,
     method: str,
     step: str,
@@ -84,7 +101,7 @@ def posthoc_difference(
 
 
 def method_difference(
-    records: list[RunRecord],
+    records: RegimeRecords,
     dataset: str,
     method: str,
     step: str,
@@ -97,7 +114,7 @@ def method_difference(
     return paired(by_seed(records, dataset, method, k), by_seed(records, dataset, REFERENCE, k))
 
 
-def _grid(results: StudyResults, records: list[RunRecord]) -> tuple[list[str], list[str]]:
+def _grid(results: StudyResults, records: RegimeRecords) -> tuple[list[str], list[str]]:
     datasets = sorted({r.spec.dataset for r in records})
     methods = list(dict.fromkeys(r.spec.method for r in sorted(records, key=_method_order)))
     return datasets, methods
@@ -107,7 +124,7 @@ def _method_order(r: RunRecord) -> tuple[int, str]:
     return (0 if r.spec.method == REFERENCE else 1, r.spec.method)
 
 
-def coverage_table(results: StudyResults, records: list[RunRecord]) -> list[str]:
+def coverage_table(results: StudyResults, records: RegimeRecords) -> list[str]:
     p = results.protocol
     head = "| post-hoc | score | " + " | ".join(f"α = {a:g}: mean [min]" for a in p.alphas) + " |"
     lines = [head, "|---|---|" + "---|" * len(p.alphas)]
@@ -139,7 +156,7 @@ def _count_text(c: Counter, metric: str) -> str:
     return f"{c[better]} {better}, {c[worse]} {worse}, {c['tied']} tied of {total}"
 
 
-def posthoc_section(results: StudyResults, records: list[RunRecord]) -> list[str]:
+def posthoc_section(results: StudyResults, records: RegimeRecords) -> list[str]:
     p = results.protocol
     datasets, methods = _grid(results, records)
     steps = [s for s in p.posthoc if s != "none"]
@@ -172,7 +189,7 @@ def posthoc_section(results: StudyResults, records: list[RunRecord]) -> list[str
     return [*out, ""]
 
 
-def posthoc_totals(results: StudyResults, records: list[RunRecord]) -> list[str]:
+def posthoc_totals(results: StudyResults, records: RegimeRecords) -> list[str]:
     p = results.protocol
     datasets, methods = _grid(results, records)
     lines = []
@@ -192,7 +209,7 @@ def posthoc_totals(results: StudyResults, records: list[RunRecord]) -> list[str]
     return lines
 
 
-def method_section(results: StudyResults, records: list[RunRecord]) -> list[str]:
+def method_section(results: StudyResults, records: RegimeRecords) -> list[str]:
     p = results.protocol
     datasets, methods = _grid(results, records)
     if REFERENCE not in methods:
@@ -218,7 +235,7 @@ def method_section(results: StudyResults, records: list[RunRecord]) -> list[str]
     return [*out, ""]
 
 
-def method_totals(results: StudyResults, records: list[RunRecord]) -> list[str]:
+def method_totals(results: StudyResults, records: RegimeRecords) -> list[str]:
     p = results.protocol
     datasets, methods = _grid(results, records)
     lines = []
@@ -240,7 +257,7 @@ def method_totals(results: StudyResults, records: list[RunRecord]) -> list[str]:
     return lines
 
 
-def by_score(results: StudyResults, records: list[RunRecord], step: str) -> str:
+def by_score(results: StudyResults, records: RegimeRecords, step: str) -> str:
     """``step`` − none, set size, counted per score over datasets, methods and levels."""
     p = results.protocol
     datasets, methods = _grid(results, records)
@@ -259,7 +276,7 @@ def by_score(results: StudyResults, records: list[RunRecord], step: str) -> str:
     return "; ".join(parts)
 
 
-def smaller_than_ce(results: StudyResults, records: list[RunRecord], step: str) -> list[str]:
+def smaller_than_ce(results: StudyResults, records: RegimeRecords, step: str) -> list[str]:
     """Every (method, dataset, score, level) whose sets are significantly smaller than CE's
     with the same post-hoc ``step``, largest reduction first."""
     p = results.protocol
@@ -315,7 +332,7 @@ def answer(results: StudyResults) -> list[str]:
     return lines
 
 
-def per_method(results: StudyResults, records: list[RunRecord], step: str) -> str:
+def per_method(results: StudyResults, records: RegimeRecords, step: str) -> str:
     """Each training method's set-size verdicts against CE with post-hoc ``step``, counted
     over datasets, scores and levels."""
     p = results.protocol
