@@ -21,11 +21,11 @@ chance when nothing differs.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
-from functools import cached_property
 from typing import Any
 
+from selfcal.experiments.selection import regime as regime_of
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference, paired
@@ -45,35 +45,26 @@ TITLES = {"size": "set size", "worst_class_coverage": "worst-class coverage"}
 
 
 def regimes(results: StudyResults) -> list[str]:
-    return sorted({str(r.spec.hparams.get("regime", "")) for r in results.records})
+    return sorted({regime_of(r) for r in results.records})
 
 
 class RegimeRecords(list[RunRecord]):
-    """One regime's records, in store order, with their lookup by (dataset, method)."""
+    """One regime's records, in store order, and the study results they come from (whose
+    :meth:`~selfcal.experiments.study.StudyResults.runs` looks them up by dataset and method)."""
 
-    @cached_property
-    def by_model(self) -> dict[tuple[str, str], list[RunRecord]]:
-        """The records of each (dataset, method), in store order (built once: the report asks
-        some 10^5 times)."""
-        out: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
-        for r in self:
-            out[(r.spec.dataset, r.spec.method)].append(r)
-        return out
+    def __init__(self, results: StudyResults, regime_name: str) -> None:
+        super().__init__(r for r in results.records if regime_of(r) == regime_name)
+        self.results, self.regime = results, regime_name
 
 
-def _records(results: StudyResults, regime: str) -> RegimeRecords:
-    return RegimeRecords(
-        r for r in results.records if str(r.spec.hparams.get("regime", "")) == regime
-    )
+def _records(results: StudyResults, regime_name: str) -> RegimeRecords:
+    return RegimeRecords(results, regime_name)
 
 
 def by_seed(records: RegimeRecords, dataset: str, method: str, metric: str) -> dict:
-    """``{seed: metric}`` of one (dataset, method) in one regime."""
-    return {
-        r.spec.seed: r.metrics[metric]
-        for r in records.by_model.get((dataset, method), [])
-        if metric in r.metrics
-    }
+    """``{seed: metric}`` of one (dataset, method) in the records' regime."""
+    runs = records.results.runs(dataset, method, records.regime, candidates=True)
+    return {r.spec.seed: r.metrics[metric] for r in runs if metric in r.metrics}
 
 
 def _cell(d: Difference | None, metric: str) -> str:
