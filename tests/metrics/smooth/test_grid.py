@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from selfcal.metrics.smooth._grid import (
+    Spectrum,
     fft_convolve,
     finish,
     fixed_bandwidth,
@@ -110,3 +111,15 @@ def test_rows_finish_and_fixed_bandwidth():
     assert fixed_bandwidth(0.05, 3, pred.device).tolist() == [0.05] * 3
     with pytest.raises(ValueError, match="bandwidth"):
         fixed_bandwidth(0.0, 3, pred.device)
+
+
+def test_a_kernel_transformed_once_convolves_bit_for_bit_as_each_time():
+    """KDE-ECE convolves two densities with the same kernels: transformed once
+    (``Spectrum.of(kernel, L1)``, the same FFT length), the same bits as each time."""
+    gen = torch.Generator().manual_seed(3)
+    signal = torch.rand(4, 500, generator=gen, dtype=torch.float64)
+    kernel = torch.rand(4, 61, generator=gen, dtype=torch.float64)
+    once = Spectrum.of(kernel, signal.shape[-1])
+    got = Spectrum.of(signal, kernel.shape[-1]).convolve(once)
+    assert torch.equal(got, fft_convolve(signal, kernel))
+    assert got.shape == (4, 500 + 61 - 1)

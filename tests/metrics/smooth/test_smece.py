@@ -52,3 +52,27 @@ def test_rejects_a_nonpositive_bandwidth():
     for bad in (0.0, -0.1):
         with pytest.raises(ValueError, match="bandwidth"):
             smooth_ece(logits=z, labels=y, bandwidth=bad)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 3.0], ids=["calibrated", "overconfident"])
+def test_kept_spectra_change_no_bit_of_the_bandwidth_search(monkeypatch, temperature):
+    """The search keeps the spectra of a grid every row needs instead of transforming the
+    rows again at each of its steps: bit for bit the values of transforming each time (cache
+    budget 0), for bootstrap rows whose bandwidths fall below 0.01 (larger, per-row grids)
+    as well as above."""
+    import torch
+
+    from selfcal.metrics.smooth import smece
+
+    rng = np.random.default_rng(7)
+    n = 20_000
+    z = rng.normal(size=(n, 5)) * 3
+    p = np.exp(z / temperature) / np.exp(z / temperature).sum(1, keepdims=True)
+    y = (rng.uniform(size=(n, 1)) > p.cumsum(1)).sum(1)  # drawn from softmax(z / T)
+    pred = Predictions.from_logits(z, y)
+    weights = torch.as_tensor(rng.multinomial(n, np.full(n, 1 / n), size=20)).double()
+    kept = smooth_ece.core(pred, weights)
+    monkeypatch.setattr(smece, "SMECE_SPECTRUM_CACHE_BYTES", 0)
+    assert torch.equal(smooth_ece.core(pred, weights), kept)
+    if temperature == 1.0:
+        assert float(kept.min()) < 0.01  # some rows searched below relplot's smallest grid

@@ -10,6 +10,8 @@ over all points, at O(G log G) instead of O(N^2).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from selfcal._validation import check_positive
@@ -77,20 +79,49 @@ def _fits_into(small: torch.Size, big: torch.Size) -> bool:
     return len(small) <= len(big) and all(s in (1, b) for s, b in pairs)
 
 
+@dataclass(frozen=True)
+class Spectrum:
+    """Real FFTs of signals ``(..., L1)``, zero-padded for the full linear convolution with
+    kernels of length ``L2``: ``n_fft`` (5-smooth, at least ``length = L1 + L2 - 1``) points.
+    A signal convolved with many kernels (smECE's bandwidth search) is transformed once."""
+
+    values: torch.Tensor
+    n_fft: int
+    length: int
+
+    @classmethod
+    def of(cls, signal: torch.Tensor, kernel_length: int) -> Spectrum:
+        length = signal.shape[-1] + kernel_length - 1
+        n_fft = next_fast_len(length)
+        return cls(torch.fft.rfft(signal, n_fft), n_fft, length)
+
+    def rows(self, index: torch.Tensor) -> Spectrum:
+        """The spectra of the signals ``index`` selects along the first axis (a copy)."""
+        return Spectrum(self.values[index], self.n_fft, self.length)
+
+    def convolve(self, kernel: torch.Tensor | Spectrum) -> torch.Tensor:
+        """The full linear convolutions (``(..., length)``) with ``kernel`` (``(..., L2)``,
+        leading dimensions broadcasting to the signals'), or with kernels already transformed
+        (``Spectrum.of(kernel, L1)``: the same ``n_fft``). Consumes this spectrum: without an
+        autograd graph it is multiplied by the kernel's in place (the same products, bit for
+        bit), saving a copy of the largest array."""
+        spec = self.values
+        if isinstance(kernel, Spectrum):
+            kernel_spec = kernel.values
+        else:
+            kernel_spec = torch.fft.rfft(kernel, self.n_fft)
+        in_place = not (spec.requires_grad or kernel_spec.requires_grad) and _fits_into(
+            kernel_spec.shape, spec.shape
+        )
+        spec = spec.mul_(kernel_spec) if in_place else spec * kernel_spec
+        return torch.fft.irfft(spec, self.n_fft)[..., : self.length]
+
+
 def fft_convolve(signal: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """Full linear convolution along the last axis of ``signal`` (``(..., L1)``) with a
-    ``kernel`` (``(..., L2)``) whose leading dimensions broadcast to the signal's.
-
-    Without an autograd graph the signal's spectrum is multiplied by the kernel's in place
-    (the same products, bit for bit), saving a copy of the largest array."""
-    n = signal.shape[-1] + kernel.shape[-1] - 1
-    n_fft = next_fast_len(n)
-    spec, kernel_spec = torch.fft.rfft(signal, n_fft), torch.fft.rfft(kernel, n_fft)
-    in_place = not (spec.requires_grad or kernel_spec.requires_grad) and _fits_into(
-        kernel_spec.shape, spec.shape
-    )
-    spec = spec.mul_(kernel_spec) if in_place else spec * kernel_spec
-    return torch.fft.irfft(spec, n_fft)[..., :n]
+    ``kernel`` (``(..., L2)``) whose leading dimensions broadcast to the signal's
+    (:class:`Spectrum`)."""
+    return Spectrum.of(signal, kernel.shape[-1]).convolve(kernel)
 
 
 def interp(grid: torch.Tensor, left: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:

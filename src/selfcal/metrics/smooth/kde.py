@@ -12,7 +12,7 @@ import torch
 from selfcal._validation import check_int
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import Weights
-from selfcal.metrics.smooth._grid import fft_convolve, finish, fixed_bandwidth, linear_bin, rows
+from selfcal.metrics.smooth._grid import Spectrum, finish, fixed_bandwidth, linear_bin, rows
 from selfcal.predictions import Predictions
 
 KDE_GRID = np.linspace(-0.6, 1.6, num=2**14)
@@ -50,21 +50,28 @@ def _triweight_taps(bandwidth: torch.Tensor, step: float) -> torch.Tensor:
 
 
 def _kde_on_grid(
-    c: torch.Tensor, mass: torch.Tensor, bandwidth: torch.Tensor, grid: torch.Tensor
-) -> torch.Tensor:
-    """Zhang et al.'s boundary-corrected density on ``grid``: KDE (linearly binned data,
-    FFT convolution, as KDEpy's FFTKDE) of the points plus their mirror images, each of
-    weight ``mass / (2 sum mass)``, set to 0 outside ``(0, 1)`` and doubled."""
+    c: torch.Tensor, masses: tuple[torch.Tensor, ...], bandwidth: torch.Tensor, grid: torch.Tensor
+) -> list[torch.Tensor]:
+    """Zhang et al.'s boundary-corrected densities on ``grid`` (``(B, G)``), one per
+    ``(B, N)`` mass of ``masses`` (row ``b`` with ``bandwidth[b]``): KDE (linearly binned
+    data, FFT convolution, as KDEpy's FFTKDE) of the points plus their mirror images, each of
+    weight ``mass / (2 sum mass)``, set to 0 outside ``(0, 1)`` and doubled. The densities
+    share one transform of the kernels."""
     points = torch.cat([c, _mirror(c)])
-    weight = torch.cat([mass, mass], dim=1)
-    weight = weight / weight.sum(1, keepdim=True).clamp_min(1e-300)  # no mass: density 0
     step = float(grid[1] - grid[0])
-    binned, _, _ = linear_bin(points, float(grid[0]), 1.0 / step, grid.shape[0], weight)
     taps = _triweight_taps(bandwidth, step)
     radius = (taps.shape[1] - 1) // 2
-    density = fft_convolve(binned, taps)[:, radius : radius + grid.shape[0]]
+    kernel = Spectrum.of(taps, grid.shape[0])
     inside = (grid > 0) & (grid < 1)
-    return torch.where(inside, 2 * density, torch.zeros_like(density))
+    densities = []
+    for mass in masses:
+        weight = torch.cat([mass, mass], dim=1)
+        weight = weight / weight.sum(1, keepdim=True).clamp_min(1e-300)  # no mass: density 0
+        binned, _, _ = linear_bin(points, float(grid[0]), 1.0 / step, grid.shape[0], weight)
+        density = Spectrum.of(binned, taps.shape[1]).convolve(kernel)
+        density = density[:, radius : radius + grid.shape[0]]
+        densities.append(torch.where(inside, 2 * density, torch.zeros_like(density)))
+    return densities
 
 
 def _carry_forward(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -140,8 +147,7 @@ def kde_ece(
     # densities are zeroed), so the integrand is formed there alone: the same numbers.
     inside = (grid >= 0) & (grid <= 1)
     x = grid[inside]
-    dens_correct = _kde_on_grid(c, w * correct, bw, grid)[:, inside]
-    dens_all = _kde_on_grid(c, w, bw, grid)[:, inside]
+    dens_correct, dens_all = (d[:, inside] for d in _kde_on_grid(c, (w * correct, w), bw, grid))
     accuracy = (w * correct).sum(1) / w.sum(1)
     integrand = _kde_integrand(x, dens_correct, dens_all, accuracy, order)
     value = torch.trapezoid(integrand, x) / torch.trapezoid(dens_all, x)

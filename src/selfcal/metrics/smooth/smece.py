@@ -12,11 +12,22 @@ import torch
 
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import Weights
-from selfcal.metrics.smooth._grid import fft_convolve, finish, fixed_bandwidth, linear_bin, rows
+from selfcal.metrics.smooth._grid import (
+    Spectrum,
+    finish,
+    fixed_bandwidth,
+    linear_bin,
+    next_fast_len,
+    rows,
+)
 from selfcal.predictions import Predictions
 
 SMECE_DENSITY_EPS = 1e-4
 """relplot adds this to the smoothed density before dividing (``BaseKernelMixin.smooth``)."""
+
+SMECE_SPECTRUM_CACHE_BYTES = 2**28
+"""Most bytes of grid spectra one bandwidth search keeps (256 MiB: at 201 bootstrap rows, the
+default grid's spectra take 12 MiB; only bandwidths below 0.01 need larger grids)."""
 
 
 def _relplot_sizes(sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,18 +42,26 @@ def _np_linspace01(n: int, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(np.linspace(0, 1, n)).to(device)
 
 
-def _reflected_gaussian_smooth(values: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """relplot's ``ReflectedGaussianKernel.convolve``: grid values (``(..., B, G)``, G odd; row
-    ``b`` with width ``s = sigma[b]``) are extended by mirror images about both end points (end
-    points not repeated) and convolved with ``exp(-(t - 1/2)^2 / (2 s^2)) / (sqrt(2 pi) s)``
-    sampled at ``t = linspace(0, 1, G)``, i.e. a Gaussian truncated at distance 1/2."""
-    g = values.shape[-1]
-    t = _np_linspace01(g, values.device)
-    s = sigma.unsqueeze(1)
-    kernel = torch.exp(-(t - 0.5) * (t - 0.5) / (2 * s * s)) / (math.sqrt(2 * math.pi) * s)
+def _reflected(values: torch.Tensor) -> torch.Tensor:
+    """Grid values (``(..., G)``) extended by their mirror images about both end points (end
+    points not repeated): ``(..., 3G - 2)``."""
     flipped = values.flip(-1)
-    extended = torch.cat([flipped[..., :-1], values, flipped[..., 1:]], dim=-1)
-    full = fft_convolve(extended, kernel)
+    return torch.cat([flipped[..., :-1], values, flipped[..., 1:]], dim=-1)
+
+
+def _relplot_kernel(g: int, sigma: torch.Tensor) -> torch.Tensor:
+    """``(B, G)``: ``exp(-(t - 1/2)^2 / (2 s^2)) / (sqrt(2 pi) s)`` at ``t = linspace(0, 1,
+    G)`` for each row's ``s = sigma[b]``, i.e. a Gaussian truncated at distance 1/2."""
+    t = _np_linspace01(g, sigma.device)
+    s = sigma.unsqueeze(1)
+    return torch.exp(-(t - 0.5) * (t - 0.5) / (2 * s * s)) / (math.sqrt(2 * math.pi) * s)
+
+
+def _reflected_gaussian_smooth(spectrum: Spectrum, g: int, sigma: torch.Tensor) -> torch.Tensor:
+    """relplot's ``ReflectedGaussianKernel.convolve``: the grid values (``(..., B, G)``, G odd;
+    row ``b`` with width ``sigma[b]``) whose :func:`_reflected` extensions ``spectrum`` holds,
+    convolved with :func:`_relplot_kernel` and cut back to the ``G`` points."""
+    full = spectrum.convolve(_relplot_kernel(g, sigma))
     start = g // 2 + g - 1
     return full[..., start : start + g]
 
@@ -58,19 +77,44 @@ def _relplot_interpolate(grid_values: torch.Tensor, n_eval: int) -> torch.Tensor
 
 
 class _SmoothEceGrids:
-    """Linearly binned residuals ``c - y`` and counts on relplot's grids, cached per size."""
+    """Linearly binned residuals ``c - y`` and counts on relplot's grids, as the spectra of
+    their :func:`_reflected` extensions (what the smoothing convolution needs). Without
+    autograd -- the bandwidth search, which smooths the same grids with about ten bandwidths --
+    the spectra of a grid size that every row needs are kept (up to
+    :data:`SMECE_SPECTRUM_CACHE_BYTES`): every bandwidth of at least 0.01 uses relplot's
+    smallest grid."""
 
     def __init__(self, confidence: torch.Tensor, residual: torch.Tensor, w: torch.Tensor) -> None:
         self.confidence, self.residual, self.w = confidence, residual, w
-        self._cache: dict[int, torch.Tensor] = {}
+        self._cache: dict[int, Spectrum] = {}
 
-    def binned(self, n_grid: int) -> torch.Tensor:
-        """``(2B, G)``: binned residual mass (rows ``:B``) and counts (rows ``B:``)."""
-        if n_grid not in self._cache:
-            mass = torch.cat([self.w * self.residual, self.w])
-            grid, _, _ = linear_bin(self.confidence, 0.0, n_grid - 1, n_grid, mass)
-            self._cache[n_grid] = grid
-        return self._cache[n_grid]
+    def _spectra(self, n_grid: int, rows: torch.Tensor | None) -> Spectrum:
+        """``(2K, F)``: spectra of the reflected binned residual masses of rows ``rows``
+        (``None``: all ``B``) and then of their counts."""
+        w = self.w if rows is None else self.w[rows]
+        mass = torch.cat([w * self.residual, w])
+        grid, _, _ = linear_bin(self.confidence, 0.0, n_grid - 1, n_grid, mass)
+        return Spectrum.of(_reflected(grid), n_grid)
+
+    def spectrum(self, n_grid: int, rows: torch.Tensor) -> Spectrum:
+        """``(2, K, F)``: the residual-mass (first) and count (second) spectra of rows
+        ``rows`` (``(K,)``, sorted) on the grid of ``n_grid`` points; kept when every row
+        needs that grid and no gradient is being taken."""
+        b, k = self.w.shape[0], rows.shape[0]
+        cached = self._cache.get(n_grid)
+        if cached is None and k == b and not torch.is_grad_enabled() and self._room(n_grid):
+            cached = self._cache[n_grid] = self._spectra(n_grid, None)
+        if cached is None:
+            spectrum = self._spectra(n_grid, rows)
+        else:  # a copy: the convolution consumes it
+            spectrum = cached.rows(torch.cat([rows, rows + b]))
+        return Spectrum(spectrum.values.view(2, k, -1), spectrum.n_fft, spectrum.length)
+
+    def _room(self, n_grid: int) -> bool:
+        """Whether every row's spectra on ``n_grid`` points fit beside those kept."""
+        kept = sum(s.values.numel() * s.values.element_size() for s in self._cache.values())
+        size = 2 * self.w.shape[0] * (next_fast_len(4 * n_grid - 3) // 2 + 1) * 16
+        return kept + size <= SMECE_SPECTRUM_CACHE_BYTES
 
 
 def _smooth_ece_at(grids: _SmoothEceGrids, sigma: torch.Tensor) -> torch.Tensor:
@@ -83,9 +127,8 @@ def _smooth_ece_at(grids: _SmoothEceGrids, sigma: torch.Tensor) -> torch.Tensor:
     for g in torch.unique(n_grid).tolist():  # one smoothing pass per grid size (a few)
         group = (n_grid == g).nonzero().squeeze(1)
         k = group.shape[0]
-        binned = grids.binned(g)
-        both = torch.stack([binned[group], binned[group + b]])  # residual mass, counts
-        smoothed = _reflected_gaussian_smooth(both, sigma[group]).reshape(2 * k, -1)
+        spectrum = grids.spectrum(g, group)  # residual mass, counts
+        smoothed = _reflected_gaussian_smooth(spectrum, g, sigma[group]).reshape(2 * k, -1)
         for t in torch.unique(n_eval[group]).tolist():  # interpolation per evaluation size
             sub = (n_eval[group] == t).nonzero().squeeze(1)
             at_t = _relplot_interpolate(smoothed[torch.cat([sub, sub + k])], t)
