@@ -36,10 +36,12 @@ SECE_BLOCK = 512
 
 SECE_GRID_COST_IN_PAIRS = 20.0
 """``method="auto"`` above :data:`SECE_EXACT_MAX_N` samples: the exact path's cost is its
-number of kernel pairs within reach, the grid's ``n log2 n`` for its FFT length ``n``; the two
-paths take equal time at about 26-30 pairs per grid unit on these CPUs
-(``benchmarks/results/sece.md``, ``python benchmarks/bench_sece.py``), so 20 takes the exact
-path only where it is clearly faster (near a tie the grid, at most ~15% slower, is kept)."""
+number of kernel pairs within reach, the grid's ``n log2 n`` for its FFT length ``n``. Chosen
+when the two paths took equal time at about 26-30 pairs per grid unit on these CPUs, so that
+the exact path was taken only where clearly faster; since its kernel blocks are formed in place
+it is also 1.2-1.5x faster than the grid at 26-28 (``benchmarks/results/sece.md``, ``python
+benchmarks/bench_sece.py``), so 20 errs toward the grid (kept: a new threshold would move
+results between the two paths' ~1e-9 of difference)."""
 
 SECE_GRID_STEPS_PER_BANDWIDTH = 2048
 """Grid path: spacing ``delta = h / 2048`` (unless capped by :data:`SECE_MAX_GRID`)."""
