@@ -1,7 +1,8 @@
 """How fast the command line starts and answers: ``selfcal --version``, ``selfcal --help`` and
 ``selfcal evaluate`` on 5,000 rows, each in a fresh process, against ``python -c "import
 torch"`` (the yardstick: what every command paid before the CLI imported lazily) and ``python
--c pass`` (the interpreter's own start).
+-c pass`` (the interpreter's own start); and ``python -c "import pydantic"``, what typer 0.29
+would add to every command (see :data:`PYDANTIC`).
 
 Every row is a fresh ``python -m selfcal.cli ...`` (what the ``selfcal`` console script runs:
 ``selfcal.cli.main``) with this interpreter and environment, timed from spawn to exit, output
@@ -22,6 +23,7 @@ touched), in the same rounds, so that before and after are compared under the sa
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import os
 import platform
@@ -39,6 +41,9 @@ import selfcal
 
 RESULTS = Path(__file__).parent / "results" / "cli.md"
 YARDSTICK = '`python -c "import torch"`'
+PYDANTIC = '`python -c "import pydantic"`'
+"""What typer 0.29 adds to every command (it imports pydantic to parse the options; the
+project keeps typer below it): this row minus ``python -c pass``."""
 
 
 def write_predictions(path: Path, n: int, classes: int) -> Path:
@@ -102,6 +107,8 @@ def main() -> None:
             YARDSTICK: lambda: spawn("-c", "import torch"),
             **commands(data, args.n, None),
         }
+        if importlib.util.find_spec("pydantic") is not None:
+            rows[PYDANTIC] = lambda: spawn("-c", "import pydantic")
         baseline = []
         if args.baseline is not None:
             src, short = export_src(args.baseline, Path(tmp) / "baseline")
@@ -113,6 +120,8 @@ def main() -> None:
             ]
         times = interleaved_times(rows, args.repeats)
 
+    from importlib.metadata import version
+
     import torch  # only for the versions line, after every timing
 
     lines = [
@@ -120,7 +129,8 @@ def main() -> None:
         "",
         f"`python benchmarks/bench_cli.py --repeats {args.repeats} --n {args.n}"
         f"{'' if args.baseline is None else f' --baseline {args.baseline}'}`: selfcal "
-        f"{selfcal.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
+        f"{selfcal.__version__}, torch {torch.__version__}, typer {version('typer')}, Python "
+        f"{platform.python_version()}, "
         f"{platform.machine()}, {torch.get_num_threads()} torch threads. Each row is a fresh "
         f"process; median of {args.repeats} interleaved rounds after a warm-up, and the median "
         f"within-round ratio to {YARDSTICK}.{' ' + args.note if args.note else ''}",
