@@ -166,3 +166,37 @@ def test_a_class_with_a_single_row_makes_the_choice_unreliable_and_auto_says_so(
     with warnings.catch_warnings():
         warnings.simplefilter("error", DegenerateCalibration)
         AutoCalibration(candidates=["ts", "svs"]).fit(logits=z, labels=y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_candidates_of_a_fold_share_one_temperature_solve_bit_for_bit(monkeypatch, dtype):
+    """Within a fit, TS, TS-mix (and SVS, SMS on float64 logits) of one fold solve the same
+    temperature problem once (``shared_temperature_fits``): the scores, the choice and the
+    refitted map are those of solving it for each, bit for bit, with fewer solves."""
+    import contextlib
+
+    from selfcal.posthoc import auto as auto_module
+    from selfcal.posthoc import temperature
+
+    z, y = biased_logits(5, 400, 5)
+    z = z.astype(dtype)
+    solves = []
+    real = temperature._solve_temperature
+    monkeypatch.setattr(temperature, "_solve_temperature", lambda *a: solves.append(1) or real(*a))
+
+    def fitted() -> tuple[AutoCalibration, int]:
+        solves.clear()
+        auto = AutoCalibration(candidates=["ts", "ts-mix", "svs", "sms"]).fit(logits=z, labels=y)
+        return auto, len(solves)
+
+    shared, n_shared = fitted()
+    monkeypatch.setattr(auto_module, "shared_temperature_fits", contextlib.nullcontext)
+    alone, n_alone = fitted()
+    assert shared.cv_results_["score"] == alone.cv_results_["score"]
+    assert shared.cv_results_["low"] == alone.cv_results_["low"]
+    assert shared.chosen_ == alone.chosen_
+    assert np.array_equal(shared.predict_proba(logits=z), alone.predict_proba(logits=z))
+    # 5 folds x 4 candidates + the refit; shared: TS with TS-mix, and on float64 logits SVS
+    # and SMS too (float32 logits reach them as a new float64 copy per fit)
+    assert n_alone == 21
+    assert n_shared == (5 * 3 + 1 if dtype == np.float32 else 5 + 1)

@@ -82,7 +82,7 @@ def recalibrated(
 
 def _recalibrate(pred: Predictions, recalibrator: str, folds: Folds, seed: int) -> Predictions:
     from selfcal.posthoc import build_calibrator
-    from selfcal.posthoc.auto import cross_validated, stratified_folds
+    from selfcal.posthoc.auto import cross_validated, fold_splits, stratified_folds
 
     labels = pred.require_labels()
     if folds is None:
@@ -97,7 +97,7 @@ def _recalibrate(pred: Predictions, recalibrator: str, folds: Folds, seed: int) 
             raise ValueError(
                 f"folds must hold every row index 0..{pred.n_samples - 1} exactly once"
             )
-    probs, _, error = cross_validated(recalibrator, pred, held_out, None)
+    probs, _, error = cross_validated(recalibrator, pred, fold_splits(pred, held_out), None)
     if probs is None:
         raise ValueError(f"recalibrator {recalibrator!r} could not be fitted on a fold: {error}")
     return Predictions.from_probs(probs, labels)

@@ -27,6 +27,7 @@ from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_valu
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._mixing import mix_confidence, mix_uniform
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
+from selfcal.posthoc.temperature import shared_temperature_fits
 from selfcal.predictions import Predictions
 
 CANDIDATES = ("sms", "svs", "ts-mix", "ts", "ets", "isotonic", "none")
@@ -168,19 +169,21 @@ class AutoCalibration(Calibrator):
             k: [] for k in ("candidate", "score", "fit_seconds", "warnings", "error")
         }
         out_of_fold: dict[str, torch.Tensor] = {}
-        for name in names:
-            start = time.perf_counter()
-            probs, caught, error = cross_validated(name, pred, folds, self.kind)
-            results["candidate"].append(name)
-            results["fit_seconds"].append(time.perf_counter() - start)
-            results["warnings"].append(caught)
-            results["error"].append(error)
-            if probs is None:
-                results["score"].append(float("inf"))
-                continue
-            out_of_fold[name] = probs
-            held_out = Predictions.from_probs(probs, pred.require_labels())
-            results["score"].append(float(metric.core(held_out)))
+        splits = fold_splits(pred, folds)
+        with shared_temperature_fits():  # one solve per fold for TS, TS-mix (SVS, SMS)
+            for name in names:
+                start = time.perf_counter()
+                probs, caught, error = cross_validated(name, pred, splits, self.kind)
+                results["candidate"].append(name)
+                results["fit_seconds"].append(time.perf_counter() - start)
+                results["warnings"].append(caught)
+                results["error"].append(error)
+                if probs is None:
+                    results["score"].append(float("inf"))
+                    continue
+                out_of_fold[name] = probs
+                held_out = Predictions.from_probs(probs, pred.require_labels())
+                results["score"].append(float(metric.core(held_out)))
         if not out_of_fold:
             raise ValueError(
                 f"AutoCalibration: no candidate could be fitted ({names[0]}: {results['error'][0]})"
@@ -262,23 +265,37 @@ def warn_single_row_classes(pred: Predictions) -> None:
         )
 
 
-def cross_validated(
-    name: str, pred: Predictions, folds: list[np.ndarray], kind: str | None
-) -> tuple[torch.Tensor | None, int, str]:
-    """Out-of-fold probabilities of candidate ``name`` (``None`` when a fold's fit fails),
-    the number of warnings its fold fits raised, and the failure's one-line reason."""
+Split = tuple[Predictions, Predictions, torch.Tensor]
+"""A fold: the other folds' predictions (fitted on), its own (predicted) and its row indices."""
+
+
+def fold_splits(pred: Predictions, folds: list[np.ndarray]) -> list[Split]:
+    """The :data:`Split` of each fold, one set of objects shared by every candidate (so that
+    what a fit derives from its predictions, and a temperature solved within
+    :func:`~selfcal.posthoc.temperature.shared_temperature_fits`, is computed once)."""
     n = pred.n_samples
-    out = torch.empty(n, pred.n_classes, dtype=torch.float64, device=pred.device)
-    caught = 0
+    out = []
     for rows in folds:
         held_out = torch.as_tensor(rows, device=pred.device)
         train = torch.as_tensor(np.setdiff1d(np.arange(n), rows), device=pred.device)
+        out.append((pred.subset(train), pred.subset(held_out), held_out))
+    return out
+
+
+def cross_validated(
+    name: str, pred: Predictions, splits: list[Split], kind: str | None
+) -> tuple[torch.Tensor | None, int, str]:
+    """Out-of-fold probabilities of candidate ``name`` on :func:`fold_splits` (``None`` when
+    a fold's fit fails), the number of warnings its fold fits raised, and the failure's
+    one-line reason."""
+    out = torch.empty(pred.n_samples, pred.n_classes, dtype=torch.float64, device=pred.device)
+    caught = 0
+    for train, held_out, rows in splits:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             try:
-                cal = build_calibrator(name, kind=kind).fit(pred.subset(train))
-                p = cal.predict_proba(pred.subset(held_out))
-                out[held_out] = torch.as_tensor(p, dtype=torch.float64, device=pred.device)
+                p = build_calibrator(name, kind=kind).fit(train).predict_proba(held_out)
+                out[rows] = torch.as_tensor(p, dtype=torch.float64, device=pred.device)
             except ValueError as error:
                 return None, caught + len(record), str(error).splitlines()[0]
         caught += len(record)

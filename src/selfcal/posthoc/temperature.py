@@ -14,7 +14,11 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -114,6 +118,25 @@ def _at_bound_problem(data: _Logits, beta: float) -> str | None:
     )
 
 
+_SHARED_FITS: ContextVar[dict[tuple[int, int], tuple[Any, TemperatureFit]] | None] = ContextVar(
+    "_SHARED_FITS", default=None
+)
+
+
+@contextmanager
+def shared_temperature_fits() -> Iterator[None]:
+    """Within the block, :func:`solve_temperature` solves once per pair of score and label
+    tensors (the same objects) and hands the same fit to every later call: the calibrators
+    that begin with temperature scaling (TS, TS-mix, and SVS / SMS on float64 scores), fitted
+    by :class:`~selfcal.posthoc.AutoCalibration` on one fold, solve the same problem, to the
+    same bits. The tensors are held until the block ends, so no other can take their ids."""
+    token = _SHARED_FITS.set({})
+    try:
+        yield
+    finally:
+        _SHARED_FITS.reset(token)
+
+
 def solve_temperature(
     logits: torch.Tensor, labels: torch.Tensor, all_correct: bool
 ) -> TemperatureFit:
@@ -122,9 +145,20 @@ def solve_temperature(
     :data:`LOG_BETA_BOUNDS`; otherwise the validation data do not identify ``T`` and it is
     1, the scores unchanged -- when every prediction is correct (the NLL falls without limit
     as ``T -> 0``; the caller warns) or when the minimiser lies at a bound (``problem``
-    says why)."""
+    says why). Inside :func:`shared_temperature_fits`, solved once per pair of tensors."""
     if all_correct:
         return TemperatureFit(1.0)
+    shared = _SHARED_FITS.get()
+    if shared is None:
+        return _solve_temperature(logits, labels)
+    key = (id(logits), id(labels))
+    if key not in shared:
+        shared[key] = ((logits, labels), _solve_temperature(logits, labels))
+    return shared[key][1]
+
+
+def _solve_temperature(logits: torch.Tensor, labels: torch.Tensor) -> TemperatureFit:
+    """:func:`solve_temperature` when not every prediction is correct."""
     data = _Logits.build(logits, labels)
     beta, converged = solve_inverse_temperature(data)
     problem = _at_bound_problem(data, beta)
