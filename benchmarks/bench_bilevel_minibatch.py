@@ -43,6 +43,7 @@ import selfcal
 from selfcal.bilevel import (
     BO4SC,
     SGD,
+    AutogradUnrolled,
     BO4SCBatch,
     BO4SCConfig,
     ConjugateGradient,
@@ -57,6 +58,7 @@ from selfcal.models import build_model
 LR, MOMENTUM = 0.1, 0.9
 ESTIMATORS = {
     "unrolled": ("selfcal Unrolled(T)", lambda t: Unrolled(t)),
+    "autograd": ("selfcal AutogradUnrolled(T) (BO4SC's default)", lambda t: AutogradUnrolled(t)),
     "lookahead": ("selfcal OneStepLookahead(T)", lambda t: OneStepLookahead(t)),
     "implicit": (
         "selfcal Implicit(T, ConjugateGradient(5))",
@@ -223,10 +225,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cnn = time_rows("cnn1d", [1, 5, 10, 20], 128, "cpu", args.repeats, tuple(ESTIMATORS))
     resnet = time_rows(
-        "resnet18", [1, 3], 32, "cpu", max(2, args.repeats // 2), ("unrolled", "lookahead")
+        "resnet18",
+        [1, 3],
+        32,
+        "cpu",
+        max(2, args.repeats // 2),
+        ("unrolled", "autograd", "lookahead"),
     )
     memory = {
-        t: {r: memory_delta(r, t, __file__) for r in ("plain", "unrolled", "implicit")}
+        t: {r: memory_delta(r, t, __file__) for r in ("plain", "unrolled", "autograd", "implicit")}
         for t in (1, 5, 10, 20)
     }
     scaling = {n: per_iteration_seconds(n, args.iterations) for n in N_ROWS}
@@ -247,7 +254,7 @@ def main() -> None:
         "",
         "## CIFAR ResNet-18 (resnet18, 3x32x32), batch 32, CPU: time / T plain steps",
         "",
-        *ratio_table(resnet, ("unrolled", "lookahead")),
+        *ratio_table(resnet, ("unrolled", "autograd", "lookahead")),
         "",
         "## Peak memory increase of one call, cnn1d, batch 128 (MiB; fresh process)",
         "",
@@ -257,6 +264,7 @@ def main() -> None:
     labels = {
         "plain": "torch.optim.SGD, T plain steps (reference)",
         "unrolled": ESTIMATORS["unrolled"][0],
+        "autograd": ESTIMATORS["autograd"][0],
         "implicit": ESTIMATORS["implicit"][0],
     }
     for row, label in labels.items():
@@ -276,12 +284,12 @@ def main() -> None:
     lines += ["", "## GPU", ""]
     if torch.cuda.is_available():
         gpu = time_rows(
-            "resnet18", [1, 5, 10], 128, "cuda", args.repeats, ("unrolled", "lookahead")
+            "resnet18", [1, 5, 10], 128, "cuda", args.repeats, ("unrolled", "autograd", "lookahead")
         )
         lines += [
             f"{torch.cuda.get_device_name()}, ResNet-18, batch 128:",
             "",
-            *ratio_table(gpu, ("unrolled", "lookahead")),
+            *ratio_table(gpu, ("unrolled", "autograd", "lookahead")),
             "",
             "| peak CUDA memory of one call (MiB) | T = 1 | T = 5 | T = 10 |",
             "|---|---|---|---|",

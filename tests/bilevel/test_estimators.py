@@ -21,6 +21,7 @@ from selfcal.bilevel import (
     SGD,
     Adam,
     AutogradLookahead,
+    AutogradUnrolled,
     BilevelProblem,
     ConjugateGradient,
     Implicit,
@@ -153,6 +154,45 @@ def test_autograd_lookahead_equals_one_step_lookahead(optimizer, steps):
     for got, want in zip(tree_leaves(tuple(fast)), tree_leaves(tuple(reference)), strict=True):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
         assert got.grad_fn is None and not got.requires_grad
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [SGD(lr=0.3, momentum=0.9, weight_decay=1e-3), Adam(lr=0.05, eps_root=1e-12)],
+    ids=["sgd-momentum", "adam"],
+)
+@pytest.mark.parametrize("steps, backprop", [(1, None), (4, None), (4, 2)])
+@pytest.mark.parametrize("stochastic", [False, True], ids=["one-loss", "loss-per-step"])
+def test_autograd_unrolled_is_unrolled_bit_for_bit(optimizer, steps, backprop, stochastic):
+    """The plain-autograd unrolled estimator (the minibatch BO4SC's default) takes the same
+    operations as the torch.func reference: the same hypergradient, iterate, optimizer
+    state and outer loss, bit for bit, through every differentiated step (a different loss
+    per step included); results carry no graph. ``AutogradLookahead`` is its
+    ``backprop_steps=1``."""
+    model, data = tanh_net(), classification_data()
+    base = weighted_ce_problem(model, data, optimizer)
+    inner = (
+        [lambda th, w, k=k: (1 + 0.1 * k) * base.inner_loss(th, w) for k in range(steps)]
+        if stochastic
+        else base.inner_loss
+    )
+    problem = BilevelProblem(
+        inner, lambda th, w: base.outer_loss(th, w) + 0.01 * torch.sum(w**3), optimizer
+    )
+    theta, w = params_of(model), weights()
+    state = optimizer.init(theta)
+    fast = AutogradUnrolled(steps, backprop)(problem, w, theta, state)
+    reference = Unrolled(steps, backprop)(problem, w, theta, state)
+    assert float(fast.grad.abs().max()) > 1e-6
+    for got, want in zip(tree_leaves(tuple(fast)), tree_leaves(tuple(reference)), strict=True):
+        assert torch.equal(got, want)
+        assert got.grad_fn is None and not got.requires_grad
+    if backprop is None and steps == 1:
+        lookahead = AutogradLookahead(1)(problem, w, theta, state)
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(tree_leaves(tuple(lookahead)), tree_leaves(tuple(fast)), strict=True)
+        )
 
 
 def test_autograd_lookahead_gives_zero_for_an_unused_outer_parameter():
@@ -360,6 +400,7 @@ def test_dict_outer_parameters():
         lambda: Unrolled(3, backprop_steps=0),
         lambda: OneStepLookahead(0),
         lambda: AutogradLookahead(0),
+        lambda: AutogradUnrolled(3, backprop_steps=4),
         lambda: Implicit(-1),
         lambda: Unrolled(2.0),
     ],

@@ -15,8 +15,8 @@ Hypergradient estimators (swappable strategies, all ``torch.func.vmap``-able):
       lambda_T = grad_{theta, s} f(theta_T, phi),  lambda_k = (d_{theta, s} Phi_k)^T lambda_{k+1}
 
   ``OneStepLookahead`` keeps only the last term (``backprop_steps=1``);
-  ``AutogradLookahead`` evaluates that term with plain ``torch.autograd`` (faster for a
-  small head, not ``vmap``-able).
+  ``AutogradUnrolled`` / ``AutogradLookahead`` evaluate the same with plain
+  ``torch.autograd`` (faster, not ``vmap``-able; the minibatch BO4SC's default).
 * **Implicit** (implicit function theorem at a stationary ``theta_T``)::
 
       dF/dphi = d_phi f - d^2_{phi theta} g . [d^2_{theta theta} g]^{-1} grad_theta f
@@ -57,6 +57,7 @@ from selfcal.bilevel.bo4sc_estimator import BO4SC
 from selfcal.bilevel.engine import BilevelProblem, Estimator, Hypergradient
 from selfcal.bilevel.estimators import (
     AutogradLookahead,
+    AutogradUnrolled,
     Implicit,
     OneStepLookahead,
     Unrolled,
@@ -84,6 +85,7 @@ __all__ = [
     "Adam",
     "AdamState",
     "AutogradLookahead",
+    "AutogradUnrolled",
     "BO4SCBatch",
     "BO4SCBatchInfo",
     "BO4SCConfig",

@@ -30,7 +30,7 @@ from selfcal.bilevel._batches import (
     model_classes,
 )
 from selfcal.bilevel.engine import Estimator
-from selfcal.bilevel.estimators import Unrolled
+from selfcal.bilevel.estimators import AutogradUnrolled
 from selfcal.bilevel.optim import Adam, Optimizer, Params
 from selfcal.exceptions import NotFittedError
 from selfcal.models.inference import predict_logits
@@ -50,7 +50,8 @@ class BO4SC:
     ``weight_lr`` must be chosen for the batch size.
 
     ``inner_steps`` (``T``, default 10) and ``inner_lr`` (default 1e-2, Adam) are shortcuts
-    for ``estimator=Unrolled(inner_steps)`` and ``inner_optimizer=Adam(inner_lr)``; pass
+    for ``estimator=AutogradUnrolled(inner_steps)`` (:class:`~selfcal.bilevel.Unrolled`'s exact
+    hypergradient on the regular autograd tape, faster) and ``inner_optimizer=Adam(inner_lr)``; pass
     either the shortcut or the object, not both. ``batch_transform(x) -> x`` augments each
     training batch (not the validation batch). ``inner_lr_schedule(i)`` multiplies the inner
     optimizer's learning rate at outer iteration ``i`` (0-based; e.g. a step decay), its state
@@ -145,7 +146,7 @@ class BO4SC:
         steps = core.DEFAULT_INNER_STEPS if self.inner_steps is None else self.inner_steps
         lr = core.DEFAULT_INNER_LR if self.inner_lr is None else self.inner_lr
         return core.BO4SCConfig(
-            estimator=self.estimator if self.estimator is not None else Unrolled(steps),
+            estimator=self.estimator if self.estimator is not None else AutogradUnrolled(steps),
             inner_optimizer=self.inner_optimizer if self.inner_optimizer is not None else Adam(lr),
             weight_lr=self.weight_lr,
             beta=self.beta,

@@ -12,10 +12,11 @@ are fixed, and there is no ``.item()`` or data-dependent branch, so every estima
   included: the exact derivative of the computation. Memory grows linearly in the
   differentiated steps.
 * :class:`OneStepLookahead` -- ``Unrolled(steps, backprop_steps=1)``.
-* :class:`AutogradLookahead` -- the same hypergradient as :class:`OneStepLookahead`, with the
-  differentiated step evaluated by plain ``torch.autograd`` (``create_graph=True``) instead of
-  ``torch.func``: faster where per-op dispatch dominates (a small head), not ``vmap``-able.
-  :class:`OneStepLookahead` stays the reference; tests check that the two agree.
+* :class:`AutogradUnrolled` / :class:`AutogradLookahead` -- the same hypergradients as
+  :class:`Unrolled` / :class:`OneStepLookahead`, with the differentiated steps evaluated by
+  plain ``torch.autograd`` (``create_graph=True``) instead of ``torch.func``: faster (per-op
+  functorch dispatch is a large share of a small network's cost), not ``vmap``-able. The
+  ``torch.func`` estimators stay the reference; tests check that the two agree.
 * :class:`Implicit` -- the implicit function theorem at the last iterate with a
   Hessian-vector-product linear solve. Memory is flat in ``steps``.
 """
@@ -104,6 +105,42 @@ class Unrolled:
 
 
 @dataclass(frozen=True)
+class AutogradUnrolled(Unrolled):
+    """:class:`Unrolled` with the differentiated steps on the regular autograd tape.
+
+    The first ``steps - backprop_steps`` steps run as in :class:`Unrolled` (no graph); then,
+    with ``theta`` and ``phi`` fresh leaves, each differentiated step takes its gradient with
+    ``torch.autograd.grad(..., create_graph=True)`` and one backward pass of the outer loss
+    gives ``dF/dphi`` -- the quantity :class:`Unrolled` computes with ``torch.func.grad``
+    inside ``torch.func.vjp``, by the same operations (tests compare the bits). Without the
+    functorch transforms around every operation an outer iteration of the MNIST-1D CNN takes
+    about a sixth less time (``benchmarks/results/bilevel-minibatch.md``). It records on the
+    regular tape, so it does not run under ``torch.func.vmap``: the minibatch BO4SC
+    (:class:`~selfcal.bilevel.BO4SC`, the pipeline's ``bo4sc``) uses it; the batched studies
+    keep :class:`Unrolled`. A ``phi`` leaf the outer loss does not reach gets a zero gradient,
+    as with ``torch.func``. Results are detached.
+    """
+
+    def __call__(
+        self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
+    ) -> Hypergradient:
+        problem.check_steps(self.steps)
+        phi, theta, opt_state = detach((phi, theta, opt_state))
+        differentiated = self.steps if self.backprop_steps is None else self.backprop_steps
+        first = self.steps - differentiated
+        theta, opt_state = problem.run_inner(theta, phi, opt_state, first)
+        phi, theta = tree_map(lambda t: t.requires_grad_(), detach((phi, theta)))
+        with torch.enable_grad():
+            for step in range(first, self.steps):
+                loss = problem.inner_loss_at(step)(theta, phi)
+                inner = _autograd(loss, theta, create_graph=True)
+                theta, opt_state = problem.inner_optimizer.step(theta, inner, opt_state)
+            loss = problem.outer_loss(theta, phi)
+            hypergrad = _autograd(loss, phi, create_graph=False)
+        return Hypergradient(hypergrad, *detach((theta, opt_state, loss)))
+
+
+@dataclass(frozen=True)
 class _LastStepOnly:
     """The estimators that differentiate the last of ``steps >= 1`` inner steps only."""
 
@@ -130,7 +167,8 @@ class OneStepLookahead(_LastStepOnly):
 
 @dataclass(frozen=True)
 class AutogradLookahead(_LastStepOnly):
-    """:class:`OneStepLookahead` with the differentiated step on the regular autograd tape.
+    """:class:`OneStepLookahead` with the differentiated step on the regular autograd tape:
+    ``AutogradUnrolled(steps, backprop_steps=1)``.
 
     The first ``steps - 1`` steps run as in :class:`OneStepLookahead` (no graph); then, with
     ``theta`` and ``phi`` fresh leaves::
@@ -151,17 +189,7 @@ class AutogradLookahead(_LastStepOnly):
     def __call__(
         self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
     ) -> Hypergradient:
-        problem.check_steps(self.steps)
-        phi, theta, opt_state = detach((phi, theta, opt_state))
-        theta, opt_state = problem.run_inner(theta, phi, opt_state, self.steps - 1)
-        phi, theta = tree_map(lambda t: t.requires_grad_(), detach((phi, theta)))
-        with torch.enable_grad():
-            last = problem.inner_loss_at(self.steps - 1)
-            inner = _autograd(last(theta, phi), theta, create_graph=True)
-            theta, opt_state = problem.inner_optimizer.step(theta, inner, opt_state)
-            loss = problem.outer_loss(theta, phi)
-            hypergrad = _autograd(loss, phi, create_graph=False)
-        return Hypergradient(hypergrad, *detach((theta, opt_state, loss)))
+        return AutogradUnrolled(self.steps, backprop_steps=1)(problem, phi, theta, opt_state)
 
 
 def _autograd(loss: torch.Tensor, wrt: Any, *, create_graph: bool) -> Any:

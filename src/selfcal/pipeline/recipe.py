@@ -139,7 +139,7 @@ def recipe_bo4sc(
     to the loss scale). The inner learning rate drops x0.1 at the recipe's milestones, counted
     in outer iterations. ``extra``: further :class:`~selfcal.bilevel.BO4SC` arguments. Returns
     the unfitted estimator."""
-    from selfcal.bilevel import BO4SC, Adam, Unrolled
+    from selfcal.bilevel import BO4SC, Adam, AutogradUnrolled
 
     steps = int(options["inner_steps"])
     rows = n_train if recipe.batch_size is None else recipe.batch_size
@@ -154,7 +154,7 @@ def recipe_bo4sc(
     return BO4SC(
         batch_size=recipe.batch_size,
         val_batch_size=val_batch_size,
-        estimator=Unrolled(steps),
+        estimator=AutogradUnrolled(steps),
         inner_optimizer=inner,
         outer_iterations=iterations,
         weight_lr=float(options["weight_lr"]),
