@@ -86,17 +86,26 @@ class Unrolled:
                     f"backprop_steps ({self.backprop_steps}) exceeds steps ({self.steps})"
                 )
 
-    def __call__(
+    def _undifferentiated(
         self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
-    ) -> Hypergradient:
+    ) -> tuple[Any, Params, Any, int]:
+        """The inputs detached and the first ``steps - backprop_steps`` steps run without a
+        graph: ``(phi, theta, opt_state, first)``, ``first`` the index of the first
+        differentiated step."""
         problem.check_steps(self.steps)
         phi, theta, opt_state = detach((phi, theta, opt_state))
         differentiated = self.steps if self.backprop_steps is None else self.backprop_steps
         first = self.steps - differentiated
         theta, opt_state = problem.run_inner(theta, phi, opt_state, first)
+        return phi, theta, opt_state, first
+
+    def __call__(
+        self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
+    ) -> Hypergradient:
+        phi, theta, opt_state, first = self._undifferentiated(problem, phi, theta, opt_state)
 
         def outer_through_steps(phi_: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
-            theta_t, state_t = problem.run_inner(theta, phi_, opt_state, differentiated, first)
+            theta_t, state_t = problem.run_inner(theta, phi_, opt_state, self.steps - first, first)
             loss = problem.outer_loss(theta_t, phi_)
             return loss, (theta_t, state_t, loss)
 
@@ -124,11 +133,7 @@ class AutogradUnrolled(Unrolled):
     def __call__(
         self, problem: BilevelProblem, phi: Any, theta: Params, opt_state: Any
     ) -> Hypergradient:
-        problem.check_steps(self.steps)
-        phi, theta, opt_state = detach((phi, theta, opt_state))
-        differentiated = self.steps if self.backprop_steps is None else self.backprop_steps
-        first = self.steps - differentiated
-        theta, opt_state = problem.run_inner(theta, phi, opt_state, first)
+        phi, theta, opt_state, first = self._undifferentiated(problem, phi, theta, opt_state)
         phi, theta = tree_map(lambda t: t.requires_grad_(), detach((phi, theta)))
         with torch.enable_grad():
             for step in range(first, self.steps):
