@@ -86,9 +86,9 @@ def full_sample() -> dict[str, Any]:
         study = get_study(name)
         protocol = study.protocol("full")
         groups: dict[Any, list[Any]] = {}
-        for spec in sample(name, study.specs(protocol)):
-            groups.setdefault(study.batch_by(spec), []).append(spec)
         try:
+            for spec in sample(name, study.specs(protocol)):
+                groups.setdefault(study.batch_by(spec), []).append(spec)
             for group in groups.values():
                 with fixed_threads(protocol.threads):
                     outcome = study.execute(protocol, group)
