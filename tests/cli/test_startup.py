@@ -80,7 +80,8 @@ def test_a_command_still_imports_what_it_needs():
     """The lazy imports happen: ``evaluate`` runs in a fresh process and loads torch -- but
     not what it does not need: the studies' engine, matplotlib, sympy (a second of imports
     that ``torch.broadcast_shapes`` would pull in) or pydantic (which typer 0.29 imports to
-    parse a command's options: 0.1-0.2 s; ``pyproject.toml`` keeps typer below it)."""
+    parse a command's options: about 0.1 s, ``benchmarks/results/cli.md``; ``pyproject.toml``
+    keeps typer below it)."""
     args = ["evaluate", "example:digits_test", "--json", "--resamples", "10"]
     unneeded = ("selfcal.experiments", "matplotlib", "sympy", "pydantic")
     result = _invoke_fresh(args, ("torch", *unneeded))
