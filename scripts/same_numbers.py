@@ -13,7 +13,8 @@ them again at another, and compare.
   and ``conformal`` read ``results/benchmark.sqlite``) is recorded as skipped, with the reason.
 
 ``compare A B`` compares two such folders and exits non-zero when any number differs. Wall-clock
-fields (``seconds``, ``train_seconds``, ``time*``) are ignored: they are measurements, not results.
+fields (``seconds``, ``*_seconds``, ``time*``, ``seconds.*``) are ignored: they are measurements,
+not results.
 
 To compare a revision with the working tree (the selfcal of ``PYTHONPATH`` is the one recorded)::
 
@@ -123,7 +124,13 @@ def sample(name: str, specs: list[Any]) -> list[Any]:
 
 
 def timing(key: str) -> bool:
-    return key in ("seconds", "train_seconds") or key.endswith("_seconds") or key.startswith("time")
+    """Whether ``key`` names a wall-clock field (``seconds``, ``*_seconds``, ``time*``, or a
+    per-calibrator fit time of the post-hoc study, ``seconds.<calibrator>``)."""
+    return (
+        key in ("seconds", "train_seconds")
+        or key.endswith("_seconds")
+        or key.startswith(("time", "seconds."))
+    )
 
 
 def without_timings(value: Any) -> Any:
