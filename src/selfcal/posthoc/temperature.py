@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -118,8 +119,8 @@ def _at_bound_problem(data: _Logits, beta: float) -> str | None:
     )
 
 
-_SHARED_FITS: ContextVar[dict[tuple[int, int], tuple[Any, TemperatureFit]] | None] = ContextVar(
-    "_SHARED_FITS", default=None
+_SHARED_FITS: ContextVar[dict[tuple[int, int], tuple[Any, Any, TemperatureFit]] | None] = (
+    ContextVar("_SHARED_FITS", default=None)
 )
 
 
@@ -129,7 +130,8 @@ def shared_temperature_fits() -> Iterator[None]:
     tensors (the same objects) and hands the same fit to every later call: the calibrators
     that begin with temperature scaling (TS, TS-mix, and SVS / SMS on float64 scores), fitted
     by :class:`~selfcal.posthoc.AutoCalibration` on one fold, solve the same problem, to the
-    same bits. The tensors are held until the block ends, so no other can take their ids."""
+    same bits. The tensors are only weakly referenced: a fit is reused while both still
+    live (a freed tensor's id taken by another is a miss), and no copy is kept alive."""
     token = _SHARED_FITS.set({})
     try:
         yield
@@ -152,9 +154,12 @@ def solve_temperature(
     if shared is None:
         return _solve_temperature(logits, labels)
     key = (id(logits), id(labels))
-    if key not in shared:
-        shared[key] = ((logits, labels), _solve_temperature(logits, labels))
-    return shared[key][1]
+    entry = shared.get(key)
+    if entry is not None and entry[0]() is logits and entry[1]() is labels:
+        return entry[2]
+    fit = _solve_temperature(logits, labels)
+    shared[key] = (weakref.ref(logits), weakref.ref(labels), fit)
+    return fit
 
 
 def _solve_temperature(logits: torch.Tensor, labels: torch.Tensor) -> TemperatureFit:
