@@ -17,7 +17,6 @@ from selfcal.metrics.smooth._grid import (
     finish,
     fixed_bandwidth,
     linear_bin,
-    next_fast_len,
     rows,
 )
 from selfcal.predictions import Predictions
@@ -99,22 +98,20 @@ class _SmoothEceGrids:
     def spectrum(self, n_grid: int, rows: torch.Tensor) -> Spectrum:
         """``(2, K, F)``: the residual-mass (first) and count (second) spectra of rows
         ``rows`` (``(K,)``, sorted) on the grid of ``n_grid`` points; kept when every row
-        needs that grid and no gradient is being taken."""
+        needs that grid, no gradient is being taken and they fit the budget."""
         b, k = self.w.shape[0], rows.shape[0]
         cached = self._cache.get(n_grid)
-        if cached is None and k == b and not torch.is_grad_enabled() and self._room(n_grid):
-            cached = self._cache[n_grid] = self._spectra(n_grid, None)
+        if cached is None and k == b and not torch.is_grad_enabled():
+            whole = self._spectra(n_grid, None)
+            kept = sum(s.values.nbytes for s in self._cache.values())
+            if kept + whole.values.nbytes > SMECE_SPECTRUM_CACHE_BYTES:
+                return Spectrum(whole.values.view(2, k, -1), whole.n_fft, whole.length)
+            cached = self._cache[n_grid] = whole
         if cached is None:
             spectrum = self._spectra(n_grid, rows)
         else:  # a copy: the convolution consumes it
             spectrum = cached.rows(torch.cat([rows, rows + b]))
         return Spectrum(spectrum.values.view(2, k, -1), spectrum.n_fft, spectrum.length)
-
-    def _room(self, n_grid: int) -> bool:
-        """Whether every row's spectra on ``n_grid`` points fit beside those kept."""
-        kept = sum(s.values.numel() * s.values.element_size() for s in self._cache.values())
-        size = 2 * self.w.shape[0] * (next_fast_len(4 * n_grid - 3) // 2 + 1) * 16
-        return kept + size <= SMECE_SPECTRUM_CACHE_BYTES
 
 
 def _smooth_ece_at(grids: _SmoothEceGrids, sigma: torch.Tensor) -> torch.Tensor:
