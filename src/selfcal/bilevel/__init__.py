@@ -6,7 +6,8 @@ solution ``theta_T(phi)``, ``T`` steps of a differentiable optimizer from a warm
 
     F(phi) = f(theta_T(phi), phi)
 
-Hypergradient estimators (swappable strategies, all ``torch.func.vmap``-able):
+Hypergradient estimators (swappable strategies, ``torch.func.vmap``-able but for the
+``Autograd*`` twins):
 
 * **Unrolled** (reverse mode through the steps; exact for the unrolled computation). With
   ``(theta_{k+1}, s_{k+1}) = Phi(theta_k, s_k, phi)`` one optimizer step (``s``: its state)::

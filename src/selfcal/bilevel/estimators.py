@@ -4,9 +4,10 @@
 
 Each runs ``steps`` inner steps from the warm start ``(theta, opt_state)`` and returns dF/dphi
 and the new warm start, detached (truncated back-propagation across outer iterations). Inputs
-are treated as constants: nothing is recorded on the regular autograd tape. Iteration counts
-are fixed, and there is no ``.item()`` or data-dependent branch, so every estimator runs under
-``torch.func.vmap`` (e.g. one outer step over a batch of seeds or hyperparameters).
+are treated as constants. Iteration counts are fixed, and there is no ``.item()`` or
+data-dependent branch, so every estimator written on ``torch.func`` runs under
+``torch.func.vmap`` (e.g. one outer step over a batch of seeds or hyperparameters); the
+``Autograd*`` twins record on the regular autograd tape instead (faster, not ``vmap``-able).
 
 * :class:`Unrolled` -- reverse mode through the unrolled inner steps, optimizer state
   included: the exact derivative of the computation. Memory grows linearly in the
