@@ -32,6 +32,7 @@ tensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -41,6 +42,7 @@ import torch
 
 from selfcal._kernels import kernels_for
 from selfcal._top_label import (
+    DEVICE_CHUNK_ELEMENTS,
     PROB_ATOL,
     ScoreKind,
     differentiable_confidence,
@@ -282,9 +284,29 @@ class Predictions:
     @cached_property
     def probs(self) -> torch.Tensor:
         """``(N, C)`` float64 probabilities."""
+        return self.probs_of(self.scores)
+
+    def probs_of(self, scores: torch.Tensor) -> torch.Tensor:
+        """Float64 probabilities of some of these score rows (``softmax`` of logits, row by
+        row): a chunk of :attr:`probs`, bit for bit."""
         if self.kind == "logits":
-            return torch.softmax(self.scores.double(), dim=1)
-        return self.scores.double()
+            return torch.softmax(scores.double(), dim=1)
+        return scores.double()
+
+    def map_rows(
+        self, row_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """``row_fn(scores, labels[:, None])`` -> ``(N,)``, over chunks of
+        :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` scores: the float64 temporaries of
+        a row-wise computation take ``O(chunk)`` memory whatever ``N`` (one chunk, the whole
+        array, below that size). Each row's value is computed by the same row-wise operations
+        in any chunk."""
+        y = self.require_labels().unsqueeze(1)
+        rows = max(1, DEVICE_CHUNK_ELEMENTS // self.n_classes)
+        if self.n_samples <= rows:
+            return row_fn(self.scores, y)
+        pieces = zip(self.scores.split(rows), y.split(rows), strict=True)
+        return torch.cat([row_fn(s, t) for s, t in pieces])
 
     @cached_property
     def correct(self) -> torch.Tensor:

@@ -4,12 +4,14 @@ that replace ``bincount(weights=)``'s atomics on a GPU."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 import selfcal.metrics as M
 from selfcal import predictions
-from selfcal.metrics import binning, scores
+from selfcal.metrics import binning
 from selfcal.predictions import Predictions
 
 GEN = torch.Generator().manual_seed(0)
@@ -21,13 +23,14 @@ def _data(n: int = 1000, c: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-@pytest.mark.parametrize("metric", [M.nll, M.brier])
+@pytest.mark.parametrize("metric", [M.nll, M.brier, M.sece, M.dece])
 @pytest.mark.parametrize("kind", ["logits", "probs"])
 def test_chunked_per_row_scores_are_bit_identical(monkeypatch, metric, kind):
+    """NLL and Brier per row, and SECE's and DECE's soft accuracies."""
     z, y = _data()
     scores_in = z if kind == "logits" else torch.softmax(z, 1)
     whole = metric(**{kind: scores_in, "labels": y})
-    monkeypatch.setattr(scores, "DEVICE_CHUNK_ELEMENTS", 7 * 64)  # 64 rows per chunk
+    monkeypatch.setattr(predictions, "DEVICE_CHUNK_ELEMENTS", 7 * 64)  # 64 rows per chunk
     chunked = metric(**{kind: scores_in, "labels": y})
     assert torch.equal(torch.as_tensor(chunked), torch.as_tensor(whole))
 
@@ -36,7 +39,7 @@ def test_chunked_nll_keeps_its_gradient(monkeypatch):
     z, y = _data(200)
     z.requires_grad_(True)
     (g_whole,) = torch.autograd.grad(M.nll(logits=z, labels=y), z)
-    monkeypatch.setattr(scores, "DEVICE_CHUNK_ELEMENTS", 7 * 16)
+    monkeypatch.setattr(predictions, "DEVICE_CHUNK_ELEMENTS", 7 * 16)
     (g_chunked,) = torch.autograd.grad(M.nll(logits=z, labels=y), z)
     assert torch.equal(g_chunked, g_whole)
 
@@ -58,12 +61,58 @@ def test_onehot_bin_sums_equal_the_cpu_sums(monkeypatch, values, resampled):
     torch.testing.assert_close(onehot, cpu, rtol=1e-13, atol=1e-12)
 
 
+@pytest.mark.parametrize("resampled", [False, True])
+@pytest.mark.parametrize("kind", ["logits", "probs"])
+def test_classwise_onehot_sums_equal_the_cpu_sums(monkeypatch, resampled, kind):
+    """Classwise bins on a GPU (one-hot products over chunks of rows) against the CPU's flat
+    bincount pass, here on the CPU with chunks of 10 rows."""
+    z, y = _data(1000, 7)
+    pred = (
+        Predictions.from_logits(z, y)
+        if kind == "logits"
+        else Predictions.from_probs(torch.softmax(z, 1), y)
+    )
+    weights = torch.randint(3, (4, 1000), generator=GEN).double() if resampled else None
+    cpu = binning.classwise_bins(pred, 15, weights)
+    monkeypatch.setattr(binning, "DEVICE_CHUNK_ELEMENTS", 7 * 15 * 10)
+    device = binning._classwise_onehot_sums(pred, cpu.edges, weights)
+    for got, want in zip(device, (cpu.count, cpu.confidence_sum, cpu.accuracy_sum), strict=True):
+        assert got.shape == want.shape == ((4,) if resampled else ()) + (7, 15)
+        torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-12)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_binning_is_deterministic_and_matches_the_cpu():
     z, y = _data(200_000, 10)
-    runs = [M.ece(logits=z.cuda(), labels=y.cuda()) for _ in range(3)]
-    assert all(torch.equal(torch.as_tensor(r), torch.as_tensor(runs[0])) for r in runs)
-    assert abs(float(runs[0]) - float(M.ece(logits=z, labels=y))) < 1e-12
+    sece_grid = functools.partial(M.sece, method="grid")  # linear binning onto a grid
+    for metric in (M.ece, M.classwise_ece, M.kde_ece, M.smooth_ece, sece_grid):
+        runs = [metric(logits=z.cuda(), labels=y.cuda()) for _ in range(3)]
+        assert all(torch.equal(torch.as_tensor(r), torch.as_tensor(runs[0])) for r in runs)
+        assert abs(float(runs[0]) - float(metric(logits=z, labels=y))) < 1e-12
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    "metric",
+    [
+        *(M.nll, M.brier, M.ece, M.mce, M.adaece, M.classwise_ece),
+        *(M.sece, M.kde_ece, M.smooth_ece, M.debiased_ece, M.aurc),
+    ],
+)
+def test_cuda_metrics_take_chunks_not_a_float64_copy(metric):
+    """200,000 x 1,000 float32 logits (800 MB): a float64 copy of them would take 1.6 GB; the
+    chunked passes stay under half of that whatever N."""
+    n, c = 200_000, 1000
+    g = torch.Generator(device="cuda").manual_seed(0)
+    z = 3 * torch.randn(n, c, device="cuda", generator=g)
+    y = torch.randint(c, (n,), device="cuda", generator=g)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    metric(logits=z, labels=y)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    assert extra < n * c * 8 / 2, f"{extra / 2**20:.0f} MiB"
 
 
 class _ReportsMps(torch.Tensor):

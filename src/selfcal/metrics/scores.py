@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-from selfcal._top_label import DEVICE_CHUNK_ELEMENTS
 from selfcal.metrics._api import metric, weighted_mean
 from selfcal.metrics.binning import Weights
 from selfcal.predictions import Predictions
@@ -35,7 +32,7 @@ def nll(pred: Predictions, weights: Weights = None) -> torch.Tensor:
         tiny = torch.finfo(torch.float64).tiny
         return scores.double().gather(1, y).squeeze(1).clamp_min(tiny).log()
 
-    return weighted_mean(-_per_row(pred, true_class_log_prob), weights)
+    return weighted_mean(-pred.map_rows(true_class_log_prob), weights)
 
 
 @metric(differentiable=True)
@@ -44,23 +41,7 @@ def brier(pred: Predictions, weights: Weights = None) -> torch.Tensor:
     classes; for a binary problem this is twice scikit-learn's ``brier_score_loss``)."""
 
     def squared_error(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        p = torch.softmax(scores.double(), 1) if pred.kind == "logits" else scores.double()
+        p = pred.probs_of(scores)
         return p.square().sum(1) - 2 * p.gather(1, y).squeeze(1) + 1
 
-    return weighted_mean(_per_row(pred, squared_error), weights)
-
-
-def _per_row(
-    pred: Predictions, row_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-) -> torch.Tensor:
-    """``row_fn(scores, labels[:, None])`` -> ``(rows,)``, over chunks of
-    :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` scores: the float64 temporaries take
-    ``O(chunk)`` memory whatever ``N`` (one chunk, the whole array, below that size). Each row's
-    value is computed by the same row-wise operations in any chunk."""
-    y = pred.require_labels().unsqueeze(1)
-    rows = max(1, DEVICE_CHUNK_ELEMENTS // pred.n_classes)
-    if pred.n_samples <= rows:
-        return row_fn(pred.scores, y)
-    return torch.cat(
-        [row_fn(s, t) for s, t in zip(pred.scores.split(rows), y.split(rows), strict=True)]
-    )
+    return weighted_mean(pred.map_rows(squared_error), weights)

@@ -47,12 +47,20 @@ def linear_bin(
 
     The masses are added in place into the fresh zero grid: the same sums in the same order as
     out-of-place ``index_add`` (bit for bit, gradients included), without two copies of a grid
-    that for SECE's bootstrap holds ``2B x ~10^5`` values."""
+    that for SECE's bootstrap holds ``2B x ~10^5`` values. On other devices than the CPU,
+    ``index_add_`` adds with atomics in an order that changes from run to run; the sums are
+    then ``index_put_(accumulate=True)``'s, which sorts the indices and adds each grid point's
+    masses in one order (deterministic; a few ulps from the CPU's sums)."""
     pos = (x - start) * inv_step
     left = pos.detach().long().clamp(0, n_grid - 2)  # truncation = floor for pos >= 0
     frac = pos - left
     grid = torch.zeros(mass.shape[0], n_grid, dtype=torch.float64, device=x.device)
-    grid.index_add_(1, left, mass * (1 - frac)).index_add_(1, left + 1, mass * frac)
+    if x.device.type == "cpu":
+        grid.index_add_(1, left, mass * (1 - frac)).index_add_(1, left + 1, mass * frac)
+    else:
+        row = torch.arange(mass.shape[0], device=x.device).unsqueeze(1)
+        grid.index_put_((row, left), mass * (1 - frac), accumulate=True)
+        grid.index_put_((row, left + 1), mass * frac, accumulate=True)
     return grid, left, frac
 
 

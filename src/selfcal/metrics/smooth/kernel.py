@@ -72,10 +72,10 @@ def soft_inputs(
     pred: Predictions, weights: Weights, t_a: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What SECE and DECE read: the top-label confidences ``c`` (with autograd), the soft
-    accuracies (:func:`soft_accuracy`, scale ``t_a``) and the ``(B, N)`` bootstrap rows."""
-    confidence = pred.confidence
-    accuracy = soft_accuracy(pred.probs, pred.require_labels(), t_a)
-    return confidence, accuracy, rows(pred, weights)
+    accuracies (:func:`soft_accuracy`, scale ``t_a``; in chunks of rows, so that its float64
+    ``(N, C)`` temporaries take ``O(chunk)`` memory) and the ``(B, N)`` bootstrap rows."""
+    accuracy = pred.map_rows(lambda s, y: soft_accuracy(pred.probs_of(s), y[:, 0], t_a))
+    return pred.confidence, accuracy, rows(pred, weights)
 
 
 def _gaussian(d: torch.Tensor, bandwidth: float) -> torch.Tensor:
