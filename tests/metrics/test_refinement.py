@@ -159,3 +159,16 @@ def test_one_fit_serves_the_point_the_bootstrap_and_the_calibration_loss(monkeyp
     refinement_loss(pred, folds=5)
     refinement_loss(Predictions.from_logits(z, y))
     assert len(calls) == 3
+
+
+def test_the_kept_fit_goes_with_its_predictions():
+    """The shared fit is kept only while its ``Predictions`` live: an ``(N, C)`` float64 result
+    held for the process's life would pin that much GPU memory."""
+    import weakref
+
+    z, y = make_logits(9, 200, 3)
+    pred = Predictions.from_logits(z, y)
+    result = weakref.ref(recalibrated(pred, "ts"))
+    assert recalibrated(pred, "ts") is result()  # kept while pred lives
+    del pred
+    assert result() is None
