@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import pytest
 import torch
@@ -64,10 +65,55 @@ STEPS = {
 }
 
 
+class CudaSyncs:
+    """Counts the synchronizing CUDA calls made inside it (``torch.cuda.set_sync_debug_mode``:
+    device-to-host reads and blocking copies), with where each was made."""
+
+    def __enter__(self) -> CudaSyncs:
+        torch.cuda.synchronize()
+        self._caught = warnings.catch_warnings(record=True)
+        self.warnings = self._caught.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.cuda.set_sync_debug_mode("default")
+        self._caught.__exit__(*exc)
+
+    @property
+    def count(self) -> int:
+        return len(self.syncs)
+
+    @property
+    def syncs(self) -> list[str]:
+        return [
+            f"{w.filename}:{w.lineno}"
+            for w in self.warnings
+            if "called a synchronizing" in str(w.message)
+        ]
+
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    ),
+]
+
+
+def counter(device: str) -> HostReads | CudaSyncs:
+    """On the CPU the host reads; on a GPU the synchronizing calls themselves."""
+    return HostReads() if device == "cpu" else CudaSyncs()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(STEPS))
-def test_host_reads_per_step(name):
+def test_host_reads_per_step(name, device):
     model = build_model("cnn2d", seed=0, n_classes=3)
-    run = prepare_run(model, _data(64), config=TrainConfig(epochs=1, batch_size=16))
+    config = TrainConfig(epochs=1, batch_size=16, device=device)
+    run = prepare_run(model, _data(64), config=config)
     make, per_step = STEPS[name]
     step = make()
     step.start(run)
@@ -75,18 +121,24 @@ def test_host_reads_per_step(name):
     x, y = run.train
     with labels_checked():  # as inside fit, which checks every label once
         step.step(model, x[:16], y[:16])  # the first step may set things up
-        with HostReads() as reads:
+        with counter(device) as reads:
             for start in (16, 32, 48):
                 loss = step.step(model, x[start : start + 16], y[start : start + 16])
-    assert reads.count == 3 * per_step
+    assert reads.count == 3 * per_step, getattr(reads, "syncs", reads.count)
     assert loss.ndim == 0 and not loss.requires_grad
 
 
-def test_an_epoch_reads_the_same_whatever_its_number_of_minibatches():
-    counts = []
-    for batch_size in (32, 8):  # 2 and 8 minibatches an epoch
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["ce", "gamma-net"])
+def test_an_epoch_reads_the_same_whatever_its_number_of_minibatches(name, device):
+    """With the data on the CPU, as a user passes it, in 2 and 8 minibatches of 16 an epoch; the
+    γ-Net's 32 meta rows are then passed over 1 and 4 times an epoch."""
+    counts, where = [], []
+    for n in (32, 128):
         model = build_model("cnn2d", seed=0, n_classes=3)
-        with HostReads() as reads:
-            fit(model, _data(64), config=TrainConfig(epochs=2, batch_size=batch_size))
+        config = TrainConfig(epochs=2, batch_size=16, device=device)
+        with counter(device) as reads:
+            fit(model, _data(n), config=config, step=STEPS[name][0]())
         counts.append(reads.count)
-    assert counts[0] == counts[1]
+        where.append(getattr(reads, "syncs", None))
+    assert counts[0] == counts[1], where

@@ -246,10 +246,12 @@ def _bind_transform(
 def _epoch_batches(
     n: int, batch_size: int | None, generator: torch.Generator, device: torch.device
 ) -> list[Batch]:
-    """Full batch in data order, or a fresh permutation split into ``batch_size`` chunks."""
+    """Full batch in data order, or a fresh permutation split into ``batch_size`` chunks (drawn
+    on the CPU and copied without waiting for the device)."""
     if batch_size is None:
         return [slice(None)]
-    return list(torch.randperm(n, generator=generator).to(device).split(batch_size))
+    order = torch.randperm(n, generator=generator).to(device, non_blocking=True)
+    return list(order.split(batch_size))
 
 
 def _check_parameters(model: nn.Module) -> None:

@@ -303,9 +303,10 @@ def fit_meta(
 def _cycle(
     n: int, batch_size: int | None, generator: torch.Generator, device: torch.device
 ) -> Iterator[torch.Tensor]:
-    """Endless shuffled meta-val batches (a new permutation per pass, the cycled loader)."""
+    """Endless shuffled meta-val batches (a new permutation per pass, the cycled loader; drawn
+    on the CPU and copied without waiting for the device)."""
     while True:
-        order = torch.randperm(n, generator=generator).to(device)
+        order = torch.randperm(n, generator=generator).to(device, non_blocking=True)
         yield from (order.split(batch_size) if batch_size is not None else [order])
 
 
