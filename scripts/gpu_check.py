@@ -1,8 +1,9 @@
-"""The GPU check: every metric and calibrator on CUDA against its CPU result; every method
-family of the benchmark trained for a few dozen minibatch steps on a CIFAR ResNet-18 with
-synthetic CIFAR-shaped data (minibatch BO4SC and the γ-Net meta step among them), with each
-one's time relative to a CE epoch of the same batches and its peak GPU memory; written to
-``benchmarks/results/gpu.md``.
+"""The GPU check: every metric and calibrator on CUDA against its CPU result (and the metrics
+against a second CUDA run); each metric's time and peak GPU memory on 200,000 x 1,000 logits;
+every method family of the benchmark trained for a few dozen minibatch steps on a CIFAR
+ResNet-18 with synthetic CIFAR-shaped data (minibatch BO4SC and the γ-Net meta step among
+them), with each one's time relative to a CE epoch of the same batches and its peak GPU memory
+above the data; written to ``benchmarks/results/gpu.md``.
 
 On a machine without CUDA it runs its CPU half -- the metrics and calibrators on the CPU only,
 and the training at ``--cpu-steps`` batches of 16 -- checks that every path runs, and says what
@@ -10,13 +11,14 @@ it skipped (BO4SC's T = 10 inner steps need at least 10 batches an epoch). Nothi
 timed against a peer: the ratios are to CE on the same machine in the same run.
 
 Usage: ``python scripts/gpu_check.py [--steps 30] [--out benchmarks/results/gpu.md]``
-(about five minutes on one H200; PYTHONPATH=src where selfcal is not installed).
+(under a minute on one H200; PYTHONPATH=src where selfcal is not installed).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import math
 import sys
 import time
@@ -36,6 +38,8 @@ from selfcal.training import BestCheckpoint
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu.md"
 N_ROWS, N_CLASSES = 20_000, 100
 """The metrics' logits."""
+MEMORY_ROWS, MEMORY_CLASSES = 200_000, 1_000
+"""The logits of the metrics' memory check (800 MB in float32; a float64 copy is 1.6 GB)."""
 FIT_ROWS, FIT_CLASSES = 4_000, 20
 """The calibrators' logits (half to fit, half to predict; two classes for the binary ones)."""
 METRIC_TOLERANCE = 1e-6
@@ -77,6 +81,33 @@ def metric_rows(cuda: bool) -> list[str]:
         again = runs[1][k] == gpu[k] or both_nan
         verdict += "" if again else ", **not repeatable** (a second CUDA run differs)"
         rows.append(f"| {k} | {cpu[k]:.6g} | {gpu[k]:.6g} | {diff:.1e} {verdict} |")
+    return rows
+
+
+def memory_rows() -> list[str]:
+    """Each metric alone on :data:`MEMORY_ROWS` x :data:`MEMORY_CLASSES` CUDA logits: its
+    seconds and the peak GPU memory it adds to the logits and labels, also as a fraction of
+    one float64 copy of the logits."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    z = 3 * torch.randn(MEMORY_ROWS, MEMORY_CLASSES, device="cuda", generator=g)
+    y = torch.randint(MEMORY_CLASSES, (MEMORY_ROWS,), device="cuda", generator=g)
+    copy = MEMORY_ROWS * MEMORY_CLASSES * 8
+    rows = []
+    for k in METRICS:
+        synchronize("cuda")
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            point_estimates(Predictions.from_logits(z, y), [k])
+        synchronize("cuda")
+        seconds = time.perf_counter() - start
+        extra = torch.cuda.max_memory_allocated() - before
+        rows.append(f"| {k} | {seconds:.2f} | {extra / 2**20:.0f} | {extra / copy:.2f} |")
+        print(f"memory {k}: {seconds:.2f} s, {extra / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+    del z, y
+    gc.collect()
     return rows
 
 
@@ -139,11 +170,13 @@ def training_rows(device: str, steps: int, batch: int) -> list[str]:
     train, meta, val = split(n), split(4 * batch), split(4 * batch)
     seconds, memory = {}, {}
     for method in ("ce", *METHODS):  # CE twice: the first is the warm-up
+        gc.collect()  # the last method's model and optimizer state
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            data = torch.cuda.memory_allocated()  # the splits, and what else is left: printed
         model = build_network(recipe, 10, 0).to(device)
         checkpoint = BestCheckpoint(*val)
         options = FULL.candidates("cifar10", method)[0]
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
         synchronize(device)
         start = time.perf_counter()
         train_method(
@@ -153,7 +186,17 @@ def training_rows(device: str, steps: int, batch: int) -> list[str]:
         synchronize(device)
         seconds[method] = time.perf_counter() - start
         print(f"trained {method}: {seconds[method]:.2f} s", file=sys.stderr, flush=True)
-        memory[method] = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else math.nan
+        if device == "cuda":
+            memory[method] = (torch.cuda.max_memory_allocated() - data) / 2**20
+            splits = sum(t.nbytes for t in (*train, *meta, *val))
+            print(
+                f"allocated before {method}: {data / 2**20:.0f} MiB "
+                f"(the splits: {splits / 2**20:.0f} MiB)",
+                file=sys.stderr,
+            )
+        else:
+            memory[method] = math.nan
+        del model, checkpoint
     rows = []
     for method in METHODS:
         mib = "—" if math.isnan(memory[method]) else f"{memory[method]:.0f}"
@@ -194,6 +237,16 @@ def main() -> None:
         "|---|---|---|---|",
         *metric_rows(cuda),
         "",
+        f"## Each metric's peak GPU memory on {MEMORY_ROWS:,} x {MEMORY_CLASSES:,} float32 "
+        "logits (the memory it adds to them; one float64 copy of them = 1.00)",
+        "",
+        *(
+            ["| metric | seconds | peak added (MiB) | / float64 copy |", "|---|---|---|---|"]
+            + memory_rows()
+            if cuda
+            else ["Skipped: no CUDA device."]
+        ),
+        "",
         f"## Calibrators fitted on {FIT_ROWS // 2:,} rows, probabilities on "
         f"{FIT_ROWS // 2:,} more: CPU against CUDA "
         f"(pass: max |difference| <= {PROBABILITY_TOLERANCE:g})",
@@ -205,7 +258,7 @@ def main() -> None:
         f"## One epoch of {steps} batches of {batch} synthetic 3 x 32 x 32 images, ResNet-18, "
         "the papers' SGD recipe (the checkpoint's validation pass included)",
         "",
-        "| method | seconds | × CE | peak GPU memory (MiB) |",
+        "| method | seconds | × CE | peak GPU memory above the data (MiB) |",
         "|---|---|---|---|",
         *training_rows(device, steps, batch),
         "",
