@@ -3,15 +3,18 @@ against a second CUDA run); each metric's time and peak GPU memory on 200,000 x 
 every method family of the benchmark trained for a few dozen minibatch steps on a CIFAR
 ResNet-18 with synthetic CIFAR-shaped data (minibatch BO4SC and the γ-Net meta step among
 them), with each one's time relative to a CE epoch of the same batches and its peak GPU memory
-above the data; written to ``benchmarks/results/gpu.md``.
+above the data; and the command line: ``selfcal train --device cuda`` and ``--device cpu`` on
+the digits table, then ``selfcal predict`` of the GPU-trained model where no GPU is visible.
+Written to ``benchmarks/results/gpu.md``.
 
 On a machine without CUDA it runs its CPU half -- the metrics and calibrators on the CPU only,
-and the training at ``--cpu-steps`` batches of 16 -- checks that every path runs, and says what
-it skipped (BO4SC's T = 10 inner steps need at least 10 batches an epoch). Nothing here is
-timed against a peer: the ratios are to CE on the same machine in the same run.
+the training at ``--cpu-steps`` batches of 16, the CLI on the CPU -- checks that every path
+runs, and says what it skipped (BO4SC's T = 10 inner steps need at least 10 batches an epoch).
+Nothing here is timed against a peer: the ratios are to CE on the same machine in the same run.
 
-Usage: ``python scripts/gpu_check.py [--steps 30] [--out benchmarks/results/gpu.md]``
-(under a minute on one H200; PYTHONPATH=src where selfcal is not installed).
+Usage: ``python scripts/gpu_check.py [--steps 30] [--cli-epochs 20] [--out FILE]`` (default
+``benchmarks/results/gpu.md``; a few minutes on one H200; PYTHONPATH=src where selfcal is not
+installed).
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import json
 import math
+import os
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -206,10 +213,71 @@ def training_rows(device: str, steps: int, batch: int) -> list[str]:
     return rows
 
 
+CLI_METHODS = ("ce", "bsce-gra", "flγ-sece", "bo4sc")
+"""Methods ``selfcal train`` fits in the CLI check: the baseline, the gradient-weighted loss,
+the γ-Net meta step and the bilevel method."""
+
+
+def selfcal(*args: str, hide_gpu: bool = False) -> str:
+    """``python -m selfcal.cli ARGS``' standard output (a failure stops the check); with
+    ``hide_gpu``, in a process that sees no CUDA device."""
+    env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": ""} if hide_gpu else {}))
+    done = subprocess.run(
+        [sys.executable, "-m", "selfcal.cli", *args], capture_output=True, text=True, env=env
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"selfcal {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def cli_rows(cuda: bool, epochs: int) -> list[str]:
+    """``selfcal train`` on the bundled digits table (every candidate of each method of
+    :data:`CLI_METHODS`, ``--calibrate auto``) with ``--device cuda`` and ``--device cpu``;
+    then ``selfcal predict`` of the model trained on the first device in a process that sees
+    no GPU (a model trained on a GPU serves on a CPU-only machine)."""
+    devices = ("cuda", "cpu") if cuda else ("cpu",)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "digits"
+        selfcal("dataset", "digits", "--out", str(data))
+        splits = [str(data / f"{split}.csv") for split in ("train", "val", "test")]
+        for method in CLI_METHODS:
+            cells = {}
+            for device in devices:
+                model = Path(tmp) / f"{method}-{device}"
+                start = time.perf_counter()
+                report = json.loads(
+                    selfcal(
+                        "train", splits[0], "--val", splits[1], "--test", splits[2],
+                        "--method", method, "--epochs", str(epochs), "--calibrate", "auto",
+                        "--device", device, "--out", str(model), "--json",
+                    )
+                )  # fmt: skip
+                test = report["metrics"]["test"]["calibrated"]
+                cells[device] = (time.perf_counter() - start, test["nll"]["value"])
+                print(f"cli {method} on {device}: {cells[device]}", file=sys.stderr, flush=True)
+            served = json.loads(
+                selfcal(
+                    "predict", str(Path(tmp) / f"{method}-{devices[0]}"), splits[2],
+                    "--out", str(Path(tmp) / f"{method}.csv"), "--target-coverage", "0.9",
+                    "--json", hide_gpu=True,
+                )
+            )  # fmt: skip
+            cuda_cells = (
+                f"{cells['cuda'][0]:.1f} | {cells['cuda'][1]:.4f}" if cuda else "skipped | —"
+            )
+            rows.append(
+                f"| {method} | {cuda_cells} | {cells['cpu'][0]:.1f} | {cells['cpu'][1]:.4f} | "
+                f"{served['rows']:,} rows, {served['abstained']} abstained |"
+            )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="batches of 128 per method (GPU)")
     parser.add_argument("--cpu-steps", type=int, default=10, help="batches of 16 per method (CPU)")
+    parser.add_argument("--cli-epochs", type=int, default=20, help="epochs of selfcal train")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
@@ -261,6 +329,14 @@ def main() -> None:
         "| method | seconds | × CE | peak GPU memory above the data (MiB) |",
         "|---|---|---|---|",
         *training_rows(device, steps, batch),
+        "",
+        f"## The CLI: `selfcal train` on the digits table ({args.cli_epochs} epochs, every "
+        "candidate, `--calibrate auto`) on each device, then `selfcal predict` of the "
+        f"{'CUDA' if cuda else 'CPU'}-trained model in a process that sees no GPU",
+        "",
+        "| method | CUDA: seconds | test NLL | CPU: seconds | test NLL | predict, no GPU |",
+        "|---|---|---|---|---|---|",
+        *cli_rows(cuda, args.cli_epochs),
         "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
