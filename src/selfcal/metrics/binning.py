@@ -424,7 +424,7 @@ def _classwise_onehot_sums(
     Matrix products have no atomics, so the sums are deterministic (as :func:`_onehot_sum`);
     the chunks hold :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` memberships, so memory is
     ``O(chunk)`` whatever ``N``. (The flat pass's bins, ``C M`` of them, would make a one-hot
-    of ``N C x C M`` entries: 47 s and 68 GB at 200,000 x 1,000 on an H200.)"""
+    of ``N C x C M`` entries: 47 s and 68,332 MiB at 200,000 x 1,000 on an H200.)"""
     n_bins, c = edges.shape[0] - 1, pred.n_classes
     labels = pred.require_labels()
     bins = torch.arange(n_bins, device=pred.device)

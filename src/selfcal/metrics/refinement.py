@@ -58,7 +58,7 @@ _last_fit: tuple[weakref.ref[Predictions], tuple[Any, ...], Predictions] | None 
 """The last :func:`recalibrated` result with its input (held weakly) and options: the point
 estimate, the bootstrap and :func:`calibration_loss` of one ``Predictions`` share one fit. It
 is dropped when its input is (:func:`_forget`): an ``(N, C)`` float64 result kept for the
-process's life would hold 1.5 GB of GPU memory at 200,000 x 1,000."""
+process's life would hold 1,526 MiB of GPU memory at 200,000 x 1,000."""
 
 
 def _forget(held: weakref.ref[Predictions]) -> None:
