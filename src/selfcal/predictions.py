@@ -279,7 +279,12 @@ class Predictions:
         so that a zero probability gives a large finite loss rather than ``inf``."""
         if self.kind == "logits":
             return torch.log_softmax(self.scores.double(), dim=1)
-        return self.scores.double().clamp_min(torch.finfo(torch.float64).tiny).log()
+        return self.log_probs_of(self.scores)
+
+    def log_probs_of(self, scores: torch.Tensor) -> torch.Tensor:
+        """``log(max(p, tiny))`` in float64 of some of these probability rows: a chunk of
+        :attr:`log_probs` for probability input, bit for bit."""
+        return scores.double().clamp_min(torch.finfo(torch.float64).tiny).log()
 
     @cached_property
     def probs(self) -> torch.Tensor:

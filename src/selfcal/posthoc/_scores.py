@@ -59,3 +59,9 @@ def scores_as_logits(pred: Predictions) -> torch.Tensor:
     if pred.kind == "logits":
         return pred.scores.double()
     return pred.log_probs
+
+
+def rows_as_logits(pred: Predictions, rows: slice) -> torch.Tensor:
+    """Those rows of :func:`scores_as_logits`, bit for bit, without the whole array."""
+    scores = pred.scores[rows]
+    return scores.double() if pred.kind == "logits" else pred.log_probs_of(scores)
