@@ -298,20 +298,24 @@ class Predictions:
             return torch.softmax(scores.double(), dim=1)
         return scores.double()
 
+    def row_chunks(self, per_row: int | None = None) -> list[slice]:
+        """Consecutive slices of the rows, each holding
+        :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` values of ``per_row`` (default: the
+        ``C`` scores) a row: a row-wise computation over them keeps its float64 temporaries
+        ``O(chunk)`` whatever ``N`` (one slice, every row, below that size)."""
+        rows = max(1, DEVICE_CHUNK_ELEMENTS // (per_row or self.n_classes))
+        return [slice(start, start + rows) for start in range(0, self.n_samples, rows)]
+
     def map_rows(
         self, row_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     ) -> torch.Tensor:
-        """``row_fn(scores, labels[:, None])`` -> ``(N,)``, over chunks of
-        :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` scores: the float64 temporaries of
-        a row-wise computation take ``O(chunk)`` memory whatever ``N`` (one chunk, the whole
-        array, below that size). Each row's value is computed by the same row-wise operations
-        in any chunk."""
+        """``row_fn(scores, labels[:, None])`` -> ``(N,)`` over :meth:`row_chunks`. Each row's
+        value is computed by the same row-wise operations in any chunk."""
         y = self.require_labels().unsqueeze(1)
-        rows = max(1, DEVICE_CHUNK_ELEMENTS // self.n_classes)
-        if self.n_samples <= rows:
+        chunks = self.row_chunks()
+        if len(chunks) == 1:
             return row_fn(self.scores, y)
-        pieces = zip(self.scores.split(rows), y.split(rows), strict=True)
-        return torch.cat([row_fn(s, t) for s, t in pieces])
+        return torch.cat([row_fn(self.scores[rows], y[rows]) for rows in chunks])
 
     @cached_property
     def correct(self) -> torch.Tensor:

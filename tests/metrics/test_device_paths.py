@@ -74,7 +74,7 @@ def test_classwise_onehot_sums_equal_the_cpu_sums(monkeypatch, resampled, kind):
     )
     weights = torch.randint(3, (4, 1000), generator=GEN).double() if resampled else None
     cpu = binning.classwise_bins(pred, 15, weights)
-    monkeypatch.setattr(binning, "DEVICE_CHUNK_ELEMENTS", 7 * 15 * 10)
+    monkeypatch.setattr(predictions, "DEVICE_CHUNK_ELEMENTS", 7 * 15 * 10)
     device = binning._classwise_onehot_sums(pred, cpu.edges, weights)
     for got, want in zip(device, (cpu.count, cpu.confidence_sum, cpu.accuracy_sum), strict=True):
         assert got.shape == want.shape == ((4,) if resampled else ()) + (7, 15)

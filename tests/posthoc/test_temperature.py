@@ -483,14 +483,14 @@ def test_shared_fits_reuse_only_live_identical_tensors_and_keep_none_alive():
 def test_prediction_in_chunks_of_rows_is_bit_for_bit_the_whole_softmax(monkeypatch, kind, dtype):
     """``predict_proba`` writes ``softmax(z / T)`` chunk by chunk into one float64 output (no
     float64 copy of the scores beside it): the same bits as the whole array at once."""
-    import selfcal.posthoc.temperature as temperature
+    import selfcal.predictions as predictions
 
     z, y = make_logits(3, 1000, 7)
     z = torch.as_tensor(z, dtype=dtype)
     scores = {"logits": z} if kind == "logits" else {"probs": torch.softmax(z.double(), 1)}
     ts = TemperatureScaling().fit(**scores, labels=torch.as_tensor(y))
     whole = ts.predict_proba(**scores)
-    monkeypatch.setattr(temperature, "DEVICE_CHUNK_ELEMENTS", 7 * 64)  # 64 rows a chunk
+    monkeypatch.setattr(predictions, "DEVICE_CHUNK_ELEMENTS", 7 * 64)  # 64 rows a chunk
     chunked = ts.predict_proba(**scores)
     expected = torch.softmax(
         (z.double() if kind == "logits" else scores["probs"].log()) / ts.temperature_, 1

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from selfcal._kernels import kernels_for
-from selfcal._top_label import DEVICE_CHUNK_ELEMENTS
 from selfcal._validation import check_int
 from selfcal.predictions import Predictions
 
@@ -422,17 +421,16 @@ def _classwise_onehot_sums(
     ``(rows, C M)`` multiplied by their weights (ones, or the ``(B, rows)`` resampling weights).
 
     Matrix products have no atomics, so the sums are deterministic (as :func:`_onehot_sum`);
-    the chunks hold :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` memberships, so memory is
-    ``O(chunk)`` whatever ``N``. (The flat pass's bins, ``C M`` of them, would make a one-hot
-    of ``N C x C M`` entries: 47 s and 68,332 MiB at 200,000 x 1,000 on an H200.)"""
+    the chunks (:meth:`~selfcal.predictions.Predictions.row_chunks`) hold a bounded number of
+    memberships, so memory is ``O(chunk)`` whatever ``N``. (The flat pass's bins, ``C M`` of
+    them, would make a one-hot of ``N C x C M`` entries: 47 s and 68,332 MiB at 200,000 x
+    1,000 on an H200.)"""
     n_bins, c = edges.shape[0] - 1, pred.n_classes
     labels = pred.require_labels()
     bins = torch.arange(n_bins, device=pred.device)
-    rows = max(1, DEVICE_CHUNK_ELEMENTS // (c * n_bins))
     lead = 1 if weights is None else weights.shape[0]
     sums = torch.zeros(3, lead, c * n_bins, dtype=torch.float64, device=pred.device)
-    for start in range(0, pred.n_samples, rows):
-        span = slice(start, start + rows)
+    for span in pred.row_chunks(c * n_bins):
         p = pred.probs_of(pred.scores[span])
         member = (bin_index(p, edges).unsqueeze(-1) == bins).double()  # (rows, C, M)
         target = torch.nn.functional.one_hot(labels[span], c).double().unsqueeze(-1)

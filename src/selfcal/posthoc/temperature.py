@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from selfcal._top_label import DEVICE_CHUNK_ELEMENTS
 from selfcal._validation import check_choice
 from selfcal.exceptions import CalibrationNotConverged
 from selfcal.metrics import ece, nll
@@ -323,17 +322,15 @@ class TemperatureScaling(Calibrator):
         return f"the NLL falls without limit as T -> 0 (every confidence 1); {IDENTITY}"
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
-        """``softmax(z / T)``, :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` scores at a
-        time into the one ``(N, C)`` float64 output (the whole array's softmax bit for bit):
-        the float64 logits and their scaled copy take a chunk each, not two more ``(N, C)``
-        float64 arrays (2 x 1,526 MiB at 200,000 x 1,000)."""
+        """``softmax(z / T)``, chunk by chunk of rows (:meth:`Predictions.row_chunks`) into the
+        one ``(N, C)`` float64 output (the whole array's softmax bit for bit): the float64
+        logits and their scaled copy take a chunk each, not two more ``(N, C)`` float64 arrays
+        (2 x 1,526 MiB at 200,000 x 1,000)."""
         if pred.scores.requires_grad:
             return torch.softmax(scores_as_logits(pred) / self.temperature_, dim=1)
         out = torch.empty(pred.scores.shape, dtype=torch.float64, device=pred.device)
-        rows = max(1, DEVICE_CHUNK_ELEMENTS // pred.n_classes)
-        for start in range(0, pred.n_samples, rows):
-            chunk = slice(start, start + rows)
-            out[chunk] = torch.softmax(rows_as_logits(pred, chunk) / self.temperature_, dim=1)
+        for rows in pred.row_chunks():
+            out[rows] = torch.softmax(rows_as_logits(pred, rows) / self.temperature_, dim=1)
         return out
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
