@@ -2,7 +2,9 @@
 ``float(t)``, ``bool(t)``, ``tolist()``, ``numpy()``) waits for every queued kernel. On the CPU
 the same reads are counted here with a ``TorchFunctionMode``: a loss step makes none, and an
 epoch's reads do not grow with its number of minibatches. Not counted: ``torch.optim``'s reads
-of its step counter, a CPU tensor whatever the parameters' device (not a sync).
+of its step counter, a CPU tensor whatever the parameters' device (not a sync). On a GPU the
+same tests count the synchronizing calls themselves (``torch.cuda.set_sync_debug_mode``, which
+also sees blocking host-to-device copies); they passed on an H200.
 
 One step still reads, and the test pins how often so that it cannot grow unseen: mixup draws
 its ``lam`` through scipy's inverse Beta CDF on the host (one read; drawing it on the device
