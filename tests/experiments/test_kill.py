@@ -120,11 +120,13 @@ run_sweep(specs, h.pid_then_sleep_execute, store=ResultsStore({db!r}), workers=2
 
 
 def running(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie (dead, waiting to be reaped)."""
+    """Whether process ``pid`` exists and is not a zombie (dead, waiting to be reaped). A
+    process that is reaped between opening its ``stat`` and reading it (``ESRCH``, seen once in
+    CI) is gone too."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 
