@@ -354,8 +354,8 @@ class Predictions:
         confidence, predicted = top_label(p, "probs", prob_atol(p.dtype))
         return Predictions(p, "probs", self.labels, confidence, predicted, self.from_numpy)
 
-    def subset(self, index: torch.Tensor) -> Predictions:
-        """Rows ``index`` (no re-validation needed)."""
+    def subset(self, index: torch.Tensor | slice) -> Predictions:
+        """Rows ``index`` (indices, a mask or a slice; no re-validation needed)."""
         y = None if self.labels is None else self.labels[index]
         return Predictions(
             self.scores[index],

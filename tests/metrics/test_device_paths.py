@@ -64,8 +64,8 @@ def test_onehot_bin_sums_equal_the_cpu_sums(monkeypatch, values, resampled):
 @pytest.mark.parametrize("resampled", [False, True])
 @pytest.mark.parametrize("kind", ["logits", "probs"])
 def test_classwise_onehot_sums_equal_the_cpu_sums(monkeypatch, resampled, kind):
-    """Classwise bins on a GPU (one-hot products over chunks of rows) against the CPU's flat
-    bincount pass, here on the CPU with chunks of 10 rows."""
+    """Classwise bins on a GPU (one-hot products over chunks of rows) against the CPU's
+    row-order sums, here on the CPU with chunks of 10 rows."""
     z, y = _data(1000, 7)
     pred = (
         Predictions.from_logits(z, y)
@@ -79,6 +79,52 @@ def test_classwise_onehot_sums_equal_the_cpu_sums(monkeypatch, resampled, kind):
     for got, want in zip(device, (cpu.count, cpu.confidence_sum, cpu.accuracy_sum), strict=True):
         assert got.shape == want.shape == ((4,) if resampled else ()) + (7, 15)
         torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-12)
+
+
+def _flat_classwise_sums(pred: Predictions, n_bins: int, weights):
+    """The CPU's classwise sums in one pass over every row, as they were computed before the
+    chunks: ``bincount`` over the flat ``(N C)`` entries (class ``j``'s bins offset by ``j M``),
+    or per class ``index_add_`` of the resampling weights."""
+    p, y, c = pred.probs, pred.labels, pred.n_classes
+    edges = binning.uniform_edges(n_bins, p.device)
+    index = binning.bin_index(p, edges)
+    target = torch.nn.functional.one_hot(y, c).double()
+    if weights is None:
+        flat = (index + torch.arange(c) * n_bins).reshape(-1)
+        sums = [
+            torch.bincount(flat, weights=x, minlength=c * n_bins).double().reshape(c, n_bins)
+            for x in (None, p.reshape(-1), target.reshape(-1))
+        ]
+        return tuple(sums)
+    sums = torch.zeros(3, c, weights.shape[0], n_bins, dtype=torch.float64)
+    for j in range(c):
+        for total, x in zip(sums[:, j], (None, p[:, j], target[:, j]), strict=True):
+            total.index_add_(1, index[:, j], weights if x is None else weights * x)
+    return tuple(sums.transpose(1, 2))
+
+
+@pytest.mark.parametrize("resampled", [False, True])
+@pytest.mark.parametrize("kind", ["logits", "probs"])
+def test_chunked_classwise_sums_on_the_cpu_are_one_pass_bit_for_bit(monkeypatch, resampled, kind):
+    """The CPU's classwise bins over chunks of 64 rows, added in row order into sums that carry
+    over from chunk to chunk, equal the one-pass sums bit for bit (and classwise ECE with them)."""
+    z, y = _data(1000, 7)
+    scores_in = z if kind == "logits" else torch.softmax(z, 1)
+    pred = (
+        Predictions.from_logits(z, y) if kind == "logits" else Predictions.from_probs(scores_in, y)
+    )
+    weights = torch.randint(3, (4, 1000), generator=GEN).double() if resampled else None
+    flat = _flat_classwise_sums(pred, 15, weights)
+    whole = M.classwise_ece.core(pred, weights)
+    chunk = binning.TEMPORARIES * 7 * 64  # 64 rows per chunk
+    monkeypatch.setattr(predictions, "DEVICE_CHUNK_ELEMENTS", chunk)
+    chunked = binning.classwise_bins(pred, 15, weights)
+    for got, want in zip(
+        (chunked.count, chunked.confidence_sum, chunked.accuracy_sum), flat, strict=True
+    ):
+        assert got.shape == want.shape == ((4,) if resampled else ()) + (7, 15)
+        assert torch.equal(got, want)
+    assert torch.equal(M.classwise_ece.core(pred, weights), whole)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -97,6 +143,7 @@ def test_cuda_binning_is_deterministic_and_matches_the_cpu():
     [
         *(M.nll, M.brier, M.ece, M.mce, M.adaece, M.classwise_ece),
         *(M.sece, M.kde_ece, M.smooth_ece, M.debiased_ece, M.aurc),
+        *(M.refinement_loss, M.calibration_loss),
     ],
 )
 def test_cuda_metrics_take_chunks_not_a_float64_copy(metric):

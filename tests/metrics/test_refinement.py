@@ -18,6 +18,7 @@ from selfcal.metrics import (
     recalibrated,
     refinement_loss,
 )
+from selfcal.metrics.refinement import LOSSES, TERMS, recalibrated_terms
 from selfcal.posthoc import build_calibrator
 
 
@@ -144,13 +145,13 @@ def test_one_fit_serves_the_point_the_bootstrap_and_the_calibration_loss(monkeyp
     import selfcal.metrics.refinement as refinement
 
     calls = []
-    original = refinement._recalibrate
+    original = refinement._recalibrated_terms
 
     def counted(*args):
         calls.append(args[1:])
         return original(*args)
 
-    monkeypatch.setattr(refinement, "_recalibrate", counted)
+    monkeypatch.setattr(refinement, "_recalibrated_terms", counted)
     z, y = make_logits(8, 200, 3)
     pred = Predictions.from_logits(z, y)
     bootstrap_ci(refinement_loss, pred, n_resamples=20)
@@ -162,13 +163,49 @@ def test_one_fit_serves_the_point_the_bootstrap_and_the_calibration_loss(monkeyp
 
 
 def test_the_kept_fit_goes_with_its_predictions():
-    """The shared fit is kept only while its ``Predictions`` live: an ``(N, C)`` float64 result
-    held for the process's life would pin that much GPU memory."""
+    """The shared fit is kept only while its ``Predictions`` live, and it keeps ``(N,)`` per-row
+    losses: an ``(N, C)`` float64 result held for the process's life would pin that much GPU
+    memory."""
     import weakref
 
     z, y = make_logits(9, 200, 3)
     pred = Predictions.from_logits(z, y)
-    result = weakref.ref(recalibrated(pred, "ts"))
-    assert recalibrated(pred, "ts") is result()  # kept while pred lives
+    result = weakref.ref(recalibrated_terms(pred, "nll"))
+    assert result().shape == (200,)
+    assert recalibrated_terms(pred, "nll") is result()  # kept while pred lives
     del pred
     assert result() is None
+
+
+@pytest.mark.parametrize("recalibrator", ["ts", "ts-mix", "sms"])
+@pytest.mark.parametrize("loss", ["nll", "brier"])
+def test_the_recalibrated_rows_are_scored_chunk_by_chunk(monkeypatch, recalibrator, loss):
+    """Fitted on every row, the recalibrated probabilities are formed and scored one chunk of
+    rows at a time (here 64 rows a chunk), never as one ``(N, C)`` array; for temperature
+    scaling and TS-mix (row-wise maps) the terms equal the whole array's bit for bit, for SMS
+    (a matrix product per chunk) to round-off."""
+    import selfcal.metrics.refinement as refinement
+    from selfcal import predictions
+
+    z, y = make_logits(10, 300, 7)
+    pred = Predictions.from_logits(z, y)
+    whole = LOSSES[loss].core(recalibrated(pred, recalibrator), None)
+    terms = TERMS[loss](recalibrated(pred, recalibrator))
+    monkeypatch.setattr(predictions, "DEVICE_CHUNK_ELEMENTS", 7 * 64)
+    built = []
+    original = Predictions.from_probs
+
+    def recorded(probs, labels=None):
+        built.append(len(probs))
+        return original(probs, labels)
+
+    monkeypatch.setattr(refinement.Predictions, "from_probs", recorded)
+    chunked = recalibrated_terms(Predictions.from_logits(z, y), loss, recalibrator)
+    assert built == [64, 64, 64, 64, 44]
+    value = refinement_loss(Predictions.from_logits(z, y), loss=loss, recalibrator=recalibrator)
+    if recalibrator == "sms":
+        torch.testing.assert_close(chunked, terms, rtol=0, atol=1e-12)
+        assert value == pytest.approx(float(whole), abs=1e-12)
+    else:
+        assert torch.equal(chunked, terms)
+        assert value == float(whole)

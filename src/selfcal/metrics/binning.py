@@ -374,43 +374,51 @@ def top_label_bins(
 def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None) -> BinStats:
     """Per-class bin statistics of ``p_{.j}`` against ``1[y = j]``: shape ``(..., C, M)``.
 
-    On the CPU, unweighted, all classes are binned in one flat pass (class ``j``'s bins offset
-    by ``j M``); with ``(B, N)`` resampling weights, one class at a time, so memory stays
-    ``O(B N)`` rather than ``O(B N C)``. On other devices, :func:`_classwise_onehot_sums`."""
-    c = pred.n_classes
+    Over chunks of rows (:meth:`~selfcal.predictions.Predictions.row_chunks`), so memory is
+    ``O(chunk)`` whatever ``N``: on the CPU :func:`_classwise_ordered_sums`, on other devices
+    :func:`_classwise_onehot_sums`."""
     edges = uniform_edges(n_bins, pred.device)
     if pred.device.type != "cpu":
         return BinStats(edges, *_classwise_onehot_sums(pred, edges, weights))
-    probs = pred.probs
+    return BinStats(edges, *_classwise_ordered_sums(pred, edges, weights))
+
+
+TEMPORARIES = 8
+"""About how many ``(rows, C)`` float64 / int64 temporaries :func:`_classwise_ordered_sums`
+holds for a chunk of rows (probabilities, their bins, flat bins, targets, ...): its chunks have
+``1/8`` of :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` values a temporary, so that all of
+them together stay near one chunk (at 100,000 x 1,000 logits: 918 MiB with whole chunks)."""
+
+
+def _classwise_ordered_sums(
+    pred: Predictions, edges: torch.Tensor, weights: Weights
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-class, per-bin count, probability and target sums, ``(C, M)`` or ``(B, C, M)``, on
+    the CPU: each chunk of rows is binned and added in row order into float64 sums that carry
+    over from chunk to chunk (``index_add_``, which on the CPU adds one entry after another, as
+    ``bincount`` does): the sums of one pass over every row, bit for bit, at the memory of a
+    chunk. Unweighted, a chunk's classes are binned in one flat pass (class ``j``'s bins offset
+    by ``j M``); with ``(B, N)`` resampling weights, one class at a time."""
+    n_bins, c = edges.shape[0] - 1, pred.n_classes
     labels = pred.require_labels()
-    index = bin_index(probs, edges)
-    if weights is not None:
-        per_class = [
-            bin_statistics(probs[:, j], (labels == j).double(), edges, weights, index=index[:, j])
-            for j in range(c)
-        ]
-        return BinStats(
-            edges,
-            *(
-                torch.stack([getattr(s, f) for s in per_class], dim=-2)
-                for f in ("count", "confidence_sum", "accuracy_sum")
-            ),
-        )
-    targets = torch.nn.functional.one_hot(labels, c).double()
-    index += torch.arange(c, device=pred.device) * n_bins
-    flat = bin_statistics(
-        probs.reshape(-1),
-        targets.reshape(-1),
-        uniform_edges(c * n_bins, pred.device),
-        index=index.reshape(-1),
-    )
-    shape = (c, n_bins)
-    return BinStats(
-        edges,
-        flat.count.reshape(shape),
-        flat.confidence_sum.reshape(shape),
-        flat.accuracy_sum.reshape(shape),
-    )
+    lead = () if weights is None else (weights.shape[0],)
+    sums = torch.zeros(3, c, *lead, n_bins, dtype=torch.float64, device=pred.device)
+    offsets = torch.arange(c, device=pred.device) * n_bins
+    for span in pred.row_chunks(TEMPORARIES * c):
+        p, y = pred.probs_of(pred.scores[span]), labels[span]
+        index = bin_index(p, edges)
+        if weights is None:
+            flat = (index + offsets).reshape(-1)
+            target = torch.nn.functional.one_hot(y, c).double()
+            for total, x in zip(sums.flatten(1), (torch.ones_like(p), p, target), strict=True):
+                total.index_add_(0, flat, x.reshape(-1))
+            continue
+        w, by_class = weights[:, span], zip(p.T.contiguous(), index.T.contiguous(), strict=True)
+        for j, (p_j, index_j) in enumerate(by_class):
+            for total, x in zip(sums[:, j], (None, p_j, (y == j).double()), strict=True):
+                total.index_add_(1, index_j, w if x is None else w * x)
+    count, conf, acc = sums if weights is None else sums.transpose(1, 2)
+    return count, conf, acc
 
 
 def _classwise_onehot_sums(

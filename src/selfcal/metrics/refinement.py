@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,9 +41,9 @@ import torch
 
 from selfcal._validation import check_choice, check_int
 from selfcal.exceptions import CalibrationNotConverged, DegenerateCalibration
-from selfcal.metrics._api import metric
+from selfcal.metrics._api import metric, weighted_mean
 from selfcal.metrics.binning import Weights
-from selfcal.metrics.scores import brier, nll
+from selfcal.metrics.scores import brier, brier_terms, nll, nll_terms
 from selfcal.predictions import Predictions
 
 LOSSES = {"nll": nll, "brier": brier}
@@ -54,11 +54,14 @@ Folds = int | Sequence[Any] | None
 of each fold."""
 
 
-_last_fit: tuple[weakref.ref[Predictions], tuple[Any, ...], Predictions] | None = None
-"""The last :func:`recalibrated` result with its input (held weakly) and options: the point
-estimate, the bootstrap and :func:`calibration_loss` of one ``Predictions`` share one fit. It
-is dropped when its input is (:func:`_forget`): an ``(N, C)`` float64 result kept for the
-process's life would hold 1,526 MiB of GPU memory at 200,000 x 1,000."""
+TERMS = {"nll": nll_terms, "brier": brier_terms}
+"""Each loss's per-row terms (its value is their mean)."""
+
+_last_fit: tuple[weakref.ref[Predictions], tuple[Any, ...], torch.Tensor] | None = None
+"""The last :func:`recalibrated_terms` result with its input (held weakly) and options: the
+point estimate, the bootstrap and :func:`calibration_loss` of one ``Predictions`` share one fit.
+It is dropped when its input is (:func:`_forget`), and it holds ``(N,)`` per-row losses, not the
+``(N, C)`` recalibrated probabilities (which at 200,000 x 1,000 took 1,526 MiB of GPU memory)."""
 
 
 def _forget(held: weakref.ref[Predictions]) -> None:
@@ -75,28 +78,67 @@ def recalibrated(
     applied to them (``folds=None``), or cross-fitted -- each fold's rows predicted by the
     calibrator fitted on the others (``folds=K``: :func:`~selfcal.posthoc.auto.stratified_folds`
     seeded by ``seed``; or the held-out indices of each fold, which must cover every row once).
-    A repeated call with the same ``pred`` object and options returns the last result."""
+    The metrics score these predictions without forming them whole
+    (:func:`recalibrated_terms`)."""
+    labels = pred.require_labels()
+    if folds is None:
+        return Predictions.from_probs(_fitted(pred, recalibrator).predict_proba(pred), labels)
+    return _cross_fitted(pred, recalibrator, folds, seed)
+
+
+def recalibrated_terms(
+    pred: Predictions, loss: str, recalibrator: str = "ts", folds: Folds = None, seed: int = 0
+) -> torch.Tensor:
+    """``(N,)`` float64 per-row ``loss`` terms (:data:`TERMS`) of :func:`recalibrated`
+    ``(pred, recalibrator, folds, seed)``. Fitted on every row (``folds=None``), the
+    recalibrated probabilities are formed and scored one chunk of rows at a time
+    (:meth:`~selfcal.Predictions.row_chunks`), so the memory is ``O(chunk x C)`` whatever ``N``
+    (for a row-wise recalibrator such as ``"ts"`` the terms are those of the whole array, bit for
+    bit); cross-fitted, each fold's predictions are formed whole. A repeated call with the same
+    ``pred`` object and options returns the last result."""
     global _last_fit
     explicit = folds is not None and not isinstance(folds, (int, np.integer))
-    key = (recalibrator, None if explicit else folds, seed)
+    key = (loss, recalibrator, None if explicit else folds, seed)
     if not explicit and _last_fit is not None:
         held, last_key, result = _last_fit
         if held() is pred and last_key == key:
             return result
-    result = _recalibrate(pred, recalibrator, folds, seed)
+    result = _recalibrated_terms(pred, TERMS[loss], recalibrator, folds, seed)
     if not explicit:
         _last_fit = (weakref.ref(pred, _forget), key, result)
     return result
 
 
-def _recalibrate(pred: Predictions, recalibrator: str, folds: Folds, seed: int) -> Predictions:
+def _recalibrated_terms(
+    pred: Predictions,
+    terms: Callable[[Predictions], torch.Tensor],
+    recalibrator: str,
+    folds: Folds,
+    seed: int,
+) -> torch.Tensor:
+    if folds is not None:
+        return terms(_cross_fitted(pred, recalibrator, folds, seed))
+    calibrator, labels = _fitted(pred, recalibrator), pred.require_labels()
+    return torch.cat(
+        [
+            terms(Predictions.from_probs(calibrator.predict_proba(pred.subset(rows)), labels[rows]))
+            for rows in pred.row_chunks()
+        ]
+    )
+
+
+def _fitted(pred: Predictions, recalibrator: str) -> Any:
     from selfcal.posthoc import build_calibrator
+
+    return build_calibrator(recalibrator).fit(pred)
+
+
+def _cross_fitted(
+    pred: Predictions, recalibrator: str, folds: int | Sequence[Any], seed: int
+) -> Predictions:
     from selfcal.posthoc.auto import cross_validated, fold_splits, stratified_folds
 
     labels = pred.require_labels()
-    if folds is None:
-        probs = build_calibrator(recalibrator).fit(pred).predict_proba(pred)
-        return Predictions.from_probs(probs, labels)
     if isinstance(folds, (int, np.integer)):
         held_out = stratified_folds(labels, check_int("folds", folds, minimum=2), seed)
     else:
@@ -151,15 +193,15 @@ def refinement_loss(
     ``refit``: refit ``g`` on every bootstrap resample (see the module docstring)."""
     _check(loss, recalibrator, folds, weights, refit)
     if weights is None or not refit:
-        return LOSSES[loss].core(recalibrated(pred, recalibrator, folds, seed), weights)
+        return weighted_mean(recalibrated_terms(pred, loss, recalibrator, folds, seed), weights)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateCalibration)
         warnings.simplefilter("ignore", CalibrationNotConverged)
         return torch.stack(
             [
-                LOSSES[loss].core(
-                    recalibrated(pred.subset(_resample_rows(w)), recalibrator, folds, seed)
-                )
+                recalibrated_terms(
+                    pred.subset(_resample_rows(w)), loss, recalibrator, folds, seed
+                ).mean()
                 for w in weights
             ]
         )
