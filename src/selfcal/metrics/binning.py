@@ -372,11 +372,9 @@ def top_label_bins(
 
 
 def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None) -> BinStats:
-    """Per-class bin statistics of ``p_{.j}`` against ``1[y = j]``: shape ``(..., C, M)``.
-
-    Over chunks of rows (:meth:`~selfcal.predictions.Predictions.row_chunks`), so memory is
-    ``O(chunk)`` whatever ``N``: on the CPU :func:`_classwise_ordered_sums`, on other devices
-    :func:`_classwise_onehot_sums`."""
+    """Per-class bin statistics of ``p_{.j}`` against ``1[y = j]``: shape ``(..., C, M)``, over
+    chunks of rows (memory ``O(chunk)`` whatever ``N``): on the CPU
+    :func:`_classwise_ordered_sums`, on other devices :func:`_classwise_onehot_sums`."""
     edges = uniform_edges(n_bins, pred.device)
     if pred.device.type != "cpu":
         return BinStats(edges, *_classwise_onehot_sums(pred, edges, weights))
@@ -384,10 +382,9 @@ def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None)
 
 
 TEMPORARIES = 8
-"""About how many ``(rows, C)`` float64 / int64 temporaries :func:`_classwise_ordered_sums`
-holds for a chunk of rows (probabilities, their bins, flat bins, targets, ...): its chunks have
-``1/8`` of :data:`~selfcal._top_label.DEVICE_CHUNK_ELEMENTS` values a temporary, so that all of
-them together stay near one chunk (at 100,000 x 1,000 logits: 918 MiB with whole chunks)."""
+"""About how many ``(rows, C)`` temporaries :func:`_classwise_ordered_sums` holds: its chunks
+have ``1/8`` of the usual rows, so that together they stay near one chunk (918 MiB at 100,000 x
+1,000 logits with whole chunks, 240 MiB with these)."""
 
 
 def _classwise_ordered_sums(
