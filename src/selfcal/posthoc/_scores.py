@@ -19,7 +19,8 @@ def check_fittable(pred: Predictions, name: str) -> None:
     magnitude (probabilities' logs are never that large)."""
     if pred.kind != "logits":
         return
-    big = pred.scores.detach().abs().amax(dim=1) > LARGEST_FITTABLE
+    low, high = torch.aminmax(pred.scores.detach(), dim=1)  # no (N, C) copy, as abs() made
+    big = torch.maximum(low.neg(), high) > LARGEST_FITTABLE
     if bool(big.any()):
         i = int(torch.nonzero(big)[0, 0])
         value = float(pred.scores[i].double().abs().max())
