@@ -7,9 +7,7 @@ the logits, the labels and their validated ``Predictions`` (its top-label pass i
 the kernel's record of its peak resident memory (``/proc/self/clear_refs``, Linux), reads its
 resident memory, computes the metric (point estimate, no bootstrap) and reads the peak
 (``VmHWM``): the difference is the most the metric added to the data at any moment, given also
-as a fraction of one float64 copy of the logits, with its seconds. glibc's malloc runs with a
-fixed mmap threshold (:data:`FIXED_MMAP_THRESHOLD`), so that the table shows what the metric
-holds rather than what glibc keeps of the blocks it freed; ``--malloc default`` shows the latter.
+as a fraction of one float64 copy of the logits.
 
 ``--baseline REV`` adds the same runs from the ``src`` folder of another revision of this
 repository (``bench_cli.export_src``), so that before and after sit in one table.
@@ -63,20 +61,10 @@ the resident memory before it (Linux: the peak is reset through ``/proc/self/cle
 its seconds (one run, two torch threads: a rough time, not a benchmark)."""
 
 
-FIXED_MMAP_THRESHOLD = "131072"
-"""``MALLOC_MMAP_THRESHOLD_`` of the runs (``--malloc fixed``, the default): glibc then maps
-every block above 128 KiB on its own and returns it when freed. Its default threshold is
-dynamic: it rises to the size of the blocks freed, which are then kept in the heap, resident,
-so a metric that allocates and frees one chunk after another can show as much memory as if it
-had held every chunk at once (``--malloc default`` shows that)."""
-
-
-def added_kib(key: str, n: int, classes: int, src: Path | None, malloc: str) -> tuple[int, float]:
+def added_kib(key: str, n: int, classes: int, src: Path | None) -> tuple[int, float]:
     """What ``key`` adds to the peak memory of a fresh process (run from ``src`` if given), and
     its seconds."""
     env = dict(os.environ)
-    if malloc == "fixed":
-        env["MALLOC_MMAP_THRESHOLD_"] = FIXED_MMAP_THRESHOLD
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
     args = [sys.executable, "-c", CHILD, str(n), str(classes), key]
@@ -92,7 +80,6 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--baseline", help="a git revision to compare with")
-    parser.add_argument("--malloc", choices=("fixed", "default"), default="fixed")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     copy_kib = args.n * args.classes * 8 / 1024
@@ -102,7 +89,7 @@ def main() -> None:
             src, short = export_src(args.baseline, Path(tmp) / "baseline")
             sources[f"`{args.baseline}` ({short})"] = src
         table = {
-            name: {key: added_kib(key, args.n, args.classes, src, args.malloc) for key in METRICS}
+            name: {key: added_kib(key, args.n, args.classes, src) for key in METRICS}
             for name, src in sources.items()
         }
     import torch  # only for the versions line
@@ -112,19 +99,12 @@ def main() -> None:
         "# Each metric's peak CPU memory above its data",
         "",
         f"`python benchmarks/bench_metric_memory.py --n {args.n} --classes {args.classes}"
-        f"{'' if args.baseline is None else f' --baseline {args.baseline}'}"
-        f"{'' if args.malloc == 'fixed' else ' --malloc default'}`: torch "
+        f"{'' if args.baseline is None else f' --baseline {args.baseline}'}`: torch "
         f"{torch.__version__}, {platform.machine()}. Each metric alone in a fresh process on "
         f"{args.n:,} x {args.classes:,} float32 logits (one float64 copy = "
         f"{copy_kib / 1024:,.0f} MiB): the peak resident memory its point estimate adds "
         "(`VmHWM` after a reset, minus `VmRSS` before), and that as a fraction of one float64 "
-        "copy; and its seconds (one run: a rough time). glibc's malloc "
-        + (
-            f"with `MALLOC_MMAP_THRESHOLD_={FIXED_MMAP_THRESHOLD}` (freed blocks go back to the "
-            "system; `--malloc default` keeps its dynamic threshold)."
-            if args.malloc == "fixed"
-            else "with its default dynamic threshold (freed blocks can stay resident)."
-        ),
+        "copy; and its seconds (one run: a rough time).",
         "",
         f"| metric | {header} |",
         "|---|" + "---:|---:|---:|" * len(table),
