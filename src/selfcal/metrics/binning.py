@@ -383,8 +383,8 @@ def classwise_bins(pred: Predictions, n_bins: int = 15, weights: Weights = None)
 
 TEMPORARIES = 8
 """About how many ``(rows, C)`` temporaries :func:`_classwise_ordered_sums` holds: its chunks
-have ``1/8`` of the usual rows, so that together they stay near one chunk (918 MiB at 100,000 x
-1,000 logits with whole chunks, 240 MiB with these)."""
+have ``1/8`` of the usual rows, so that together they stay near one chunk (236 MiB above
+100,000 x 1,000 logits: ``benchmarks/results/metric_memory.md``)."""
 
 
 def _classwise_ordered_sums(

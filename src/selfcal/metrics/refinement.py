@@ -116,6 +116,7 @@ def _recalibrated_terms(
     folds: Folds,
     seed: int,
 ) -> torch.Tensor:
+    """:func:`recalibrated_terms` without its cache."""
     if folds is not None:
         return terms(_cross_fitted(pred, recalibrator, folds, seed))
     calibrator, labels = _fitted(pred, recalibrator), pred.require_labels()
