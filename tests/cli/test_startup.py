@@ -148,3 +148,17 @@ def test_calibrate_help_is_computed_when_shown(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")
     assert main(["calibrate", "--help"]) == 0
     assert " zz-late: Temperature scaling" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--help"], ["reproduce", "--help"]], ids=["root", "reproduce"])
+def test_command_listings_show_one_line_summaries(args, capsys, monkeypatch):
+    """Each command of a listing shows a one-line summary, not its whole help: typer prints a
+    docstring's first paragraph there with its line breaks, so every command's docstring opens
+    with a one-line summary (a study's listing line is its title)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    panel = text[text.index("Commands") :].splitlines()
+    listing = [line.strip("│ ") for line in panel if line.startswith("│")]
+    assert len(listing) >= 7, listing
+    assert all(line.split()[0].islower() for line in listing), listing  # no continuation line

@@ -176,8 +176,9 @@ def calibrate(
         ),
     ] = None,
 ) -> None:
-    """Fit a calibrator on --fit, apply it to --apply and write the probabilities to --out;
-    prints the fitted parameters and, when --apply has labels, the metrics before and after.
+    """Fit a calibrator on --fit, apply it to --apply, write the probabilities to --out.
+
+    Prints the fitted parameters and, when --apply has labels, the metrics before and after.
     Files as for selfcal evaluate (integer labels)."""
     with errors():
         check_kind(kind)

@@ -24,9 +24,10 @@ def dataset(
     seed: Annotated[int, typer.Option("--seed", min=0, help="Draws the samples and split.")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="csv, parquet or npz.")] = "csv",
 ) -> None:
-    """Write NAME's train, val and test splits to OUT/train.FORMAT etc.: the raw
-    (unstandardised) features, one column each, and a 'label' column (npz: arrays x, y and
-    feature_names)."""
+    """Write dataset NAME's train, val and test splits to OUT.
+
+    Files OUT/train.FORMAT etc.: the raw (unstandardised) features, one column each, and a
+    'label' column (npz: arrays x, y and feature_names)."""
     with errors():
         from selfcal._validation import check_choice
         from selfcal.data import load_dataset

@@ -149,8 +149,9 @@ def evaluate(
         ),
     ] = None,
 ) -> None:
-    """Every calibration metric of FILE with bootstrap confidence intervals (with
-    --conformal, also conformal prediction sets). FILE: .npz
+    """Every calibration metric of FILE, with bootstrap confidence intervals.
+
+    With --conformal, also conformal prediction sets. FILE: .npz
     (arrays logits or probs, and labels), NAME.logits.npy + NAME.labels.npy, .csv or .parquet
     (columns logit_0.. or prob_0.., and label). Labels are integer class indices -- the score
     columns have no names, so class names cannot be matched to them (selfcal train and

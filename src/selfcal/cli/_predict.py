@@ -98,9 +98,10 @@ def predict(
         bool, typer.Option("--json", help="Print the threshold and counts as one JSON object.")
     ] = False,
 ) -> None:
-    """Predict DATA with the model in FOLDER: per row the calibrated probability of each
-    class, the predicted label, its confidence and whether to abstain (and, with --conformal,
-    a prediction set)."""
+    """Predict DATA with the model in FOLDER, abstaining where confidence is low.
+
+    Per row: the calibrated probability of each class, the predicted label, its confidence
+    and whether to abstain (and, with --conformal, a prediction set)."""
     with errors():
         from selfcal.pipeline import predict as run
 

@@ -131,7 +131,7 @@ def _study_command(study: Study) -> Any:
 
     command.__doc__ = study.help
     single = typer.Typer(add_completion=False)
-    single.command(study.name)(command)
+    single.command(study.name, short_help=study.title)(command)
     return typer.main.get_command(single)
 
 

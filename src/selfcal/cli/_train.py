@@ -269,9 +269,11 @@ def train(
         bool, typer.Option("--json", help="Print the report (report.json) as one JSON object.")
     ] = False,
 ) -> None:
-    """Train a self-calibrated classifier on DATA (features + a label column): every
-    hyperparameter candidate of --method, selected on --val, then calibrated on it; writes
-    the model, its calibrator, abstention thresholds and a calibration report to --out."""
+    """Train a self-calibrated classifier on DATA (features and a label column).
+
+    Trains every hyperparameter candidate of --method, selects one on --val and calibrates it
+    there; writes the model, its calibrator, abstention thresholds and a calibration report to
+    --out."""
     with errors():
         from selfcal.pipeline import TrainSettings
         from selfcal.pipeline import train as run
