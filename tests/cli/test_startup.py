@@ -162,3 +162,20 @@ def test_command_listings_show_one_line_summaries(args, capsys, monkeypatch):
     listing = [line.strip("│ ") for line in panel if line.startswith("│")]
     assert len(listing) >= 7, listing
     assert all(line.split()[0].islower() for line in listing), listing  # no continuation line
+
+
+@pytest.mark.parametrize("name", ["evaluate", "calibrate", "train", "predict", "dataset"])
+def test_a_command_help_shows_each_paragraph_unbroken(name, capsys, monkeypatch):
+    """``selfcal NAME --help`` on a wide terminal shows each paragraph of the command's
+    docstring on one line (typer keeps the source's line breaks after the first paragraph)."""
+    import inspect
+
+    import selfcal.cli as cli
+
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main([name, "--help"]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    paragraphs = inspect.cleandoc(getattr(cli, name).__doc__).split("\n\n")
+    assert len(paragraphs) >= 2
+    for paragraph in paragraphs:
+        assert " ".join(paragraph.split()) in lines

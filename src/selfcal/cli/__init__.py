@@ -25,7 +25,9 @@ import time (each command imports them when it runs), so ``selfcal --version`` a
 
 from __future__ import annotations
 
+import inspect
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -64,12 +66,19 @@ def _root(
     """Measure and fix the calibration of classifier predictions."""
 
 
-app.command()(evaluate)
-app.command(cls=CalibrateCommand)(calibrate)
-app.command(cls=TrainCommand)(train)
-app.command()(predict)
-app.command()(dataset)
-app.command("example-path")(example_path)
+def _help(command: Callable[..., None]) -> str:
+    """``command``'s docstring with each paragraph on one line: typer prints a help's first
+    paragraph joined, but keeps the line breaks of the others (and a listing shows the first)."""
+    paragraphs = inspect.cleandoc(command.__doc__ or "").split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+
+app.command(help=_help(evaluate))(evaluate)
+app.command(cls=CalibrateCommand, help=_help(calibrate))(calibrate)
+app.command(cls=TrainCommand, help=_help(train))(train)
+app.command(help=_help(predict))(predict)
+app.command(help=_help(dataset))(dataset)
+app.command("example-path", help=_help(example_path))(example_path)
 app.add_typer(reproduce_app, name="reproduce")
 
 
