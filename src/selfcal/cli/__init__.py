@@ -67,8 +67,9 @@ def _root(
 
 
 def _help(command: Callable[..., None]) -> str:
-    """``command``'s docstring with each paragraph on one line: typer prints a help's first
-    paragraph joined, but keeps the line breaks of the others (and a listing shows the first)."""
+    """``command``'s docstring with each paragraph on one line: typer joins the lines of a
+    help's first paragraph but prints the others with their line breaks, and a command listing
+    shows the first paragraph with its line breaks."""
     paragraphs = inspect.cleandoc(command.__doc__ or "").split("\n\n")
     return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
