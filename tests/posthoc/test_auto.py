@@ -200,3 +200,39 @@ def test_the_candidates_of_a_fold_share_one_temperature_solve_bit_for_bit(monkey
     # and SMS too (float32 logits reach them as a new float64 copy per fit)
     assert n_alone == 21
     assert n_shared == (5 * 3 + 1 if dtype == np.float32 else 5 + 1)
+
+
+FIT_IMPORTS_PROBE = """
+import sys, warnings
+import numpy as np
+import selfcal.posthoc._structured_scaling as structured
+from selfcal.posthoc import build_calibrator, calibrator_names
+from selfcal.posthoc.auto import prepare_fits
+
+structured.NEWTON_BUDGET = 0  # matrix-type fits take the L-BFGS path, whatever the size
+warnings.simplefilter("ignore")
+rng = np.random.default_rng(0)
+names = [n for n in calibrator_names() if n != "auto"]
+prepare_fits(names)
+before = set(sys.modules)
+for c in (2, 3):
+    z, y = 2 * rng.normal(size=(60, c)), np.arange(60) % c
+    for name in names:
+        try:
+            build_calibrator(name, kind="logits").fit(z, y)
+        except ValueError:  # e.g. a binary calibrator on three classes
+            pass
+print(sorted(m for m in set(sys.modules) - before if not m.startswith("selfcal")))
+"""
+
+
+def test_fit_seconds_time_the_fits_not_first_imports():
+    """``fit_seconds`` in a fresh process: every third-party module a fit imports on first use
+    (scikit-learn's isotonic regression, scipy's optimisers) is imported by the calibrator's
+    ``_prepare_fit``, before the clock starts."""
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-c", FIT_IMPORTS_PROBE]
+    out = subprocess.run(run, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

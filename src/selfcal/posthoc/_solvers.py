@@ -176,6 +176,12 @@ class _GradientMet(Exception):
         self.u, self.loss = u, loss
 
 
+def import_lbfgs() -> None:
+    """Import what :func:`lbfgs` imports on first use (``Calibrator._prepare_fit``)."""
+    import scipy.optimize  # noqa: F401
+    import threadpoolctl  # noqa: F401
+
+
 def lbfgs(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution:
     """scipy's L-BFGS-B on the exact float64 gradient, to tight tolerances (largest gradient
     entry :data:`LBFGS_GTOL`, relative loss reduction ``1e-15``); ``converged`` is scipy's

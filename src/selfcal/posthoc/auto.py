@@ -108,8 +108,9 @@ class AutoCalibration(Calibrator):
     cv_results_ : dict of equal-length lists, one entry per candidate: ``candidate``,
         ``score`` (cross-validated criterion; ``inf`` if it failed), ``difference`` (score
         minus the lowest score), ``low`` / ``high`` (its paired bootstrap 95% interval),
-        ``fit_seconds`` (all folds), ``warnings`` (in the fold fits), ``error`` (``""``,
-        or why it failed)
+        ``fit_seconds`` (all folds; the first-use imports of a fresh process are done before
+        the clock starts), ``warnings`` (in the fold fits), ``error`` (``""``, or why it
+        failed)
     """
 
     _hyperparameters = ("candidates", "criterion", "selection", "n_folds", "seed")
@@ -170,6 +171,7 @@ class AutoCalibration(Calibrator):
         }
         out_of_fold: dict[str, torch.Tensor] = {}
         splits = fold_splits(pred, folds)
+        prepare_fits(names)
         with shared_temperature_fits():  # one solve per fold for TS, TS-mix (SVS, SMS)
             for name in names:
                 start = time.perf_counter()
@@ -245,6 +247,13 @@ def stratified_folds(labels: torch.Tensor, n_folds: int, seed: int) -> list[np.n
     fold_of = np.empty(len(y), dtype=np.int64)
     fold_of[order] = np.arange(len(y)) % k
     return [np.flatnonzero(fold_of == f) for f in range(k)]
+
+
+def prepare_fits(names: list[str]) -> None:
+    """Each candidate's ``_prepare_fit``, so that ``fit_seconds`` times its fits rather than,
+    in a fresh process, the first import of scikit-learn or scipy's optimisers."""
+    for name in names:
+        type(build_calibrator(name))._prepare_fit()
 
 
 def warn_single_row_classes(pred: Predictions) -> None:

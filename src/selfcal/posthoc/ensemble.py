@@ -266,6 +266,10 @@ class EnsembleTemperatureScaling(Calibrator):
     _likelihood_fit = True
     _fitted_attributes = ("temperature_", "weights_")
 
+    @classmethod
+    def _prepare_fit(cls) -> None:
+        import scipy.optimize  # noqa: F401
+
     def __init__(self, loss: str = "mse", kind: str | None = None) -> None:
         self.loss = loss
         self.kind = kind

@@ -30,6 +30,12 @@ def fit_isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarr
     )
 
 
+def first_isotonic_fit() -> None:
+    """A fit of two points: scikit-learn's first fit in a process imports more than
+    ``sklearn.isotonic`` (in 1.9, its callback machinery and rich)."""
+    fit_isotonic(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0]))
+
+
 @register_calibrator("isotonic")
 class IsotonicCalibration(Calibrator):
     """Top-label isotonic regression -- the [BO4SC] "IsoReg" baseline.
@@ -67,6 +73,10 @@ class IsotonicCalibration(Calibrator):
 
     _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_")
+
+    @classmethod
+    def _prepare_fit(cls) -> None:
+        first_isotonic_fit()
 
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
         self.mix = mix
@@ -131,6 +141,10 @@ class OneVsRestIsotonic(Calibrator):
     _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_", "knot_counts_")
     _per_class = True
+
+    @classmethod
+    def _prepare_fit(cls) -> None:
+        first_isotonic_fit()
 
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
         self.mix = mix

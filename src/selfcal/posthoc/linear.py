@@ -16,7 +16,13 @@ from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import AffineModule, PlattModule, VectorScalingModule
 from selfcal.posthoc._scores import scores_as_logits
-from selfcal.posthoc._solvers import Logistic, Solution, newton, warn_not_converged
+from selfcal.posthoc._solvers import (
+    Logistic,
+    Solution,
+    import_lbfgs,
+    newton,
+    warn_not_converged,
+)
 from selfcal.posthoc._structured_scaling import (
     LBFGS_ITER_FACTOR,
     NEWTON_BUDGET,
@@ -180,6 +186,10 @@ class MatrixScaling(_StructuredScaling):
 
     _hyperparameters = ("off_diagonal_l2", "diagonal_l2", "bias_l2", "max_iter")
     _fitted_attributes = ("weight_", "bias_")
+
+    @classmethod
+    def _prepare_fit(cls) -> None:  # L-BFGS beyond the Newton budget
+        import_lbfgs()
 
     def __init__(
         self,

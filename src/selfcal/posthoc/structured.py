@@ -26,6 +26,7 @@ from selfcal.posthoc._modules import (
     VectorScalingModule,
 )
 from selfcal.posthoc._scores import scores_as_logits
+from selfcal.posthoc._solvers import import_lbfgs
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.linear import MAX_ITER, RIDGE_L2, _StructuredScaling, check_max_iter
 from selfcal.posthoc.registry import register_calibrator
@@ -182,6 +183,10 @@ class StructuredMatrixScaling(_TSMixScaling):
     """
 
     _hyperparameters = ("ts_mix", "off_diagonal_l2", "diagonal_l2", "bias_l2", "max_iter")
+
+    @classmethod
+    def _prepare_fit(cls) -> None:  # L-BFGS beyond the Newton budget
+        import_lbfgs()
 
     def __init__(
         self,
