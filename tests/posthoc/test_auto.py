@@ -236,3 +236,21 @@ def test_fit_seconds_time_the_fits_not_first_imports():
     run = [sys.executable, "-c", FIT_IMPORTS_PROBE]
     out = subprocess.run(run, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_without_scikit_learn_isotonic_is_skipped_with_its_reason(monkeypatch):
+    """A base install (no ``selfcal[full]``) has no scikit-learn: ``auto`` still fits, and its
+    table says why the isotonic candidate is missing instead of the whole fit failing."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn.isotonic", None)  # its import now fails
+    z, y = biased_logits(0, 300, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = AutoCalibration(kind="logits").fit(z, y)
+    i = auto.cv_results_["candidate"].index("isotonic")
+    assert "needs scikit-learn" in auto.cv_results_["error"][i]
+    assert "selfcal[full]" in auto.cv_results_["error"][i]
+    assert auto.cv_results_["score"][i] == float("inf")
+    assert auto.chosen_ != "isotonic"
+    assert all(e == "" for j, e in enumerate(auto.cv_results_["error"]) if j != i)

@@ -126,3 +126,13 @@ def test_isotonic_map_monotone_and_outputs_valid(seed, c, n):
         assert np.all((q >= 0) & (q <= 1))
         np.testing.assert_allclose(q.sum(1), 1, atol=1e-12)
     np.testing.assert_array_equal(cal.predict_confidence(probs=p).shape, (n,))
+
+
+@pytest.mark.parametrize("cls", [IsotonicCalibration, OneVsRestIsotonic])
+def test_without_scikit_learn_the_error_names_the_extra(cls, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn.isotonic", None)  # its import now fails
+    z, y = make_logits(0, 200, 3)
+    with pytest.raises(ImportError, match=r"needs scikit-learn: pip install 'selfcal\[full\]'"):
+        cls(kind="logits").fit(z, y)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal._optional import require
 from selfcal._validation import check_int, check_real
 from selfcal.data.core import (
     DataSplits,
@@ -77,9 +78,8 @@ def generate_mnist1d(
     Returns its dict: ``x`` [n_train, 40], ``y``, ``x_test``, ``y_test`` (float64 / int64).
     """
     check_int("num_samples", num_samples, minimum=MIN_NUM_SAMPLES)
-    from mnist1d.data import get_dataset_args, make_dataset
-
-    args = get_dataset_args()
+    generator = require("mnist1d.data", "MNIST-1D", "mnist1d")
+    args = generator.get_dataset_args()
     unknown = set(overrides) - set(vars(args))
     if unknown:
         raise ValueError(f"unknown mnist1d generator arguments: {sorted(unknown)}")
@@ -87,7 +87,7 @@ def generate_mnist1d(
         setattr(args, name, value)
     args.seed, args.num_samples = seed, num_samples
     with _preserved_global_rngs():
-        generated: dict[str, Any] = make_dataset(args)
+        generated: dict[str, Any] = generator.make_dataset(args)
     return generated
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from selfcal._optional import require
 from selfcal.data.core import DataSplits, build_splits, split_sizes_from_fractions
 from selfcal.data.registry import register_dataset
 
@@ -21,8 +22,7 @@ DEFAULT_FRACTIONS = (0.35, 0.15, 0.5)
 
 
 def _bunch(loader_name: str) -> Any:
-    from sklearn import datasets
-
+    datasets = require("sklearn.datasets", "the bundled tabular datasets", "scikit-learn")
     return getattr(datasets, loader_name)()
 
 

@@ -84,11 +84,11 @@ class AutoCalibration(Calibrator):
     is not significantly worse than the lowest -- a one-standard-error rule, which keeps the
     benchmarks' favourite (structured matrix scaling, :data:`CANDIDATES`) unless the user's
     data show another to be better -- or (``selection="best"``) the lowest itself; then
-    refits the choice on every row. A
-    candidate that cannot be fitted on some fold (an error, e.g. a binary calibrator on three
-    classes) is skipped and its reason recorded; the DegenerateCalibration / not-converged
-    warnings of the fold fits are counted, not shown; those of the final refit are re-warned
-    under this class's name.
+    refits the choice on every row. A candidate that cannot be fitted on some fold (an error,
+    e.g. a binary calibrator on three classes, or isotonic regression without scikit-learn) is
+    skipped and its reason recorded; the DegenerateCalibration / not-converged warnings of the
+    fold fits are counted, not shown; those of the final refit are re-warned under this
+    class's name.
 
     Parameters
     ----------
@@ -253,7 +253,10 @@ def prepare_fits(names: list[str]) -> None:
     """Each candidate's ``_prepare_fit``, so that ``fit_seconds`` times its fits rather than,
     in a fresh process, the first import of scikit-learn or scipy's optimisers."""
     for name in names:
-        type(build_calibrator(name))._prepare_fit()
+        try:
+            type(build_calibrator(name))._prepare_fit()
+        except ImportError:  # an optional package missing: its fold fits record why
+            pass
 
 
 def warn_single_row_classes(pred: Predictions) -> None:
@@ -305,7 +308,7 @@ def cross_validated(
             try:
                 p = build_calibrator(name, kind=kind).fit(train).predict_proba(held_out)
                 out[rows] = torch.as_tensor(p, dtype=torch.float64, device=pred.device)
-            except ValueError as error:
+            except (ValueError, ImportError) as error:  # e.g. binary-only, needs scikit-learn
                 return None, caught + len(record), str(error).splitlines()[0]
         caught += len(record)
     return out, caught, ""

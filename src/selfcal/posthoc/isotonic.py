@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from selfcal._optional import require
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule, renormalise
 from selfcal.posthoc._tensors import as_tensor, interp
@@ -20,9 +21,8 @@ from selfcal.predictions import Predictions
 def fit_isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Knots of ``IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1)`` fitted by least
     squares of ``y`` on ``x`` (non-decreasing)."""
-    from sklearn.isotonic import IsotonicRegression
-
-    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True)
+    isotonic = require("sklearn.isotonic", "isotonic calibration", "scikit-learn")
+    iso = isotonic.IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True)
     iso.fit(x.detach().cpu().numpy(), y.detach().cpu().numpy())
     return (
         np.asarray(iso.X_thresholds_, dtype=np.float64).copy(),
