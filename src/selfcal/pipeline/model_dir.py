@@ -58,12 +58,9 @@ FILES = (WEIGHTS, CONFIG, CALIBRATOR, SELECTIVE, VALIDATION, CONFORMAL, REPORT_M
 
 
 def _safetensors() -> Any:
-    try:
-        import safetensors.torch as st
-    except ImportError:
-        raise ValueError(
-            "model files are safetensors: pip install safetensors (or selfcal[full])"
-        ) from None
+    """``safetensors.torch``, imported on first use (not at ``selfcal`` start-up)."""
+    import safetensors.torch as st
+
     return st
 
 
