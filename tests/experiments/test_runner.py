@@ -202,3 +202,32 @@ def test_invalid_arguments(store: ResultsStore) -> None:
         run_sweep([{"study": "s"}], helpers.execute, store=store)  # type: ignore[list-item]
     with pytest.raises(ValueError, match="callable"):
         run_sweep(specs, "execute", store=store)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_missing_package_stops_the_sweep_and_is_not_stored(
+    store: ResultsStore, workers: int
+) -> None:
+    """An ``ImportError`` is the environment, not the run: stored as a failure it would be
+    kept (not rerun) after the package is installed; instead the sweep stops with it, the
+    groups finished before are stored, and the next sweep runs the rest."""
+    specs = make_specs(4)
+    missing = specs[2].replace(hparams={**specs[2].hparams, "missing": True})
+    with pytest.raises(ImportError, match="needs a package"):
+        run_sweep(
+            [specs[0], specs[1], missing, specs[3]],
+            helpers.execute,
+            store=store,
+            workers=workers,
+            progress=False,
+        )
+    stored = {r.key for r in store.runs(status=None)}
+    assert missing.key not in stored and not list(store.failures())
+    if workers == 1:  # in order: the two groups before it finished and are stored
+        assert stored == {specs[0].key, specs[1].key}
+    else:  # a group still in flight beside it is discarded, as on Ctrl-C
+        assert stored and stored <= {specs[0].key, specs[1].key, specs[3].key}
+    helpers.CALLS.clear()
+    summary = run_sweep(specs, helpers.execute, store=store, workers=workers, progress=False)
+    assert summary.failed == 0 and summary.done + summary.skipped == 4
+    assert_stored_as_expected(store, specs)

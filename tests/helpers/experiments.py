@@ -2,7 +2,8 @@
 
 The executors are top-level functions of an importable module so that they can be pickled
 into spawned worker processes. Behaviour is steered by hyperparameters:
-``sleep`` (seconds per run), ``fail`` (raise ``ValueError``), ``nan`` (a NaN metric),
+``sleep`` (seconds per run), ``fail`` (raise ``ValueError``), ``missing`` (raise
+``ImportError``), ``nan`` (a NaN metric),
 ``crash`` (``os._exit``: the process dies) and ``size`` (artefact length).
 """
 
@@ -56,6 +57,8 @@ def run_one(spec: RunSpec) -> RunResult:
         os._exit(3)
     if spec.hparams.get("fail"):
         raise ValueError(f"boom at seed {spec.seed}")
+    if spec.hparams.get("missing"):
+        raise ImportError(f"seed {spec.seed} needs a package: pip install it")
     metrics, artefacts = expected(spec)
     return RunResult(metrics, artefacts)
 

@@ -22,7 +22,7 @@ DEFAULT_FRACTIONS = (0.35, 0.15, 0.5)
 
 
 def _bunch(loader_name: str) -> Any:
-    datasets = require("sklearn.datasets", "the bundled tabular datasets", "scikit-learn")
+    datasets = require("sklearn.datasets", "a bundled tabular dataset", "scikit-learn")
     return getattr(datasets, loader_name)()
 
 

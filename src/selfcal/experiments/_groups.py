@@ -22,12 +22,17 @@ OnDone = Callable[[Group, list[RunResult]], None]
 
 
 def run_group(execute: Executor, group: Group) -> list[RunResult]:
-    """Run one group (in this process or a worker); exceptions become failed results.
-    Results without ``seconds`` get the group's wall time shared equally."""
+    """Run one group (in this process or a worker); exceptions become failed results, except
+    an ``ImportError``: a package missing from the environment is not a result of the run, so
+    it propagates and stops the sweep, and nothing is stored for the group (the rerun after
+    installing the package runs it). Results without ``seconds`` get the group's wall time
+    shared equally."""
     start = time.perf_counter()
     try:
         results = execute(list(group))
         _check_results(results, len(group))
+    except ImportError:
+        raise
     except Exception as err:
         share = (time.perf_counter() - start) / len(group)
         return [RunResult.failure(f"{type(err).__name__}: {err}", share) for _ in group]

@@ -187,8 +187,9 @@ def _drain(
 
 def _task_results(ray: ModuleType, ref: Any, group: Group, retry: bool) -> list[RunResult] | None:
     """The group's results; ``None`` when its worker died for the first time (re-run it).
-    A task cancelled from inside (``KeyboardInterrupt``) stops the sweep; an error of Ray
-    itself (e.g. the local raylet died) propagates: nothing is stored for the group."""
+    A task cancelled from inside (``KeyboardInterrupt``) stops the sweep; an ``ImportError``
+    of the task, or an error of Ray itself (e.g. the local raylet died), propagates: nothing
+    is stored for the group."""
     errors = ray.exceptions
     crash_types = tuple(getattr(errors, name) for name in CRASH_ERRORS)
     try:
@@ -203,6 +204,8 @@ def _task_results(ray: ModuleType, ref: Any, group: Group, retry: bool) -> list[
                 return None
             return [RunResult.failure(f"{type(crash).__name__}: {RAY_CRASH_REASON}") for _ in group]
         error = cause if isinstance(cause, BaseException) else err
+        if isinstance(error, ImportError):  # the environment, not the run (run_group)
+            raise error from err
         return [RunResult.failure(f"{type(error).__name__}: {error}") for _ in group]
     return results
 

@@ -13,6 +13,10 @@ datasets, models or methods. Choices:
 * **Failures are data.** An exception inside ``execute`` fails every run of its group with
   ``"<ExceptionType>: <message>"`` and the sweep goes on; so does a crashed worker process
   (segfault, out-of-memory kill). A "done" result with a NaN/inf metric is stored as failed.
+  An ``ImportError`` is the exception: a package missing from the environment says nothing
+  about the run, so it stops the sweep (the groups already finished are stored) and nothing is
+  stored for its group -- installing the package and running again resumes, where a stored
+  failure would be kept until ``retry_failed``.
 * **Processes.** ``workers > 1`` uses a ``ProcessPoolExecutor`` with the *forkserver* start
   method on Linux and *spawn* elsewhere, never plain *fork*: forking a parent that has used
   torch (its OpenMP/intra-op thread pools, CUDA) can deadlock or break CUDA in the child.
@@ -401,13 +405,14 @@ def _run_alone(groups: list[Group], execute: Executor, on_done: OnDone) -> None:
 
 def _future_results(future: Future[list[RunResult]], group: Group) -> list[RunResult]:
     """The group's results. A dead worker process, or an error in shipping the results back
-    (e.g. pickling), fails the group; Ctrl-C raised in a worker propagates."""
+    (e.g. pickling), fails the group; Ctrl-C, or an ``ImportError``, raised in a worker
+    propagates."""
     error = future.exception()
     if error is None:
         return future.result()
     if isinstance(error, BrokenProcessPool):
         return [RunResult.failure(CRASH_REASON) for _ in group]
-    if isinstance(error, Exception):
+    if isinstance(error, Exception) and not isinstance(error, ImportError):
         return [RunResult.failure(f"{type(error).__name__}: {error}") for _ in group]
     raise error
 
