@@ -254,6 +254,17 @@ def test_failures_are_stored_with_the_process_reasons_and_a_dead_worker_is_retri
     assert len(ran) == 2 and len(set(ran)) == 2 and os.getpid() not in ran
 
 
+def test_a_missing_package_stops_the_sweep_as_with_processes(
+    ray: ModuleType, store: ResultsStore
+) -> None:
+    specs = make_specs(3)
+    missing = specs[1] = specs[1].replace(hparams={**specs[1].hparams, "missing": True})
+    with pytest.raises(ImportError, match="needs a package"):
+        run_sweep(specs, helpers.execute, store=store, workers=1, executor="ray", progress=False)
+    stored = {r.key for r in store.runs(status=None)}
+    assert missing.key not in stored and not list(store.failures())
+
+
 # ----------------------------------------------------------------------------- arguments
 def test_invalid_arguments(store: ResultsStore) -> None:
     specs = make_specs(1)
