@@ -1,6 +1,8 @@
-"""Solvers of the likelihood-fitted calibrators: a damped Newton iteration on exact float64
-derivatives for small parameter vectors, scipy's L-BFGS-B on exact gradients for large ones,
-and the warning both give when they stop at their iteration cap.
+"""The Newton solver of the likelihood-fitted calibrators: a damped Newton iteration on exact
+float64 derivatives, for parameter vectors small enough to form and factor the Hessian (the
+large fits use :mod:`selfcal.posthoc._lbfgs` on the objectives of
+:mod:`selfcal.posthoc._likelihoods`), and the warning every solver gives when it stops at its
+iteration cap.
 
 The objectives (multinomial logistic regressions on fixed features, plus a quadratic penalty)
 are convex; their derivatives are written out rather than taken by autograd:
@@ -48,16 +50,6 @@ is below ``ROUNDING_TOL * L`` (the derivatives' own rounding floor)."""
 
 ARMIJO = 0.25
 """Sufficient-decrease fraction of the backtracking line search."""
-
-LBFGS_GTOL = 1e-9
-"""L-BFGS converges once the largest entry of the (preconditioned) gradient is at most this."""
-
-PRECONDITIONER_ROWS = 1024
-"""Rows (evenly spaced) over which L-BFGS's block preconditioner is estimated."""
-
-BLOCK_ENTRIES = 2**24
-"""Largest number of entries of the per-class Hessian blocks of :class:`SharedFeatures`
-(``C (C + 1)^2``, up to ``C = 255``: 128 MiB in float64); beyond it, the diagonal."""
 
 
 class Objective(Protocol):
@@ -169,88 +161,6 @@ def newton(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution
     return Solution(theta, False, max_iter, loss)
 
 
-class _GradientMet(Exception):
-    """Raised from an L-BFGS evaluation whose gradient meets :data:`LBFGS_GTOL`."""
-
-    def __init__(self, u: np.ndarray, loss: float) -> None:
-        self.u, self.loss = u, loss
-
-
-def import_lbfgs() -> None:
-    """Import what :func:`lbfgs` imports on first use (``Calibrator._prepare_fit``)."""
-    import scipy.optimize  # noqa: F401
-    import threadpoolctl  # noqa: F401
-
-
-def lbfgs(objective: Objective, theta: torch.Tensor, max_iter: int) -> Solution:
-    """scipy's L-BFGS-B on the exact float64 gradient, to tight tolerances (largest gradient
-    entry :data:`LBFGS_GTOL`, relative loss reduction ``1e-15``); ``converged`` is scipy's
-    ``success``, or true when the fit stops at the first evaluated point whose gradient meets
-    the tolerance: scipy tests the gradient only at the iterates it accepts, and near the
-    float64 floor its line search rejects such a point when its loss is an ulp above the
-    iterate's, then spends up to a dozen more evaluations within a few ulps of the minimum
-    (structured matrix scaling on 10^4 x 100: 24, or 30, gradients instead of 17).
-
-    Block-Jacobi preconditioned when the objective offers ``hessian_blocks`` (``(G, B, B)``
-    symmetric blocks ``H_g`` of an approximation of its Hessian at the start, over
-    consecutive groups of ``B`` parameters): L-BFGS runs on ``u_g = L_g^T theta_g`` with
-    ``H_g = L_g L_g^T`` (:func:`ridged_cholesky`), so that the curvature within each block
-    starts as the identity -- the same minimiser, in fewer gradients (on 10^4 x 100, one
-    block per class; none / the diagonal alone / the blocks: structured matrix scaling 116 /
-    60 / 17, Dirichlet calibration 106 / 56 / 16; ``scripts/lbfgs_preconditioning.py``).
-
-    When torch runs more than one thread, scipy's L-BFGS-B update (BLAS on the ``maxcor x n``
-    history) runs with one OpenBLAS thread (``threadpoolctl``): otherwise its threads and
-    torch's OpenMP workers, which wait busily between operations, share the cores, and at two
-    torch threads structured matrix scaling took 1.8 s on 10^4 x 100 instead of 1.1 s
-    (``benchmarks/results/calibrators_scale.md``). With one torch thread OpenBLAS keeps its
-    own pool, which then has the other cores to itself (limited, the same fit took 1.4 s
-    instead of 0.95 s)."""
-    from scipy.optimize import minimize
-    from threadpoolctl import threadpool_limits
-
-    device = theta.device
-    factor = None
-    if hasattr(objective, "hessian_blocks"):
-        factor = ridged_cholesky(objective.hessian_blocks(theta))
-    if factor is None:
-        factor = torch.ones(theta.shape[0], 1, 1, dtype=theta.dtype, device=device)
-    g, b = factor.shape[:2]
-
-    def to_theta(u: torch.Tensor) -> torch.Tensor:  # theta_g = L_g^-T u_g
-        return torch.linalg.solve_triangular(factor.mT, u.view(g, b, 1), upper=True).view(-1)
-
-    def value_and_grad(u: np.ndarray) -> tuple[float, np.ndarray]:
-        loss, grad = objective.value_and_gradient(to_theta(torch.from_numpy(u).to(device)))
-        grad_u = torch.linalg.solve_triangular(factor, grad.view(g, b, 1), upper=False)
-        grad_u = grad_u.view(-1).cpu().numpy()
-        if np.abs(grad_u).max() <= LBFGS_GTOL:
-            raise _GradientMet(u.copy(), loss)
-        return loss, grad_u
-
-    iterations = [0]
-
-    def count(_: np.ndarray) -> None:
-        iterations[0] += 1
-
-    blas_threads = 1 if torch.get_num_threads() > 1 else None  # see the docstring
-    with threadpool_limits(limits=blas_threads, user_api="blas"):
-        try:
-            res = minimize(
-                value_and_grad,
-                (factor.mT @ theta.view(g, b, 1)).view(-1).cpu().numpy(),
-                jac=True,
-                method="L-BFGS-B",
-                callback=count,
-                options={"maxiter": max_iter, "gtol": LBFGS_GTOL, "ftol": 1e-15, "maxcor": 20},
-            )
-            u, converged, loss = res.x, bool(res.success), float(res.fun)
-        except _GradientMet as met:
-            u, converged, loss = met.u, True, met.loss
-    solution = to_theta(torch.from_numpy(u).to(device))
-    return Solution(solution, converged, iterations[0], loss)
-
-
 def _nll_parts(u: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
     """Mean NLL of ``softmax(u)`` and the residual ``r = softmax(u) - onehot(y)``: one
     ``exp`` of ``u - max u`` gives both (``torch.logsumexp`` costs four times more in
@@ -323,30 +233,6 @@ class SharedFeatures:
         hess /= n
         hess.diagonal().add_(2 * self.penalty.reshape(-1))
         return loss + float((self.penalty * t * t).sum()), grad.reshape(-1), hess
-
-    def hessian_blocks(self, theta: torch.Tensor) -> torch.Tensor:
-        """The Hessian's diagonal blocks, one ``D x D`` block per class:
-        ``(1/M) sum_i p_ik (1 - p_ik) x_i x_i^T + 2 diag(penalty_k)``, over ``M`` evenly
-        spaced rows (at most :data:`PRECONDITIONER_ROWS`; the blocks only precondition).
-        Beyond :data:`BLOCK_ENTRIES` entries, the diagonal alone (``(C D, 1, 1)``, all rows)."""
-        c, d = self.shape
-        t = self._theta(theta)
-        n = self.x.shape[0]
-        if c * d * d > BLOCK_ENTRIES:
-            p = torch.softmax(self._logits(t), dim=1)
-            diag = (p * (1 - p)).T @ self.x.square() / n + 2 * self.penalty
-            return diag.reshape(-1, 1, 1)
-        rows = torch.linspace(0, n - 1, min(n, PRECONDITIONER_ROWS), device=self.x.device)
-        rows = rows.round().long()
-        x = self.x[rows]
-        u = x @ t.T if self.offset is None else x @ t.T + self.offset[rows]
-        p = torch.softmax(u, dim=1)
-        weights = (p * (1 - p)).T.unsqueeze(2)  # (C, M, 1)
-        blocks = torch.empty(c, d, d, dtype=x.dtype, device=x.device)
-        chunk = max(1, BLOCK_ENTRIES // (len(rows) * d))  # classes per (chunk, M, D) product
-        for k in range(0, c, chunk):
-            blocks[k : k + chunk] = (weights[k : k + chunk] * x).mT @ x / len(rows)
-        return blocks + torch.diag_embed(2 * self.penalty)
 
     def null_directions(self) -> torch.Tensor | None:
         c, d = self.shape

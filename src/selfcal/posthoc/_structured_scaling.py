@@ -5,17 +5,22 @@ themselves are in :mod:`selfcal.posthoc.linear` and :mod:`selfcal.posthoc.struct
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from typing import ClassVar
+
 import numpy as np
 import torch
 
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
-from selfcal.posthoc._scores import scores_as_logits
+from selfcal.posthoc._lbfgs import FLOAT32_GTOL, LBFGS_GTOL, lbfgs
+from selfcal.posthoc._likelihoods import AffineLikelihood, VectorLikelihood
+from selfcal.posthoc._scores import rows_as_logits, scores_as_logits
 from selfcal.posthoc._solvers import (
     ClassFeatures,
     SharedFeatures,
     Solution,
-    lbfgs,
     newton,
     warn_not_converged,
 )
@@ -27,9 +32,19 @@ LBFGS_ITER_FACTOR = 50
 gradient, a Newton iteration one Hessian)."""
 
 NEWTON_BUDGET = 2e9
-"""The shared-features fits (matrix scaling, Dirichlet calibration) use Newton while one
-Hessian, ``N (C (C + 1))^2`` multiply-adds, costs at most this (``C <= 20`` at ``N = 10^4``);
-beyond it, L-BFGS on the exact gradient."""
+"""Matrix-type maps (``P = C (C + 1)`` parameters) use Newton's method while one Hessian --
+``N P^2`` multiply-adds to form, ``P^3`` (a third of it) to factor -- costs at most this
+(``C <= 20`` at ``N = 10^4``); beyond it, L-BFGS (:func:`fit_large`), whose gradient costs
+``2 N P``. The ``P^3`` term keeps a few rows of many classes off Newton (3 rows x 138
+classes: a 2.9 GB Hessian, however few the rows). L-BFGS is already faster from about 10
+classes (SMS on 5,000 rows: 53 against 71 ms at 10 classes, 30 against 341 ms at 20); the
+budget is kept where every study's fits stay on Newton, whose committed numbers it made."""
+
+VECTOR_NEWTON_BUDGET = 2e7
+"""The same for vector-type maps (``P = 2 C``), whose L-BFGS gradient is one elementwise pass
+over the rows (no matrix product): Newton up to about 20 classes at ``N = 10^4``, where the
+two take the same time (SVS on 5,000 rows: 40 against 33 ms at 20 classes; 235 against
+104 ms at 100)."""
 
 RIDGE_L2 = 1.0
 """Default multiplier ``lambda`` of every ridge penalty of the structured fits: the squared
@@ -38,6 +53,23 @@ bias and the squared departure of each class's scale from the temperature's are 
 Berta et al.'s structured vector and matrix scaling (probmetrics' ``SVSCalibrator`` /
 ``SMSCalibrator``, ``lambda = rho = tau = 1``): stronger with more classes, weaker with more
 validation rows."""
+
+
+def use_newton(n: int, c: int, vector: bool) -> bool:
+    """Whether the fit of a vector-type (``vector``) or matrix-type map of ``c`` classes on
+    ``n`` rows uses Newton's method (:data:`VECTOR_NEWTON_BUDGET`, :data:`NEWTON_BUDGET`)."""
+    p = 2 * c if vector else c * (c + 1)
+    return n * p**2 + p**3 <= (VECTOR_NEWTON_BUDGET if vector else NEWTON_BUDGET)
+
+
+def products_dtype(pred: Predictions, vector: bool) -> torch.dtype:
+    """The dtype of a structured fit's features and matrix products: float64 for Newton's
+    method and for float64 scores; for a large fit (L-BFGS) of lower-precision scores, float32
+    (:mod:`selfcal.posthoc._likelihoods`: its optimum is within about ``1e-6`` of the float64
+    one in every probability)."""
+    if pred.scores.dtype == torch.float64 or use_newton(pred.n_samples, pred.n_classes, vector):
+        return torch.float64
+    return torch.float32
 
 
 def ridge_strength(lam: float, n: int, c: int, off_diagonal: bool = False) -> float:
@@ -66,6 +98,9 @@ class _StructuredScaling(Calibrator):
 
     _per_class = True
     _likelihood_fit = True
+    _vector_map: ClassVar[bool] = False
+    """Whether the map is vector-type (``2 C`` parameters) rather than matrix-type
+    (``C (C + 1)``)."""
     diagonal_l2: float
     off_diagonal_l2: float  # matrix-type maps only
     bias_l2: float
@@ -75,11 +110,41 @@ class _StructuredScaling(Calibrator):
         """``s``: what the map acts on (float64)."""
         return scores_as_logits(pred)
 
-    def _temperature(self, pred: Predictions, s: torch.Tensor) -> tuple[float, bool]:
+    def _score_rows(self, pred: Predictions, rows: slice) -> torch.Tensor:
+        """Those rows of :meth:`_scores`, bit for bit."""
+        return rows_as_logits(pred, rows)
+
+    def _large(self, pred: Predictions) -> bool:
+        """Whether the fit is too large for Newton's method (:func:`use_newton`)."""
+        return not use_newton(pred.n_samples, pred.n_classes, self._vector_map)
+
+    def _features(
+        self, pred: Predictions, transform: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """``transform(s)``: the features step 2 fits on, whole in float64 for Newton-sized
+        fits; for large ones in :func:`products_dtype`, chunk by chunk of rows (row-wise
+        transforms: the same values, without an ``(N, C)`` float64 temporary)."""
+        dtype = products_dtype(pred, self._vector_map)
+        if dtype == torch.float64:
+            return transform(self._scores(pred))
+        out = torch.empty(pred.scores.shape, dtype=dtype, device=pred.device)
+        for rows in pred.row_chunks():
+            out[rows] = transform(self._score_rows(pred, rows))
+        return out
+
+    def _temperature(self, pred: Predictions) -> tuple[float, bool]:
         """Step 1: ``beta``, and whether step 2 can be fitted: not when temperature scaling
         itself is not identified (every prediction correct, or the NLL's minimum at a bound;
-        the map is then the identity, and the warning says why)."""
+        the map is then the identity, and the warning says why). Solved on :meth:`_scores`
+        for Newton-sized fits; on the scores in their own dtype (the logits, ``log p``) for
+        large ones -- the same ``T`` (``log_softmax`` only shifts rows), no float64 copy, and
+        the same scores as :class:`~selfcal.posthoc.TemperatureScaling`, so
+        :func:`~selfcal.posthoc.temperature.shared_temperature_fits` solves them once."""
         all_correct = bool(pred.correct.all())
+        if self._large(pred):
+            s = pred.scores if pred.kind == "logits" else pred.log_probs
+        else:
+            s = self._scores(pred)
         fit: TemperatureFit = solve_temperature(s, pred.require_labels(), all_correct)
         report_fit(self, fit)
         return 1.0 / fit.temperature, not (all_correct or fit.problem)
@@ -88,18 +153,22 @@ class _StructuredScaling(Calibrator):
         self, x: torch.Tensor, y: torch.Tensor, identified: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         """Step 2 of vector scaling: ``(v, b)`` minimising the mean NLL of
-        ``softmax((1 + v) * x + b)`` plus ``diagonal_l2 C/N |v|^2 + bias_l2 C/N |b|^2``, by
-        Newton's method from 0 (zeros when step 1 is not identified)."""
+        ``softmax((1 + v) * x + b)`` plus ``diagonal_l2 C/N |v|^2 + bias_l2 C/N |b|^2``, from
+        0 (zeros when step 1 is not identified): by Newton's method while
+        :func:`use_newton`, else by L-BFGS (:func:`fit_large`)."""
         n, c = x.shape
-        theta = torch.zeros(2 * c, dtype=x.dtype, device=x.device)
+        theta = torch.zeros(2 * c, dtype=torch.float64, device=x.device)
         if identified:
             strengths = (float(self.diagonal_l2), float(self.bias_l2))
             penalty = torch.tensor(
                 [ridge_strength(lam, n, c) for lam in strengths for _ in range(c)],
-                dtype=x.dtype,
+                dtype=torch.float64,
                 device=x.device,
             )
-            solution = newton(ClassFeatures(x, y, penalty), theta, self.max_iter)
+            if use_newton(n, c, vector=True):
+                solution = newton(ClassFeatures(x, y, penalty), theta, self.max_iter)
+            else:
+                solution = fit_large(VectorLikelihood(x, y, penalty), theta, self.max_iter)
             warn_not_converged(
                 type(self).__name__,
                 solution,
@@ -115,10 +184,10 @@ class _StructuredScaling(Calibrator):
         ``softmax((I + Delta) x + b)`` plus the penalty of :func:`structured_penalty`
         (:func:`fit_affine`; ``Delta = 0, b = 0`` when step 1 is not identified)."""
         n, c = x.shape
-        delta = torch.zeros(c, c + 1, dtype=x.dtype, device=x.device)
+        delta = torch.zeros(c, c + 1, dtype=torch.float64, device=x.device)
         if identified:
             lams = float(self.bias_l2), float(self.diagonal_l2), float(self.off_diagonal_l2)
-            penalty = structured_penalty(n, c, *lams, like=x)
+            penalty = structured_penalty(n, c, *lams, like=delta)
             solution = fit_affine(x, y, penalty, self.max_iter)
             warn_not_converged(
                 type(self).__name__,
@@ -126,7 +195,7 @@ class _StructuredScaling(Calibrator):
                 "raise the *_l2 strengths or max_iter (the scores may separate the classes)",
             )
             delta = solution.theta.reshape(c, c + 1)
-        eye = torch.eye(c, dtype=x.dtype, device=x.device)
+        eye = torch.eye(c, dtype=delta.dtype, device=x.device)
         return (eye + delta[:, :c]).cpu().numpy(), delta[:, c].cpu().numpy().copy()
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
@@ -160,12 +229,31 @@ def fit_affine(
 ) -> Solution:
     """``argmin`` over ``Delta`` ``(C, C)``, ``b`` ``(C,)`` of the mean NLL of
     ``softmax(x + x Delta^T + b)`` plus ``sum penalty * [Delta, b]^2``, from ``Delta = 0,
-    b = 0``; ``theta`` is ``[Delta, b]`` ``(C, C + 1)`` flattened by rows. Newton while a
-    Hessian fits :data:`NEWTON_BUDGET`, else L-BFGS."""
+    b = 0``; ``theta`` is ``[Delta, b]`` ``(C, C + 1)`` flattened by rows. Newton while
+    :func:`use_newton`, else L-BFGS (:func:`fit_large`)."""
     n, c = x.shape
+    start = torch.zeros(c * (c + 1), dtype=torch.float64, device=x.device)
+    if not use_newton(n, c, vector=False):
+        return fit_large(AffineLikelihood(x, labels, penalty), start, max_iter)
     features = torch.cat([x, torch.ones(n, 1, dtype=x.dtype, device=x.device)], 1)
-    objective = SharedFeatures(features, labels, penalty, offset=x)
-    start = torch.zeros(c * (c + 1), dtype=x.dtype, device=x.device)
-    if n * (c * (c + 1)) ** 2 <= NEWTON_BUDGET:
-        return newton(objective, start, max_iter)
-    return lbfgs(objective, start, max_iter * LBFGS_ITER_FACTOR)
+    return newton(SharedFeatures(features, labels, penalty, offset=x), start, max_iter)
+
+
+def fit_large(
+    objective: AffineLikelihood | VectorLikelihood, start: torch.Tensor, max_iter: int
+) -> Solution:
+    """L-BFGS (:func:`~selfcal.posthoc._lbfgs.lbfgs`) from ``start`` in the variables of the
+    objective's preconditioner there, to :data:`~selfcal.posthoc._lbfgs.LBFGS_GTOL` with
+    float64 products or :data:`~selfcal.posthoc._lbfgs.FLOAT32_GTOL` with float32 ones --
+    and, should the float32 rounding stop it short of that, on from where it stopped with
+    float64 products (on the float32 features: no fit seen so far needed this);
+    ``LBFGS_ITER_FACTOR`` iterations per unit of ``max_iter``."""
+    iterations = max_iter * LBFGS_ITER_FACTOR
+    preconditioner = objective.preconditioner(start)
+    if objective.x.dtype == torch.float64:
+        return lbfgs(objective, start, iterations, preconditioner, LBFGS_GTOL)
+    solution = lbfgs(objective, start, iterations, preconditioner, FLOAT32_GTOL)
+    if solution.converged or solution.iterations >= iterations:
+        return solution
+    precise = dataclasses.replace(objective, x=objective.x.double())
+    return lbfgs(precise, solution.theta, iterations, preconditioner, LBFGS_GTOL)

@@ -64,5 +64,11 @@ class DirichletCalibration(MatrixScaling):
         """``log p``: the model's log-probabilities (float64)."""
         return pred.log_probs
 
+    def _score_rows(self, pred: Predictions, rows: slice) -> torch.Tensor:
+        scores = pred.scores[rows]
+        if pred.kind == "logits":
+            return torch.log_softmax(scores.double(), dim=1)
+        return pred.log_probs_of(scores)
+
     def _module(self, from_probs: bool) -> torch.nn.Module:
         return AffineModule(self.weight_, self.bias_, from_probs, on_log_probs=True)

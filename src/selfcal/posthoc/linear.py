@@ -19,7 +19,6 @@ from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc._solvers import (
     Logistic,
     Solution,
-    import_lbfgs,
     newton,
     warn_not_converged,
 )
@@ -131,10 +130,12 @@ class VectorScaling(_StructuredScaling):
         check_nonnegative("bias_l2", self.bias_l2)
         check_max_iter(self.max_iter)
 
+    _vector_map = True
+
     def _fit(self, pred: Predictions) -> None:
-        s = self._scores(pred)
-        beta, identified = self._temperature(pred, s)
-        v, b = self._vector_step(beta * s, pred.require_labels(), identified)
+        beta, identified = self._temperature(pred)
+        x = self._features(pred, lambda s: beta * s)
+        v, b = self._vector_step(x, pred.require_labels(), identified)
         self.weight_, self.bias_ = beta * (1.0 + v), b
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
@@ -187,10 +188,6 @@ class MatrixScaling(_StructuredScaling):
     _hyperparameters = ("off_diagonal_l2", "diagonal_l2", "bias_l2", "max_iter")
     _fitted_attributes = ("weight_", "bias_")
 
-    @classmethod
-    def _prepare_fit(cls) -> None:  # L-BFGS beyond the Newton budget
-        import_lbfgs()
-
     def __init__(
         self,
         off_diagonal_l2: float = RIDGE_L2,
@@ -212,9 +209,9 @@ class MatrixScaling(_StructuredScaling):
         check_max_iter(self.max_iter)
 
     def _fit(self, pred: Predictions) -> None:
-        s = self._scores(pred)
-        beta, identified = self._temperature(pred, s)
-        w, b = self._matrix_step(beta * s, pred.require_labels(), identified)
+        beta, identified = self._temperature(pred)
+        x = self._features(pred, lambda s: beta * s)
+        w, b = self._matrix_step(x, pred.require_labels(), identified)
         self.weight_, self.bias_ = beta * w, b
 
     def _predict(self, pred: Predictions) -> torch.Tensor:

@@ -26,7 +26,6 @@ from selfcal.posthoc._modules import (
     VectorScalingModule,
 )
 from selfcal.posthoc._scores import scores_as_logits
-from selfcal.posthoc._solvers import import_lbfgs
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.linear import MAX_ITER, RIDGE_L2, _StructuredScaling, check_max_iter
 from selfcal.posthoc.registry import register_calibrator
@@ -56,17 +55,16 @@ class _TSMixScaling(_StructuredScaling):
         check_nonnegative("bias_l2", self.bias_l2)
         check_max_iter(self.max_iter)
 
-    def _features(self, pred: Predictions) -> torch.Tensor:
-        """``x``: the log of the fitted TS-mix probabilities of ``pred`` (float64)."""
-        return ts_mix_log_probs(scores_as_logits(pred), self.temperature_, self.ts_mix_)
+    def _ts_mix(self, z: torch.Tensor) -> torch.Tensor:
+        """``x``: the log of the fitted TS-mix probabilities of logits ``z`` (float64)."""
+        return ts_mix_log_probs(z, self.temperature_, self.ts_mix_)
 
     def _fit(self, pred: Predictions) -> None:
-        beta, identified = self._temperature(pred, scores_as_logits(pred))
+        beta, identified = self._temperature(pred)
         self.temperature_ = 1.0 / beta
         self.ts_mix_ = resolve_mix(self.ts_mix, pred.n_samples)
-        self.weight_, self.bias_ = self._step(
-            self._features(pred), pred.require_labels(), identified
-        )
+        x = self._features(pred, self._ts_mix)
+        self.weight_, self.bias_ = self._step(x, pred.require_labels(), identified)
 
     def _step(
         self, x: torch.Tensor, y: torch.Tensor, identified: bool
@@ -115,6 +113,7 @@ class StructuredVectorScaling(_TSMixScaling):
     """
 
     _hyperparameters = ("ts_mix", "diagonal_l2", "bias_l2", "max_iter")
+    _vector_map = True
 
     def __init__(
         self,
@@ -137,7 +136,7 @@ class StructuredVectorScaling(_TSMixScaling):
         return 1.0 + v, b
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
-        x = self._features(pred)
+        x = self._ts_mix(scores_as_logits(pred))
         return torch.softmax(x * as_tensor(self.weight_, x) + as_tensor(self.bias_, x), dim=1)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
@@ -184,10 +183,6 @@ class StructuredMatrixScaling(_TSMixScaling):
 
     _hyperparameters = ("ts_mix", "off_diagonal_l2", "diagonal_l2", "bias_l2", "max_iter")
 
-    @classmethod
-    def _prepare_fit(cls) -> None:  # L-BFGS beyond the Newton budget
-        import_lbfgs()
-
     def __init__(
         self,
         ts_mix: float | str = "auto",
@@ -214,7 +209,7 @@ class StructuredMatrixScaling(_TSMixScaling):
         return self._matrix_step(x, y, identified)
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
-        x = self._features(pred)
+        x = self._ts_mix(scores_as_logits(pred))
         return torch.softmax(x @ as_tensor(self.weight_, x).T + as_tensor(self.bias_, x), dim=1)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
