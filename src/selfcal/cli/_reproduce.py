@@ -25,6 +25,11 @@ DEFAULT_STORE = Path("selfcal-results.sqlite")
 EXECUTORS = ("process", "ray")
 """``--executor``'s choices: :data:`selfcal.experiments.runner.EXECUTORS`, as a constant."""
 MAX_DEFAULT_WORKERS = 4
+SETS_PROTOCOL = "sets"
+"""The protocol of the studies that run on prediction sets
+(:data:`selfcal.studies._sets.PROTOCOL`, as a constant: the CLI imports no study to parse)."""
+PREDICTIONS_ENV = "SELFCAL_PREDICTIONS"
+""":data:`selfcal.io.PREDICTIONS_ENV`, as a constant."""
 
 
 class _StudyGroup(typer.core.TyperGroup):
@@ -54,6 +59,7 @@ reproduce_app = typer.Typer(
 def _study_command(study: Study) -> Any:
     """The click command ``selfcal reproduce NAME`` (the same options for every study)."""
     names = ", ".join(study.protocols)
+    reads_sets = SETS_PROTOCOL in study.protocols
 
     def command(
         quick: Annotated[
@@ -114,8 +120,18 @@ def _study_command(study: Study) -> Any:
                 "by default a stored failure is kept and reported.",
             ),
         ] = False,
+        sets: str | None = typer.Option(
+            None,
+            "--sets",
+            help="Run on the prediction sets in this folder (each a folder with val.npz and "
+            "test.npz, or one .npz with *_val / *_test arrays) instead of the study's own: the "
+            f"'{SETS_PROTOCOL}' protocol (default folder: ${PREDICTIONS_ENV}).",
+            hidden=not reads_sets,
+        ),
     ) -> None:
         with errors():
+            if sets is not None:
+                protocol = _use_sets(study, Path(sets), protocol)
             _reproduce(
                 study,
                 quick,
@@ -127,6 +143,7 @@ def _study_command(study: Study) -> Any:
                 retry_failed,
                 executor=executor,
                 address=address,
+                sets=sets,
             )
 
     command.__doc__ = study.help
@@ -147,10 +164,12 @@ def _reproduce(
     *,
     executor: str = "process",
     address: str | None = None,
+    sets: str | None = None,
 ) -> None:
     """Run the study's sweep (resuming from ``store``) in worker processes or as Ray tasks
     (``executor``, ``address``), write its report to ``out``, and print the summary (or the
-    JSON payload)."""
+    JSON payload); ``sets``: the folder of prediction sets, as given (for the command line the
+    report names)."""
     from selfcal._validation import check_choice
     from selfcal.experiments import ResultsStore
     from selfcal.experiments.report import json_payload, reproduce_command, write_report
@@ -180,6 +199,7 @@ def _reproduce(
             protocol.name,
             None if store == DEFAULT_STORE else str(store),
             None if out == REPORT_ROOT / study.name else str(out),
+            sets,
         )
         results = StudyResults.load(study, protocol, results_store)
         path = write_report(results, out, command=command, seconds=seconds)
@@ -191,6 +211,21 @@ def _reproduce(
             f"failed ({seconds:.0f} s); store {store}"
         )
         print_summary(head, study.summary(results), f"report: {path}")
+
+
+def _use_sets(study: Study, sets: Path, protocol: str | None) -> str:
+    """``--sets DIR``: the study's prediction-sets protocol, with ``$SELFCAL_PREDICTIONS`` set
+    to ``DIR`` for the sweep and its worker processes (a Ray cluster's workers need the folder
+    at the same path); a folder without a set is an error now, not in a worker."""
+    from selfcal.io import find_prediction_sets
+
+    if SETS_PROTOCOL not in study.protocols:
+        raise ValueError(f"study {study.name!r} does not run on prediction sets (no --sets)")
+    if protocol not in (None, SETS_PROTOCOL):
+        raise ValueError(f"--sets runs the {SETS_PROTOCOL!r} protocol, not {protocol!r}")
+    find_prediction_sets(sets)
+    os.environ[PREDICTIONS_ENV] = str(sets.resolve())
+    return SETS_PROTOCOL
 
 
 def print_summary(head: str, lines: list[str], tail: str) -> None:

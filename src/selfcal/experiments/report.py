@@ -202,10 +202,15 @@ def check_provenance(folder: Path) -> Provenance:
     return made
 
 
-def reproduce_command(study: Study, protocol: str, store: str | None, out: str | None) -> str:
-    """The ``selfcal reproduce`` command line a report names (defaults left out)."""
+def reproduce_command(
+    study: Study, protocol: str, store: str | None, out: str | None, sets: str | None = None
+) -> str:
+    """The ``selfcal reproduce`` command line a report names (defaults left out; ``sets``:
+    the folder of prediction sets, which names the protocol that reads them)."""
     words = [f"selfcal reproduce {study.name}"]
-    if protocol == "quick":
+    if sets is not None:
+        words.append(f"--sets {sets}")
+    elif protocol == "quick":
         words.append("--quick")
     elif protocol != study.default_protocol:
         words.append(f"--protocol {protocol}")

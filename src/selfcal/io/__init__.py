@@ -30,6 +30,8 @@ Errors are ``ValueError`` (or ``FileNotFoundError``) whose message starts with t
 an empty file, a file that is not a valid ``.npz`` / ``.npy``, an object array (nothing is
 unpickled), a folder, missing labels (naming the arrays or columns there are).
 Row numbers in error messages count data rows from 0 (a CSV header line is not a row).
+Prediction sets -- a model's validation and test predictions together -- are read by
+:func:`load_prediction_set` (:mod:`selfcal.io._sets`).
 ``example:NAME`` stands for a bundled example file (see :mod:`selfcal.examples`).
 """
 
@@ -44,13 +46,25 @@ import torch
 from selfcal._validation import check_choice
 from selfcal.io._arrays import _read_npy, _read_npz, read_npy, read_npz
 from selfcal.io._formats import KINDS, TABULAR, format_of, resolve_path
+from selfcal.io._sets import (
+    PREDICTIONS_ENV,
+    PredictionSet,
+    default_sets_root,
+    find_prediction_sets,
+    load_prediction_set,
+)
 from selfcal.io._tables import _read_tabular, read_columns, write_table
 from selfcal.predictions import Predictions, looks_like_probabilities
 
 __all__ = [
     "KINDS",
+    "PREDICTIONS_ENV",
     "TABULAR",
+    "PredictionSet",
     "check_named_kind",
+    "default_sets_root",
+    "find_prediction_sets",
+    "load_prediction_set",
     "load_predictions",
     "read_arrays",
     "read_columns",

@@ -19,9 +19,10 @@ from selfcal.conformal import conformal_quantile, conformity_scores
 from selfcal.conformal.scores import class_quantiles
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.experiments import RunResult, RunSpec
+from selfcal.io import PredictionSet
 from selfcal.posthoc import build_calibrator
 from selfcal.studies.conformal.protocol import ConformalProtocol
-from selfcal.studies.posthoc.sources import PredictionSet, benchmark_set, sklearn_model
+from selfcal.studies.posthoc.sources import benchmark_set, sklearn_model
 
 METRICS = ("coverage", "size", "worst_class_coverage", "singleton")
 """The per-halving metrics, stored as ``<metric>.<posthoc>.<score>.<alpha>``."""

@@ -3,13 +3,16 @@ many real prediction sets (the validation / test logits the benchmark's networks
 scikit-learn models on the tabular sets), with CalArena-style win rates against temperature
 scaling and paired intervals per task type (:mod:`selfcal.studies.posthoc.report`). Run
 ``selfcal reproduce benchmark --store results/benchmark.sqlite`` first: this study reads its
-stored predictions instead of retraining."""
+stored predictions instead of retraining. With ``--sets DIR`` it runs on the prediction sets
+in DIR instead -- your own models' validation and test predictions
+(:mod:`selfcal.studies.posthoc.sets_report`)."""
 
 from __future__ import annotations
 
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
-from selfcal.studies.posthoc.protocol import PosthocProtocol
+from selfcal.studies._sets import set_specs
+from selfcal.studies.posthoc.protocol import PosthocProtocol, PosthocSetsProtocol
 
 BENCHMARK_REGIMES = ("memorise", "early-stop")
 """The benchmark regimes whose records are prediction sets here: the last iterate and the
@@ -18,14 +21,16 @@ lowest-validation-NLL checkpoint. The ``refine-stop`` checkpoint is often the ea
 
 
 @register_study
-class Posthoc(Study[PosthocProtocol]):
+class Posthoc(Study[PosthocProtocol | PosthocSetsProtocol]):
     title = (
         "Post-hoc leaderboard: every calibrator on the benchmark's and scikit-learn's predictions"
     )
     version = 3  # 2: exact zero probabilities read through the fitted floor (prob_floor_);
     # 3: auto's default order puts structured matrix scaling first
 
-    def specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
+    def specs(self, protocol: PosthocProtocol | PosthocSetsProtocol) -> list[RunSpec]:
+        if isinstance(protocol, PosthocSetsProtocol):
+            return set_specs(self, protocol)
         sklearn = [
             self.spec(protocol, d, m, seed)
             for d in protocol.datasets

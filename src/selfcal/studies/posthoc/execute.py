@@ -16,13 +16,25 @@ import torch
 import selfcal.metrics as M
 from selfcal import Predictions
 from selfcal.experiments import RunResult, RunSpec
+from selfcal.io import PredictionSet
 from selfcal.posthoc import AutoCalibration, build_calibrator
 from selfcal.posthoc.auto import BINARY_CANDIDATES, CANDIDATES
-from selfcal.studies.posthoc.protocol import BINARY_ONLY, REFERENCE, PosthocProtocol
-from selfcal.studies.posthoc.sources import PredictionSet, prediction_set
+from selfcal.studies.posthoc.protocol import (
+    BINARY_ONLY,
+    REFERENCE,
+    PosthocProtocol,
+    PosthocSetsProtocol,
+)
+from selfcal.studies.posthoc.sources import prediction_set
 
 
-def execute(protocol: PosthocProtocol, group: list[RunSpec]) -> list[RunResult]:
+def execute(
+    protocol: PosthocProtocol | PosthocSetsProtocol, group: list[RunSpec]
+) -> list[RunResult]:
+    if isinstance(protocol, PosthocSetsProtocol):
+        from selfcal.studies.posthoc.sets import evaluate_set
+
+        return [evaluate_set(protocol, spec) for spec in group]
     return [evaluate(protocol, spec) for spec in group]
 
 
@@ -46,6 +58,17 @@ def evaluate(protocol: PosthocProtocol, spec: RunSpec) -> RunResult:
 
 def calibrate(name: str, data: PredictionSet, n_bins: int) -> dict[str, float]:
     """``{metric.name: value}`` of calibrator ``name`` fitted on ``data``'s validation split."""
+    fitted = fit_predict(name, data)
+    if fitted is None:
+        return {f"failed.{name}": 1.0}
+    probs, out = fitted
+    return {**scores(name, probs, data.test_labels, n_bins), **out}
+
+
+def fit_predict(name: str, data: PredictionSet) -> tuple[torch.Tensor, dict[str, float]] | None:
+    """Calibrator ``name`` fitted on ``data``'s validation split: its test probabilities, and
+    ``seconds.<name>`` (the fit), ``warnings.<name>`` and (for ``auto``) ``auto.chosen``;
+    ``None`` when it raises ``ValueError`` (e.g. a binary calibrator on more classes)."""
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -54,13 +77,11 @@ def calibrate(name: str, data: PredictionSet, n_bins: int) -> dict[str, float]:
             seconds = time.perf_counter() - start
             probs = cal.predict_proba(data.test)
         except ValueError:
-            return {f"failed.{name}": 1.0}
-    out = scores(name, torch.as_tensor(probs), data.test_labels, n_bins)
-    out[f"seconds.{name}"] = seconds
-    out[f"warnings.{name}"] = float(len(caught))
+            return None
+    out = {f"seconds.{name}": seconds, f"warnings.{name}": float(len(caught))}
     if isinstance(cal, AutoCalibration):
         out["auto.chosen"] = float(AUTO_NAMES.index(cal.chosen_))
-    return out
+    return torch.as_tensor(probs), out
 
 
 AUTO_NAMES = tuple(sorted(CANDIDATES + BINARY_CANDIDATES))
@@ -78,12 +99,25 @@ def scores(name: str, probs: torch.Tensor, labels: np.ndarray, n_bins: int) -> d
 
 
 def probmetrics_sms(data: PredictionSet, n_bins: int) -> dict[str, Any]:
-    """probmetrics' SMS on the same set (nothing when probmetrics is not installed): their
-    calibrators take probabilities, so logits go through a softmax first."""
+    """probmetrics' SMS on the same set (nothing when probmetrics is not installed)."""
+    fitted = probmetrics_fit_predict(data)
+    if fitted is None:
+        return {}
+    probs, seconds = fitted
+    out = scores(REFERENCE, probs, data.test_labels, n_bins)
+    out[f"seconds.{REFERENCE}"] = seconds
+    return out
+
+
+def probmetrics_fit_predict(data: PredictionSet) -> tuple[torch.Tensor, float] | None:
+    """probmetrics' SMS fitted on ``data``'s validation split: its test probabilities
+    (renormalised: their float32 rows sum to 1 +- 1e-7) and the fit's seconds; ``None`` when
+    probmetrics is not installed. Their calibrators take probabilities, so logits go through
+    a softmax first."""
     try:
         from probmetrics.calibrators import get_calibrator
     except ImportError:
-        return {}
+        return None
 
     def as_probs(s: np.ndarray) -> np.ndarray:
         return s if data.kind == "probs" else torch.softmax(torch.as_tensor(s), 1).numpy()
@@ -94,7 +128,4 @@ def probmetrics_sms(data: PredictionSet, n_bins: int) -> dict[str, Any]:
         cal = get_calibrator("sms").fit(as_probs(data.val), data.val_labels)
         seconds = time.perf_counter() - start
         probs = torch.as_tensor(cal.predict_proba(as_probs(data.test)))
-    probs = probs / probs.sum(1, keepdim=True)  # their float32 rows sum to 1 +- 1e-7
-    out = scores(REFERENCE, probs, data.test_labels, n_bins)
-    out[f"seconds.{REFERENCE}"] = seconds
-    return out
+    return probs / probs.sum(1, keepdim=True), seconds

@@ -9,6 +9,7 @@ from typing import Any
 import selfcal.posthoc  # noqa: F401  (registers every calibrator)
 from selfcal.experiments.study import StudyProtocol
 from selfcal.posthoc.registry import calibrator_names
+from selfcal.studies._sets import PROTOCOL
 
 MODELS = ("logistic", "gradient-boosting", "random-forest", "mlp")
 """The scikit-learn models (:func:`selfcal.studies.posthoc.sources.sklearn_model`)."""
@@ -68,4 +69,28 @@ QUICK = PosthocProtocol(
     reference=False,
     notes=("--quick: logistic regression on two small sets, two seeds; for tests only.",),
 )
-PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
+
+
+@dataclass(frozen=True)
+class PosthocSetsProtocol(StudyProtocol):
+    """The leaderboard on prediction sets (:mod:`selfcal.studies._sets`: every set under
+    ``$SELFCAL_PREDICTIONS``, ``selfcal reproduce posthoc --sets DIR``): every name in
+    ``calibrators`` (binary-only ones on two classes only) and probmetrics' SMS when
+    ``reference``, fitted on each set's validation split and scored on its test split, with
+    ``resamples`` seeded bootstrap resamples of its test rows for paired intervals."""
+
+    calibrators: tuple[str, ...] = default_calibrators()
+    reference: bool = True
+    n_bins: int = 15
+    resamples: int = 1000
+
+
+SETS = PosthocSetsProtocol(
+    PROTOCOL,
+    seeds=(0,),
+    notes=(
+        "Every prediction set under the folder given with --sets (or $SELFCAL_PREDICTIONS): "
+        "fitted on its validation split, scored on its test split.",
+    ),
+)
+PROTOCOLS = {p.name: p for p in (FULL, QUICK, SETS)}

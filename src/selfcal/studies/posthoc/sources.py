@@ -4,29 +4,14 @@ predicting its validation and test splits (``predict_proba``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from selfcal.experiments.spec import RunSpec
+from selfcal.io import PredictionSet
 from selfcal.studies.posthoc.protocol import GENERATED, PosthocProtocol
-
-
-@dataclass(frozen=True)
-class PredictionSet:
-    """Validation and test scores with their labels; ``kind`` says what the scores are."""
-
-    kind: str
-    val: np.ndarray
-    val_labels: np.ndarray
-    test: np.ndarray
-    test_labels: np.ndarray
-
-    @property
-    def n_classes(self) -> int:
-        return int(self.val.shape[1])
 
 
 def prediction_set(protocol: PosthocProtocol, spec: RunSpec) -> PredictionSet:

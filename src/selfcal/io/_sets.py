@@ -1,0 +1,186 @@
+"""Prediction sets: one model's validation and test predictions, what post-hoc calibration is
+fitted on (validation) and judged on (test) -- the input of ``selfcal compare`` and of the
+studies run on real models (``selfcal reproduce posthoc --sets DIR``).
+
+A set is either
+
+* a **folder** holding ``val.npz`` and ``test.npz``, each with the arrays ``logits`` *or*
+  ``probs`` ``(N, C)``, ``labels`` ``(N,)`` and optionally ``groups`` ``(N,)`` (any values:
+  a subject, a domain, a site -- what group-conditional coverage is reported by); or
+* **one** ``.npz`` **file** with the same arrays suffixed ``_val`` and ``_test``
+  (``logits_val``, ``labels_val``, ``logits_test``, ``labels_test``, ``groups_val``, ...).
+
+Its name is the folder's or the file's (without ``.npz``). A folder of sets holds any number
+of either. ``$SELFCAL_PREDICTIONS`` names the folder of sets used when none is given. Every
+problem is a one-line ``ValueError`` (or ``FileNotFoundError``) naming the file: a missing
+split or array, both or neither of ``logits`` / ``probs``, scores that fail the checks of
+:class:`~selfcal.Predictions` (NaN or infinite values, probabilities that are not, labels out
+of range), splits with different classes or kinds, groups of another length or in one split
+only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from selfcal.io._arrays import read_npz
+from selfcal.io._formats import KINDS
+from selfcal.predictions import Predictions
+
+PREDICTIONS_ENV = "SELFCAL_PREDICTIONS"
+"""The environment variable naming the default folder of prediction sets."""
+
+SPLITS = ("val", "test")
+LAYOUT = (
+    "a set is a folder with val.npz and test.npz (arrays logits or probs, labels, optional "
+    "groups), or one .npz with logits_val, labels_val, logits_test, labels_test"
+)
+
+
+@dataclass(frozen=True)
+class PredictionSet:
+    """Validation and test scores of one model with their labels (numpy, as stored); ``kind``
+    says what the scores are (``"logits"`` or ``"probs"``); ``groups``, where the set has
+    them, one value per row (e.g. the MMLU subject of each question)."""
+
+    kind: str
+    val: np.ndarray
+    val_labels: np.ndarray
+    test: np.ndarray
+    test_labels: np.ndarray
+    name: str = ""
+    val_groups: np.ndarray | None = None
+    test_groups: np.ndarray | None = None
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.val.shape[1])
+
+    def predictions(self, split: str) -> Predictions:
+        """The split (``"val"`` or ``"test"``) as validated :class:`~selfcal.Predictions`."""
+        if split == "val":
+            scores, labels = self.val, self.val_labels
+        else:
+            scores, labels = self.test, self.test_labels
+        if self.kind == "logits":
+            return Predictions.from_logits(scores, labels)
+        return Predictions.from_probs(scores, labels)
+
+
+def default_sets_root() -> Path:
+    """``$SELFCAL_PREDICTIONS``, or a ``ValueError`` saying to set it or pass a folder."""
+    root = os.environ.get(PREDICTIONS_ENV)
+    if not root:
+        raise ValueError(
+            f"no prediction sets given: pass a folder of sets, or set ${PREDICTIONS_ENV} to one "
+            f"({LAYOUT})"
+        )
+    return Path(root)
+
+
+def find_prediction_sets(root: str | Path) -> list[Path]:
+    """The prediction sets under ``root``, sorted by name: ``root`` itself when it is one (a
+    set's folder or file), else its sub-folders holding ``val.npz`` and its ``.npz`` files
+    (each a one-file set). A missing folder is a ``FileNotFoundError``; one holding no set a
+    ``ValueError``."""
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(f"{root}: no such folder of prediction sets")
+    if root.is_file() or (root / "val.npz").exists():
+        return [root]
+    found = [p for p in root.iterdir() if (p.is_dir() and (p / "val.npz").exists())]
+    found += [p for p in root.glob("*.npz") if p.is_file()]
+    if not found:
+        raise ValueError(f"{root}: no prediction sets here ({LAYOUT})")
+    return sorted(found, key=lambda p: set_name(p))
+
+
+def set_name(path: Path) -> str:
+    """A set's name: its folder's, or its file's without ``.npz``."""
+    return path.name.removesuffix(".npz")
+
+
+def load_prediction_set(path: str | Path) -> PredictionSet:
+    """Read and check the prediction set at ``path`` (a folder or a one-file set; module
+    docstring)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such prediction set ({LAYOUT})")
+    if path.is_dir():
+        parts = {split: _folder_split(path / f"{split}.npz") for split in SPLITS}
+    else:
+        parts = _file_splits(path)
+    (kind, val, val_labels, val_groups), (test_kind, test, test_labels, test_groups) = (
+        parts["val"],
+        parts["test"],
+    )
+    where = path if path.is_file() else path / "test.npz"
+    if test_kind != kind:
+        raise ValueError(f"{where}: the test split holds {test_kind}, the validation split {kind}")
+    if test.shape[1:] != val.shape[1:]:
+        raise ValueError(
+            f"{where}: the test split has {test.shape[1]} classes, the validation split "
+            f"{val.shape[1]}"
+        )
+    if (val_groups is None) != (test_groups is None):
+        raise ValueError(f"{where}: groups are given for one split only")
+    return PredictionSet(
+        kind, val, val_labels, test, test_labels, set_name(path), val_groups, test_groups
+    )
+
+
+Split = tuple[str, np.ndarray, np.ndarray, np.ndarray | None]
+"""``(kind, scores, labels, groups or None)`` of one split."""
+
+
+def _folder_split(path: Path) -> Split:
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file ({LAYOUT})")
+    files, _ = read_npz(path, ())
+    return _split(path, files, "")
+
+
+def _file_splits(path: Path) -> dict[str, Split]:
+    if path.suffix != ".npz":
+        raise ValueError(f"{path}: not a prediction set ({LAYOUT})")
+    files, _ = read_npz(path, ())
+    return {split: _split(path, files, f"_{split}") for split in SPLITS}
+
+
+def _split(path: Path, files: list[str], suffix: str) -> Split:
+    """One split of ``path``: arrays ``<kind><suffix>``, ``labels<suffix>`` and optionally
+    ``groups<suffix>``, checked."""
+    listed = ", ".join(files) or "none"
+    present = [k for k in KINDS if f"{k}{suffix}" in files]
+    if len(present) != 1:
+        found = "both" if present else "neither"
+        raise ValueError(
+            f"{path}: needs exactly one of the arrays 'logits{suffix}' or 'probs{suffix}', found "
+            f"{found} (arrays: {listed})"
+        )
+    kind = present[0]
+    if f"labels{suffix}" not in files:
+        raise ValueError(f"{path}: no array 'labels{suffix}' (arrays: {listed})")
+    names = (f"{kind}{suffix}", f"labels{suffix}", f"groups{suffix}")
+    _, arrays = read_npz(path, names)
+    scores, labels = arrays[names[0]], arrays[names[1]]
+    if scores.ndim != 2:
+        raise ValueError(f"{path}: '{names[0]}' must be (N, C), got shape {scores.shape}")
+    try:
+        if kind == "logits":
+            Predictions.from_logits(scores, labels)
+        else:
+            Predictions.from_probs(scores, labels)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    groups = arrays.get(names[2])
+    if groups is not None and groups.shape != (len(labels),):
+        raise ValueError(
+            f"{path}: '{names[2]}' must hold one value per row ({len(labels)}), got shape "
+            f"{groups.shape}"
+        )
+    return kind, scores, np.asarray(labels, dtype=np.int64), groups

@@ -1,0 +1,72 @@
+"""What the studies run on the user's own prediction sets share: one run per set found under
+the folder ``$SELFCAL_PREDICTIONS`` names (``selfcal reproduce NAME --sets DIR`` sets it for
+the sweep and its workers), identified by the set's name and the digest of its files -- so a
+set whose files change is a new run, never a stale stored one, and moving the folder changes
+nothing -- and the set's rows, resampled for paired intervals over its test rows."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from selfcal.experiments.spec import RunSpec
+from selfcal.io import (
+    PredictionSet,
+    default_sets_root,
+    find_prediction_sets,
+    load_prediction_set,
+)
+from selfcal.io._sets import set_name
+
+SET_METHOD = "set"
+"""The ``method`` of every run on a prediction set (the set's name is its ``dataset``)."""
+PROTOCOL = "sets"
+"""The protocol name of the studies that run on prediction sets."""
+
+
+def set_digest(path: Path) -> str:
+    """First 12 hex digits of the SHA-256 of the set's files (``val.npz`` then ``test.npz``,
+    or the one file)."""
+    files = [path] if path.is_file() else [path / "val.npz", path / "test.npz"]
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def set_specs(study: Any, protocol: Any) -> list[RunSpec]:
+    """One spec per prediction set under ``$SELFCAL_PREDICTIONS``: ``dataset`` its name,
+    ``hp.digest`` its files' digest."""
+    return [
+        study.spec(protocol, set_name(path), SET_METHOD, 0, config={"digest": set_digest(path)})
+        for path in find_prediction_sets(default_sets_root())
+    ]
+
+
+def spec_set(spec: RunSpec) -> PredictionSet:
+    """The prediction set ``spec`` names, read from ``$SELFCAL_PREDICTIONS``; a set whose
+    files changed since the spec was made is a ``ValueError`` (rerun the sweep)."""
+    by_name = {set_name(p): p for p in find_prediction_sets(default_sets_root())}
+    path = by_name.get(spec.dataset)
+    if path is None:
+        raise FileNotFoundError(f"prediction set {spec.dataset!r} is no longer under the folder")
+    if set_digest(path) != spec.hparams["hp.digest"]:
+        raise ValueError(f"{path}: changed since the sweep began; run it again")
+    return load_prediction_set(path)
+
+
+def test_resamples(n: int, count: int) -> np.ndarray:
+    """``(count, n)`` multiplicities of seeded bootstrap resamples of ``n`` test rows (the same
+    for every set of ``n`` rows, so sets that share their test rows are resampled jointly)."""
+    from selfcal.metrics.bootstrap import Resamples
+
+    return np.concatenate([w.numpy() for w in Resamples(n, count, 0, _cpu()).chunks()])
+
+
+def _cpu() -> Any:
+    import torch
+
+    return torch.device("cpu")
