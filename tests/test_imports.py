@@ -26,7 +26,10 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = "selfcal"
 LAZY_CIRCLES = {
     ("selfcal.metrics.refinement", "selfcal.posthoc"): "the refinement metrics refit calibrators",
-    ("selfcal.metrics.refinement", "selfcal.posthoc.auto"): "... on cross-fitting folds",
+    (
+        "selfcal.metrics.refinement",
+        "selfcal.posthoc._cross_validation",
+    ): "... on cross-fitting folds",
     ("selfcal.studies._images.report", "selfcal.studies._images"): "quotes its package's doc",
 }
 """The imports inside functions that close a circle, each with its reason: ``posthoc``

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from selfcal import Predictions
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics import brier, nll
 from selfcal.posthoc import AutoCalibration, build_calibrator
-from selfcal.posthoc.auto import stratified_folds
+from selfcal.posthoc._cross_validation import random_folds, stratified_folds
+from selfcal.posthoc.auto import CANDIDATES
 
 
 def biased_logits(seed: int, n: int, c: int) -> tuple[np.ndarray, np.ndarray]:
@@ -50,7 +52,7 @@ def test_scores_are_the_criterion_of_out_of_fold_predictions(criterion):
     results = auto.cv_results_
     assert results["candidate"] == ["ts", "svs", "platt"]
     # by hand: the same folds, each fold's fit predicting its held-out rows
-    folds = stratified_folds(torch.as_tensor(y), 5, 0)
+    folds = random_folds(len(y), 5, 0)
     for i, name in enumerate(["ts", "svs"]):
         out = np.empty((len(y), 4))
         for rows in folds:
@@ -73,10 +75,9 @@ def test_scores_are_the_criterion_of_out_of_fold_predictions(criterion):
     assert best_only.fit(logits=z, labels=y).chosen_ == results["candidate"][best]
 
 
-def test_first_keeps_the_first_candidate_when_another_is_only_luckier():
+def test_first_keeps_the_first_candidate_when_no_other_is_significantly_better():
     """On logits whose only miscalibration is a temperature, the richer candidates cannot be
-    significantly better: ``first`` keeps ``ts`` (listed first) even where another scores
-    lower."""
+    significantly better: ``first`` keeps ``ts``, listed first."""
     rng = np.random.default_rng(4)
     z = 4.0 * rng.normal(size=(400, 4))
     p = torch.softmax(torch.from_numpy(z / 2.5), 1).numpy()
@@ -84,7 +85,7 @@ def test_first_keeps_the_first_candidate_when_another_is_only_luckier():
     auto = AutoCalibration(candidates=["ts", "svs", "sms", "isotonic"]).fit(logits=z, labels=y)
     assert auto.chosen_ == "ts"
     r = auto.cv_results_
-    assert all(low <= 0 for low in r["low"][:3])  # svs and sms are tied with the lowest
+    assert r["low"][0] <= 0 and all(high >= 0 for high in r["ts_high"])
 
 
 def test_svs_is_chosen_where_class_biases_need_it_and_its_rival_is_significantly_worse():
@@ -111,21 +112,86 @@ def test_the_default_candidates_add_the_binary_ones_for_two_classes():
     ]  # fmt: skip
 
 
-def test_the_default_order_keeps_sms_unless_another_candidate_is_significantly_better():
-    """The default order puts structured matrix scaling first: on logits whose only
-    miscalibration is a temperature it is kept even where temperature scaling scores lower
-    (tied), and on logits that temperature scaling alone calibrates worse it is chosen."""
+def test_auto_keeps_ts_unless_a_candidate_is_significantly_better_than_it():
+    """The rule on given cross-validation results: the first candidate not significantly
+    worse than the lowest and, unless it is TS, significantly better than TS. SMS, first and
+    tied with the lowest but not significantly better than TS, is passed over for TS; where it
+    beats TS it is kept; without TS among the candidates the first not significantly worse
+    than the lowest is chosen; ``best`` takes the lowest."""
+
+    def choose(low, ts_high, selection="first", names=("sms", "svs", "ts", "none")):
+        auto = AutoCalibration(selection=selection)
+        auto.cv_results_ = {
+            "candidate": list(names),
+            "score": [1.00, 1.01, 1.02, 1.30][: len(names)],
+            "low": low,
+        }
+        if ts_high is not None:
+            auto.cv_results_["ts_high"] = ts_high
+        return auto._choose()
+
+    tied = [0.0, -0.01, -0.005, 0.2]
+    assert choose(tied, [0.002, 0.004, 0.0, 0.4]) == "ts"
+    assert choose(tied, [-0.001, 0.004, 0.0, 0.4]) == "sms"
+    assert choose(tied, [0.002, -0.003, 0.0, 0.4]) == "svs"
+    assert choose([0.01, 0.02, 0.03, 0.2], [0.0, 0.0, 0.0, 0.4]) == "sms"  # the lowest
+    assert choose(tied[:2] + [0.2], None, names=("sms", "svs", "none")) == "sms"
+    assert choose(tied, [0.002, 0.004, 0.0, 0.4], selection="best") == "sms"
+
+
+def test_auto_chooses_ts_on_temperature_only_logits_and_a_structured_fit_on_class_biases():
+    """Integration: on logits whose only miscalibration is a temperature, TS; on logits with
+    class biases TS cannot remove, SMS or SVS, which cross-validate significantly better."""
     rng = np.random.default_rng(4)
     z = 4.0 * rng.normal(size=(400, 4))
     p = torch.softmax(torch.from_numpy(z / 2.5), 1).numpy()
     y = (p.cumsum(1) > rng.random((400, 1))).argmax(1)
     auto = AutoCalibration().fit(logits=z, labels=y)
+    assert auto.chosen_ == "ts"
     r = auto.cv_results_
-    assert auto.chosen_ == "sms" and r["low"][0] <= 0.0
-    assert r["score"][r["candidate"].index("ts")] < r["score"][0]  # ts scored lower, tied
-    # where another candidate is significantly better than sms, the choice moves on
-    worse_first = AutoCalibration(candidates=["none", "ts", "svs"]).fit(logits=z, labels=y)
-    assert worse_first.cv_results_["low"][0] > 0 and worse_first.chosen_ == "ts"
+    ts = r["candidate"].index("ts")
+    assert r["ts_difference"][ts] == r["ts_low"][ts] == r["ts_high"][ts] == 0.0
+    z, y = biased_logits(1, 3000, 5)
+    auto = AutoCalibration().fit(logits=z, labels=y)
+    r = auto.cv_results_
+    chosen = r["candidate"].index(auto.chosen_)
+    assert auto.chosen_ in ("sms", "svs") and r["ts_high"][chosen] < 0.0
+    no_ts = AutoCalibration(candidates=["none", "svs"]).fit(logits=z, labels=y)
+    assert "ts_high" not in no_ts.cv_results_ and no_ts.chosen_ == "svs"
+
+
+def test_the_default_candidates_leave_out_what_cannot_pay_at_the_problems_size():
+    """SMS is left out where its off-diagonal penalty ``C (C - 1) / N`` exceeds 10, ETS where
+    the scores have more than 10^5 entries; each stays in ``cv_results_`` with its reason.
+    Below both, the default candidates are all there."""
+    from selfcal.posthoc.auto import default_candidates
+
+    z, y = biased_logits(6, 120, 40)  # C (C - 1) / N = 13
+    with warnings.catch_warnings():  # a few classes with one row, or none: expected here
+        warnings.simplefilter("ignore", DegenerateCalibration)
+        auto = AutoCalibration().fit(logits=z, labels=y)
+    r = auto.cv_results_
+    sms = r["candidate"].index("sms")
+    assert r["score"][sms] == float("inf") and "off-diagonal penalty" in r["error"][sms]
+    assert r["fit_seconds"][sms] == 0.0 and np.isnan(r["low"][sms])
+    assert auto.chosen_ != "sms"
+    big = Predictions.from_logits(torch.zeros(2001, 50), torch.arange(2001) % 50)
+    names, left_out = default_candidates(big)
+    assert set(left_out) == {"ets"} and "scans" in left_out["ets"]
+    assert names == list(CANDIDATES)
+    small = Predictions.from_logits(torch.zeros(2000, 50), torch.arange(2000) % 50)
+    assert default_candidates(small) == (list(CANDIDATES), {})
+
+
+@pytest.mark.parametrize(
+    ("n", "folds"),
+    [(100, 5), (20_000, 5), (20_001, 4), (26_667, 3), (40_000, 3), (40_001, 2), (10**6, 2)],
+)
+def test_automatic_folds_are_five_up_to_20000_rows_and_fewer_beyond(n, folds):
+    from selfcal.posthoc.auto import fold_count
+
+    assert fold_count("auto", n) == folds
+    assert fold_count(7, n) == 7
 
 
 def test_simplest_is_the_old_name_of_first():
@@ -144,6 +210,7 @@ def test_simplest_is_the_old_name_of_first():
         ({"candidates": ", "}, "candidates must be calibrator names"),
         ({"criterion": "auc"}, "criterion"),
         ({"n_folds": 1}, "n_folds must be an integer >= 2"),
+        ({"n_folds": "many"}, "n_folds must be an integer >= 2"),
         ({"selection": "luckiest"}, "selection"),
     ],
 )
@@ -254,3 +321,26 @@ def test_without_scikit_learn_isotonic_is_skipped_with_its_reason(monkeypatch):
     assert auto.cv_results_["score"][i] == float("inf")
     assert auto.chosen_ != "isotonic"
     assert all(e == "" for j, e in enumerate(auto.cv_results_["error"]) if j != i)
+
+
+def test_random_folds_cover_every_row_once_in_near_equal_seeded_folds():
+    folds = random_folds(103, 5, seed=3)
+    assert sorted(np.concatenate(folds).tolist()) == list(range(103))
+    assert {len(f) for f in folds} == {20, 21}
+    assert all(np.array_equal(a, b) for a, b in zip(folds, random_folds(103, 5, 3)))
+    assert not all(np.array_equal(a, b) for a, b in zip(folds, random_folds(103, 5, 4)))
+    assert len(random_folds(3, 5, 0)) == 3
+
+
+def test_held_out_rows_predicted_in_pieces_score_the_same(monkeypatch):
+    """The cross-validation predicts each fold's held-out rows a piece at a time (its
+    ``(n, C)`` probabilities are never formed whole at scale): the scores and intervals equal
+    those of predicting every fold at once, bit for bit."""
+    from selfcal.posthoc import _cross_validation
+
+    z, y = biased_logits(7, 500, 6)
+    whole = AutoCalibration(candidates=["ts", "svs", "isotonic"]).fit(logits=z, labels=y)
+    monkeypatch.setattr(_cross_validation, "PREDICT_ELEMENTS", 7 * 6)  # 7 rows a piece
+    pieces = AutoCalibration(candidates=["ts", "svs", "isotonic"]).fit(logits=z, labels=y)
+    for key in ("score", "low", "high", "ts_low", "ts_high"):
+        assert pieces.cv_results_[key] == whole.cv_results_[key]

@@ -54,7 +54,7 @@ DEFAULTS = {
         "candidates": None,
         "criterion": "nll",
         "selection": "first",
-        "n_folds": 5,
+        "n_folds": "auto",
         "seed": 0,
     },
     "none": {},

@@ -23,9 +23,7 @@ from selfcal.posthoc import (
     PlattScaling,
     TemperatureScaling,
     VectorScaling,
-    build_calibrator,
 )
-from selfcal.posthoc import _structured_scaling as structured_fits
 
 
 def nll(p: np.ndarray, y: np.ndarray) -> float:

@@ -104,7 +104,7 @@ def header(results: StudyResults, command: str, seconds: float | None) -> list[s
     env = results.records[0].env if results.records else {}
     commits = sorted({str(r.env.get("git_commit")) for r in results.records})
     return [
-        f"# {study.title}",
+        f"# {study.heading(results.protocol)}",
         "",
         command_line(command, seconds, results.records),
         f"Protocol `{protocol.name}` (fingerprint `{study.fingerprint(protocol)}`, study "

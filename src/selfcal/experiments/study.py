@@ -229,6 +229,10 @@ class Study(Generic[P]):
         return self.selection
 
     # ------------------------------------------------------------------ report
+    def heading(self, protocol: P) -> str:
+        """The report's heading under ``protocol`` (default: :attr:`title`)."""
+        return self.title
+
     def sections(self, results: StudyResults[P]) -> list[str]:
         """The report's body (Markdown lines): the folder's ``report.sections``."""
         return self.part("report").sections(results)

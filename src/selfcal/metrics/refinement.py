@@ -76,10 +76,10 @@ def recalibrated(
 ) -> Predictions:
     """``pred`` after ``recalibrator`` (a registered calibrator name): fitted on every row and
     applied to them (``folds=None``), or cross-fitted -- each fold's rows predicted by the
-    calibrator fitted on the others (``folds=K``: :func:`~selfcal.posthoc.auto.stratified_folds`
-    seeded by ``seed``; or the held-out indices of each fold, which must cover every row once).
-    The metrics score these predictions without forming them whole
-    (:func:`recalibrated_terms`)."""
+    calibrator fitted on the others (``folds=K``:
+    :func:`~selfcal.posthoc._cross_validation.stratified_folds` seeded by ``seed``; or the
+    held-out indices of each fold, which must cover every row once). The metrics score these
+    predictions without forming them whole (:func:`recalibrated_terms`)."""
     labels = pred.require_labels()
     if folds is None:
         return Predictions.from_probs(_fitted(pred, recalibrator).predict_proba(pred), labels)
@@ -137,7 +137,7 @@ def _fitted(pred: Predictions, recalibrator: str) -> Any:
 def _cross_fitted(
     pred: Predictions, recalibrator: str, folds: int | Sequence[Any], seed: int
 ) -> Predictions:
-    from selfcal.posthoc.auto import cross_validated, fold_splits, stratified_folds
+    from selfcal.posthoc._cross_validation import out_of_fold_probs, stratified_folds
 
     labels = pred.require_labels()
     if isinstance(folds, (int, np.integer)):
@@ -149,7 +149,7 @@ def _cross_fitted(
             raise ValueError(
                 f"folds must hold every row index 0..{pred.n_samples - 1} exactly once"
             )
-    probs, _, error = cross_validated(recalibrator, pred, fold_splits(pred, held_out), None)
+    probs, error = out_of_fold_probs(recalibrator, pred, held_out, None)
     if probs is None:
         raise ValueError(f"recalibrator {recalibrator!r} could not be fitted on a fold: {error}")
     return Predictions.from_probs(probs, labels)

@@ -15,7 +15,7 @@ import torch
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._lbfgs import FLOAT32_GTOL, LBFGS_GTOL, lbfgs
-from selfcal.posthoc._likelihoods import AffineLikelihood, VectorLikelihood
+from selfcal.posthoc._likelihoods import AffineLikelihood, VectorLikelihood, chunks
 from selfcal.posthoc._scores import rows_as_logits, scores_as_logits
 from selfcal.posthoc._solvers import (
     ClassFeatures,
@@ -122,14 +122,29 @@ class _StructuredScaling(Calibrator):
         self, pred: Predictions, transform: Callable[[torch.Tensor], torch.Tensor]
     ) -> torch.Tensor:
         """``transform(s)``: the features step 2 fits on, whole in float64 for Newton-sized
-        fits; for large ones in :func:`products_dtype`, chunk by chunk of rows (row-wise
-        transforms: the same values, without an ``(N, C)`` float64 temporary)."""
+        fits; for large ones in :func:`products_dtype`, chunk by chunk of rows
+        (:func:`~selfcal.posthoc._likelihoods.chunks`; row-wise transforms: the same values,
+        without an ``(N, C)`` float64 temporary)."""
         dtype = products_dtype(pred, self._vector_map)
         if dtype == torch.float64:
             return transform(self._scores(pred))
         out = torch.empty(pred.scores.shape, dtype=dtype, device=pred.device)
-        for rows in pred.row_chunks():
+        for rows in chunks(*pred.scores.shape):
             out[rows] = transform(self._score_rows(pred, rows))
+        return out
+
+    def _logits(self, s: torch.Tensor) -> torch.Tensor:
+        """The map: calibrated logits of score rows ``s`` (rows of :meth:`_scores`)."""
+        raise NotImplementedError
+
+    def _predict(self, pred: Predictions) -> torch.Tensor:
+        """``softmax`` of :meth:`_logits`, chunk by chunk of rows
+        (:func:`~selfcal.posthoc._likelihoods.chunks`) into one ``(N, C)`` float64 array: the
+        float64 scores, features and logits take a chunk each, not three ``(N, C)`` float64
+        arrays (below ``2^21`` scores, one chunk: the whole array)."""
+        out = torch.empty(pred.scores.shape, dtype=torch.float64, device=pred.device)
+        for rows in chunks(*pred.scores.shape):
+            out[rows] = torch.softmax(self._logits(self._score_rows(pred, rows)), dim=1)
         return out
 
     def _temperature(self, pred: Predictions) -> tuple[float, bool]:

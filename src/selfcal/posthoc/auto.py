@@ -1,19 +1,15 @@
 """A calibrator chosen for the data: stratified K-fold cross-validation over a stated set of
 candidate calibrators on the user's validation predictions, scored by cross-validated NLL
-(Brier score or ECE by option); the first candidate (in an order of preference set by the
-evidence of large benchmarks) not significantly worse than the lowest score is refitted on
-every row.
-
-Nothing here is new mathematics: each candidate is fitted on K - 1 folds and predicts the
-held-out fold, so every validation row gets one out-of-fold prediction per candidate; the
-criterion of those pooled predictions ranks the candidates, and a paired bootstrap over rows
-(the same resamples for every candidate) gives each candidate's difference from the
-lowest-scoring one with a centred 95% interval (:func:`selfcal.metrics.bootstrap.interval_bounds`).
+(Brier score or ECE by option) with paired bootstrap intervals
+(:mod:`selfcal.posthoc._cross_validation`); the first candidate, in an order of preference set
+by the evidence of large benchmarks, that is not significantly worse than the lowest score and
+-- unless it is temperature scaling -- significantly better than temperature scaling, is
+refitted on every row. The candidates and the folds are sized to the problem
+(:func:`default_candidates`, :func:`fold_count`).
 """
 
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Any
 
@@ -23,8 +19,17 @@ import torch
 from selfcal._validation import check_choice, check_int
 from selfcal.exceptions import CalibrationNotConverged, DegenerateCalibration
 from selfcal.metrics import brier, ece, nll
-from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
+from selfcal.metrics._api import weighted_mean
+from selfcal.metrics.scores import brier_terms, nll_terms
 from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._cross_validation import (
+    Kept,
+    Outcome,
+    Scorer,
+    cross_validate,
+    paired_intervals,
+    random_folds,
+)
 from selfcal.posthoc._mixing import mix_confidence, mix_uniform
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
 from selfcal.posthoc.temperature import shared_temperature_fits
@@ -37,20 +42,66 @@ temperature scaling, mixed top-label isotonic regression, and last no calibratio
 
 The order is the evidence of benchmarks over many models: structured matrix scaling ranks
 first on multiclass sets in Berta et al.'s CalArena (win rate against temperature scaling
-about 0.70 / 0.68 / 0.95 on TabRepo / TabArena / vision) and on selfcal's post-hoc leaderboard
-(``results/posthoc``: 0.74 multiclass and 0.69 binary with small validation sets, 0.99
-multiclass with large ones), so it is kept unless the user's data show a candidate to be
-significantly better; before this order (temperature scaling first) ``auto`` kept temperature
-scaling on most small sets and was significantly worse than ``sms`` alone."""
+about 0.70 / 0.68 / 0.95 on TabRepo / TabArena / vision) and on selfcal's post-hoc
+leaderboards (``results/posthoc``, ``results/posthoc-real``). A candidate before temperature
+scaling is chosen only where the cross-validation shows it significantly better than
+temperature scaling (:meth:`AutoCalibration._choose`)."""
 BINARY_CANDIDATES = ("platt", "beta", "quadratic")
 """Inserted after ``ts`` in the default candidates for two classes (CalArena ranks them first
 for binary tasks; on selfcal's leaderboard they tie temperature scaling, quadratic scaling is
 worse on small validation sets)."""
+BASELINE = "ts"
+"""The candidate every other must beat significantly to be chosen (temperature scaling)."""
+SCAN_ENTRIES = 10**5
+"""Ensemble temperature scaling is left out of the default candidates when the validation
+scores have more entries (``N C``) than this: its fit scans them about 75 times (64 grid
+temperatures, then Brent), the costliest candidate by far at 100 classes (0.9 of ``auto``'s
+2.1 s on 5,000 x 100), and on the 20 CIFAR-100 sets of the shared prediction sets it never
+cross-validated better than temperature scaling (``results/posthoc-real``)."""
+SMS_PENALTY_LIMIT = 10.0
+"""Structured matrix scaling is left out of the default candidates, structured vector scaling
+standing first, when its off-diagonal penalty ``C (C - 1) / N`` exceeds this: its ``C (C - 1)``
+off-diagonal weights are then held near 0 (the penalty outweighs the data's curvature for them
+many times over), so it fits what SVS fits at ``C`` times the cost -- at 1,000 classes and
+50,000 rows, 20 against SVS's 5 s a fit. At 100 classes and 5,000 rows the penalty is 2."""
+FOLD_ROWS = 80_000
+"""``n_folds="auto"``: ``K = 1 + FOLD_ROWS // N`` folds, between 2 and 5 -- five up to 20,000
+validation rows; fewer beyond, so that the fold fits see about ``FOLD_ROWS`` rows in all
+(each fold's fit has ``(K - 1) N / K`` rows: with 50,000 rows, two fits on 25,000)."""
+MAX_FOLDS = 5
 SELECTIONS = ("first", "best", "simplest")
 """``"simplest"``: the old name of ``"first"`` (the files saved before still load and fit)."""
 CRITERIA = {"nll": nll, "brier": brier, "ece": ece}
-N_RESAMPLES = 200
-"""Bootstrap resamples of the paired intervals in ``cv_results_``."""
+TERMS = {"nll": nll_terms, "brier": brier_terms}
+"""The criteria that are means of per-row terms (the others keep the probabilities)."""
+
+
+def default_candidates(pred: Predictions) -> tuple[list[str], dict[str, str]]:
+    """:data:`CANDIDATES` (with :data:`BINARY_CANDIDATES` after ``ts`` for two classes), less
+    those the problem's size leaves out (:data:`SCAN_ENTRIES`, :data:`SMS_PENALTY_LIMIT`), with
+    the reason each is left out."""
+    n, c = pred.n_samples, pred.n_classes
+    binary = list(BINARY_CANDIDATES) if c == 2 else []
+    names = list(CANDIDATES[:4]) + binary + list(CANDIDATES[4:])
+    left_out = {}
+    if c * (c - 1) / n > SMS_PENALTY_LIMIT:
+        left_out["sms"] = (
+            f"left out: its off-diagonal penalty C(C-1)/N = {c * (c - 1) / n:.3g} exceeds "
+            f"{SMS_PENALTY_LIMIT:g}, so it would fit what svs fits, at C times the cost"
+        )
+    if n * c > SCAN_ENTRIES:
+        left_out["ets"] = (
+            f"left out: its fit scans the {n * c:,} scores about 75 times (above "
+            f"{SCAN_ENTRIES:,} scores)"
+        )
+    return names, left_out
+
+
+def fold_count(n_folds: int | str, n: int) -> int:
+    """The folds of ``n`` rows: ``n_folds``, or for ``"auto"`` :data:`FOLD_ROWS`'s rule."""
+    if n_folds == "auto":
+        return min(MAX_FOLDS, max(2, 1 + FOLD_ROWS // n))
+    return int(n_folds)
 
 
 @register_calibrator("none")
@@ -76,28 +127,37 @@ class Uncalibrated(Calibrator):
 class AutoCalibration(Calibrator):
     """A calibrator chosen for the data: the preferred candidate that cross-validates as well.
 
-    ``fit`` splits the validation rows into ``n_folds`` stratified folds (seeded), fits every
+    ``fit`` splits the validation rows into random folds (seeded, not stratified:
+    :func:`~selfcal.posthoc._cross_validation.random_folds`; ``n_folds``), fits every
     candidate on ``K - 1`` folds and predicts the held-out one, scores the pooled
     out-of-fold predictions by ``criterion`` (``"nll"``, default; ``"brier"``; ``"ece"``, 15
-    bins), compares every candidate with the lowest-scoring one by a paired bootstrap over the
-    rows, and chooses (``selection="first"``, default) the first candidate in the list that
-    is not significantly worse than the lowest -- a one-standard-error rule, which keeps the
-    benchmarks' favourite (structured matrix scaling, :data:`CANDIDATES`) unless the user's
-    data show another to be better -- or (``selection="best"``) the lowest itself; then
-    refits the choice on every row. A candidate that cannot be fitted on some fold (an error,
-    e.g. a binary calibrator on three classes, or isotonic regression without scikit-learn) is
-    skipped and its reason recorded; the DegenerateCalibration / not-converged warnings of the
-    fold fits are counted, not shown; those of the final refit are re-warned under this
-    class's name.
+    bins), compares every candidate with the lowest-scoring one and with temperature scaling by
+    paired bootstraps over the rows, and chooses (``selection="first"``, default) the first
+    candidate in the list that is not significantly worse than the lowest and, unless it is
+    temperature scaling itself, significantly better than temperature scaling (without ``ts``
+    among the candidates, the first not significantly worse than the lowest) -- so the
+    benchmarks' favourite (structured matrix scaling, :data:`CANDIDATES`) is kept where the
+    user's data show it to help, and temperature scaling is kept where they cannot tell -- or
+    (``selection="best"``) the lowest itself; then refits the choice on every row. A candidate
+    that cannot be fitted on some fold (an error, e.g. a binary calibrator on three classes,
+    or isotonic regression without scikit-learn) is skipped and its reason recorded; the
+    DegenerateCalibration / not-converged warnings of the fold fits are counted, not shown;
+    those of the final refit are re-warned under this class's name.
+
+    Sized to the problem: the default candidates leave out what cannot pay at the problem's
+    size (:func:`default_candidates`), and ``n_folds="auto"`` (default) takes five folds up to
+    20,000 rows and fewer beyond (:func:`fold_count`). Neither changes anything below 10^5
+    scores.
 
     Parameters
     ----------
     candidates : registered calibrator names, a list or one comma-separated string (default
-        ``None``: :data:`CANDIDATES`, plus :data:`BINARY_CANDIDATES` for two classes).
+        ``None``: :func:`default_candidates`).
     criterion : ``"nll"`` (default), ``"brier"`` or ``"ece"``.
     selection : ``"first"`` (default) or ``"best"`` (see above; ``"simplest"`` is an old name
         of ``"first"``).
-    n_folds : folds of the cross-validation (default 5; at most the number of rows).
+    n_folds : ``"auto"`` (default: :func:`fold_count`) or the number of folds (at least 2; at
+        most the number of rows).
     seed : the folds' and the bootstrap's seed (default 0).
     kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
@@ -106,11 +166,12 @@ class AutoCalibration(Calibrator):
     chosen_ : str, the chosen candidate's name
     calibrator_ : the chosen calibrator, fitted on every row
     cv_results_ : dict of equal-length lists, one entry per candidate: ``candidate``,
-        ``score`` (cross-validated criterion; ``inf`` if it failed), ``difference`` (score
-        minus the lowest score), ``low`` / ``high`` (its paired bootstrap 95% interval),
-        ``fit_seconds`` (all folds; the first-use imports of a fresh process are done before
-        the clock starts), ``warnings`` (in the fold fits), ``error`` (``""``, or why it
-        failed)
+        ``score`` (cross-validated criterion; ``inf`` if it failed or was left out),
+        ``difference`` (score minus the lowest score), ``low`` / ``high`` (its paired bootstrap
+        95% interval), ``ts_difference`` / ``ts_low`` / ``ts_high`` (the same against
+        temperature scaling, where it is a candidate), ``fit_seconds`` (all folds; the
+        first-use imports of a fresh process are done before the clock starts), ``warnings``
+        (in the fold fits), ``error`` (``""``, or why it failed or was left out)
     """
 
     _hyperparameters = ("candidates", "criterion", "selection", "n_folds", "seed")
@@ -121,7 +182,7 @@ class AutoCalibration(Calibrator):
         candidates: str | tuple[str, ...] | list[str] | None = None,
         criterion: str = "nll",
         selection: str = "first",
-        n_folds: int = 5,
+        n_folds: int | str = "auto",
         seed: int = 0,
         kind: str | None = None,
     ) -> None:
@@ -135,7 +196,8 @@ class AutoCalibration(Calibrator):
     def _validate_hyperparameters(self) -> None:
         check_choice("criterion", self.criterion, tuple(CRITERIA))
         check_choice("selection", self.selection, SELECTIONS)
-        check_int("n_folds", self.n_folds, minimum=2)
+        if self.n_folds != "auto":
+            check_int("n_folds", self.n_folds, minimum=2)
         check_int("seed", self.seed, minimum=0)
         if self.candidates is not None:
             names = self._given()
@@ -156,48 +218,71 @@ class AutoCalibration(Calibrator):
             return [n.strip() for n in given.split(",") if n.strip()]
         return list(given or [])
 
-    def _names(self, n_classes: int) -> list[str]:
-        if self.candidates is not None:
-            return self._given()
-        binary = list(BINARY_CANDIDATES) if n_classes == 2 else []
-        return list(CANDIDATES[:4]) + binary + list(CANDIDATES[4:])
-
     def _fit(self, pred: Predictions) -> None:
-        names = self._names(pred.n_classes)
-        folds = stratified_folds(pred.require_labels(), self.n_folds, self.seed)
-        metric = CRITERIA[self.criterion]
-        results: dict[str, list[Any]] = {
-            k: [] for k in ("candidate", "score", "fit_seconds", "warnings", "error")
-        }
-        out_of_fold: dict[str, torch.Tensor] = {}
-        splits = fold_splits(pred, folds)
-        prepare_fits(names)
-        with shared_temperature_fits():  # one solve per fold for TS, TS-mix (SVS, SMS)
-            for name in names:
-                start = time.perf_counter()
-                probs, caught, error = cross_validated(name, pred, splits, self.kind)
-                results["candidate"].append(name)
-                results["fit_seconds"].append(time.perf_counter() - start)
-                results["warnings"].append(caught)
-                results["error"].append(error)
-                if probs is None:
-                    results["score"].append(float("inf"))
-                    continue
-                out_of_fold[name] = probs
-                held_out = Predictions.from_probs(probs, pred.require_labels())
-                results["score"].append(float(metric.core(held_out)))
-        if not out_of_fold:
+        names, left_out = (self._given(), {}) if self.candidates else default_candidates(pred)
+        fitted = [n for n in names if n not in left_out]
+        folds = random_folds(pred.n_samples, fold_count(self.n_folds, pred.n_samples), self.seed)
+        prepare_fits(fitted)
+        with shared_temperature_fits():  # one solve per fold for TS, TS-mix, SVS, SMS
+            outcomes = cross_validate(fitted, pred, folds, self.kind, self._kept())
+        if all(o.kept is None for o in outcomes):
             raise ValueError(
-                f"AutoCalibration: no candidate could be fitted ({names[0]}: {results['error'][0]})"
+                f"AutoCalibration: no candidate could be fitted ({outcomes[0].name}: "
+                f"{outcomes[0].error})"
             )
         warn_single_row_classes(pred)
-        best = names[int(np.argmin(results["score"]))]
-        results.update(paired_intervals(out_of_fold, names, best, pred, metric, self.seed))
-        self.cv_results_ = results
-        self.chosen_ = best
-        if self.selection != "best":  # the first not significantly worse than the lowest
-            self.chosen_ = next(n for n, low in zip(names, results["low"]) if low <= 0.0)
+        self.cv_results_ = self._results(names, outcomes, left_out, pred)
+        self.chosen_ = self._choose()
         self.calibrator_ = self._refit(pred)
+
+    def _kept(self) -> Kept:
+        """What the cross-validation keeps of each fold's predictions: the criterion's per-row
+        terms, or (ECE) the probabilities."""
+        terms = TERMS.get(self.criterion)
+        return terms if terms is not None else (lambda held_out: held_out.probs)
+
+    def _scorer(self, kept: torch.Tensor, labels: torch.Tensor) -> Scorer:
+        """The criterion of the out-of-fold predictions kept."""
+        if self.criterion in TERMS:
+            return lambda weights: weighted_mean(kept, weights)
+        held_out = Predictions.from_probs(kept, labels)
+        return lambda weights: CRITERIA[self.criterion].core(held_out, weights=weights)
+
+    def _results(
+        self, names: list[str], outcomes: list[Outcome], left_out: dict[str, str], pred: Predictions
+    ) -> dict[str, list[Any]]:
+        """``cv_results_``: every candidate in ``names`` order, scores and intervals."""
+        by_name = {o.name: o for o in outcomes}
+        labels = pred.require_labels()
+        scorers = {o.name: self._scorer(o.kept, labels) for o in outcomes if o.kept is not None}
+        scores = {name: float(score(None)) for name, score in scorers.items()}
+        results: dict[str, list[Any]] = {
+            "candidate": names,
+            "score": [scores.get(n, float("inf")) for n in names],
+            "fit_seconds": [by_name[n].seconds if n in by_name else 0.0 for n in names],
+            "warnings": [by_name[n].warnings if n in by_name else 0 for n in names],
+            "error": [by_name[n].error if n in by_name else left_out[n] for n in names],
+        }
+        lowest = min(scores, key=lambda n: (scores[n], names.index(n)))
+        n, seed = pred.n_samples, self.seed
+        results.update(paired_intervals(scorers, names, lowest, n, seed, pred.device))
+        if BASELINE in scorers:
+            against = paired_intervals(scorers, names, BASELINE, n, seed, pred.device)
+            results.update({f"ts_{key}": values for key, values in against.items()})
+        return results
+
+    def _choose(self) -> str:
+        """:meth:`fit`'s choice from ``cv_results_`` (the class docstring's rule)."""
+        r = self.cv_results_
+        if self.selection == "best":
+            return r["candidate"][int(np.argmin(r["score"]))]
+        beats_ts = r.get("ts_high")
+        for i, name in enumerate(r["candidate"]):
+            if not r["low"][i] <= 0.0:  # significantly worse than the lowest, or failed
+                continue
+            if beats_ts is None or name == BASELINE or beats_ts[i] < 0.0:
+                return name
+        return r["candidate"][int(np.argmin(r["score"]))]  # pragma: no cover - the lowest qualifies
 
     def _refit(self, pred: Predictions) -> Calibrator:
         with warnings.catch_warnings(record=True) as caught:
@@ -234,21 +319,6 @@ class AutoCalibration(Calibrator):
         return self.calibrator_.to_module("probs" if from_probs else "logits")
 
 
-def stratified_folds(labels: torch.Tensor, n_folds: int, seed: int) -> list[np.ndarray]:
-    """Held-out row indices of ``min(n_folds, N)`` stratified folds: each class's rows are
-    shuffled (seeded) and dealt round-robin, continuing from fold to fold across classes, so
-    every fold holds each class's rows within one and the fold sizes differ by at most one.
-    (Written here rather than importing scikit-learn's ``StratifiedKFold``, whose import
-    costs about two seconds on these CPUs -- more than a whole ``auto`` fit of small data.)"""
-    y = labels.cpu().numpy()
-    k = min(n_folds, len(y))
-    rng = np.random.default_rng(seed)
-    order = np.concatenate([rng.permutation(np.flatnonzero(y == c)) for c in np.unique(y)])
-    fold_of = np.empty(len(y), dtype=np.int64)
-    fold_of[order] = np.arange(len(y)) % k
-    return [np.flatnonzero(fold_of == f) for f in range(k)]
-
-
 def prepare_fits(names: list[str]) -> None:
     """Each candidate's ``_prepare_fit``, so that ``fit_seconds`` times its fits rather than,
     in a fresh process, the first import of scikit-learn or scipy's optimisers."""
@@ -275,80 +345,3 @@ def warn_single_row_classes(pred: Predictions) -> None:
             DegenerateCalibration,
             stacklevel=4,
         )
-
-
-Split = tuple[Predictions, Predictions, torch.Tensor]
-"""A fold: the other folds' predictions (fitted on), its own (predicted) and its row indices."""
-
-
-def fold_splits(pred: Predictions, folds: list[np.ndarray]) -> list[Split]:
-    """The :data:`Split` of each fold, one set of objects shared by every candidate (so that
-    what a fit derives from its predictions, and a temperature solved within
-    :func:`~selfcal.posthoc.temperature.shared_temperature_fits`, is computed once)."""
-    n = pred.n_samples
-    out = []
-    for rows in folds:
-        held_out = torch.as_tensor(rows, device=pred.device)
-        train = torch.as_tensor(np.setdiff1d(np.arange(n), rows), device=pred.device)
-        out.append((pred.subset(train), pred.subset(held_out), held_out))
-    return out
-
-
-def cross_validated(
-    name: str, pred: Predictions, splits: list[Split], kind: str | None
-) -> tuple[torch.Tensor | None, int, str]:
-    """Out-of-fold probabilities of candidate ``name`` on :func:`fold_splits` (``None`` when
-    a fold's fit fails), the number of warnings its fold fits raised, and the failure's
-    one-line reason."""
-    out = torch.empty(pred.n_samples, pred.n_classes, dtype=torch.float64, device=pred.device)
-    caught = 0
-    for train, held_out, rows in splits:
-        with warnings.catch_warnings(record=True) as record:
-            warnings.simplefilter("always")
-            try:
-                p = build_calibrator(name, kind=kind).fit(train).predict_proba(held_out)
-                out[rows] = torch.as_tensor(p, dtype=torch.float64, device=pred.device)
-            except (ValueError, ImportError) as error:  # e.g. binary-only, needs scikit-learn
-                return None, caught + len(record), str(error).splitlines()[0]
-        caught += len(record)
-    return out, caught, ""
-
-
-def paired_intervals(
-    out_of_fold: dict[str, torch.Tensor],
-    names: list[str],
-    reference: str,
-    pred: Predictions,
-    metric: Any,
-    seed: int,
-) -> dict[str, list[float]]:
-    """Each candidate's criterion minus ``reference``'s, with a centred 95% interval from
-    :data:`N_RESAMPLES` paired bootstrap resamples of the rows (NaN for failed candidates)."""
-    labels = pred.require_labels()
-    resamples = Resamples(pred.n_samples, N_RESAMPLES, seed, pred.device)
-
-    def values(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        held_out = Predictions.from_probs(p, labels)
-        point = metric.core(held_out)
-        return point, resampled_values(
-            lambda w: metric.core(held_out, weights=w),
-            pred.n_samples,
-            N_RESAMPLES,
-            seed,
-            pred.device,
-            resamples,
-        )
-
-    base, base_values = values(out_of_fold[reference])
-    out: dict[str, list[float]] = {"difference": [], "low": [], "high": []}
-    for name in names:
-        if name not in out_of_fold:
-            for key in out:
-                out[key].append(float("nan"))
-            continue
-        point, resampled = values(out_of_fold[name])
-        low, high = interval_bounds(resampled - base_values, point - base, 0.95)
-        out["difference"].append(float(point - base))
-        out["low"].append(float(low))
-        out["high"].append(float(high))
-    return out

@@ -138,9 +138,8 @@ class VectorScaling(_StructuredScaling):
         v, b = self._vector_step(x, pred.require_labels(), identified)
         self.weight_, self.bias_ = beta * (1.0 + v), b
 
-    def _predict(self, pred: Predictions) -> torch.Tensor:
-        z = scores_as_logits(pred)
-        return torch.softmax(z * as_tensor(self.weight_, z) + as_tensor(self.bias_, z), dim=1)
+    def _logits(self, s: torch.Tensor) -> torch.Tensor:
+        return s * as_tensor(self.weight_, s) + as_tensor(self.bias_, s)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
         return VectorScalingModule(self.weight_, self.bias_, from_probs)
@@ -214,9 +213,8 @@ class MatrixScaling(_StructuredScaling):
         w, b = self._matrix_step(x, pred.require_labels(), identified)
         self.weight_, self.bias_ = beta * w, b
 
-    def _predict(self, pred: Predictions) -> torch.Tensor:
-        z = self._scores(pred)
-        return torch.softmax(z @ as_tensor(self.weight_, z).T + as_tensor(self.bias_, z), dim=1)
+    def _logits(self, s: torch.Tensor) -> torch.Tensor:
+        return s @ as_tensor(self.weight_, s).T + as_tensor(self.bias_, s)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
         return AffineModule(self.weight_, self.bias_, from_probs, on_log_probs=False)

@@ -25,7 +25,6 @@ from selfcal.posthoc._modules import (
     TemperatureModule,
     VectorScalingModule,
 )
-from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.linear import MAX_ITER, RIDGE_L2, _StructuredScaling, check_max_iter
 from selfcal.posthoc.registry import register_calibrator
@@ -135,9 +134,9 @@ class StructuredVectorScaling(_TSMixScaling):
         v, b = self._vector_step(x, y, identified)
         return 1.0 + v, b
 
-    def _predict(self, pred: Predictions) -> torch.Tensor:
-        x = self._ts_mix(scores_as_logits(pred))
-        return torch.softmax(x * as_tensor(self.weight_, x) + as_tensor(self.bias_, x), dim=1)
+    def _logits(self, s: torch.Tensor) -> torch.Tensor:
+        x = self._ts_mix(s)
+        return x * as_tensor(self.weight_, x) + as_tensor(self.bias_, x)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
         scale = VectorScalingModule(self.weight_, self.bias_, from_probs=False)
@@ -208,9 +207,9 @@ class StructuredMatrixScaling(_TSMixScaling):
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._matrix_step(x, y, identified)
 
-    def _predict(self, pred: Predictions) -> torch.Tensor:
-        x = self._ts_mix(scores_as_logits(pred))
-        return torch.softmax(x @ as_tensor(self.weight_, x).T + as_tensor(self.bias_, x), dim=1)
+    def _logits(self, s: torch.Tensor) -> torch.Tensor:
+        x = self._ts_mix(s)
+        return x @ as_tensor(self.weight_, x).T + as_tensor(self.bias_, x)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
         affine = AffineModule(self.weight_, self.bias_, from_probs=False, on_log_probs=False)

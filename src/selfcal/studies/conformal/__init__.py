@@ -5,22 +5,41 @@ stored run's post-hoc step is fitted on its validation predictions; its test pre
 halved at random many times (one half calibrates the conformal predictor, the other is
 scored); paired intervals over seeds (:mod:`selfcal.studies.conformal.report`). Run
 ``selfcal reproduce benchmark --store results/benchmark.sqlite`` first: this study reads its
-stored predictions instead of retraining."""
+stored predictions instead of retraining. With ``--sets DIR`` it runs on the prediction sets in
+DIR instead -- your own models' validation and test predictions, with each group's coverage
+where the sets have groups (:mod:`selfcal.studies.conformal.sets_report`)."""
 
 from __future__ import annotations
 
-from selfcal.experiments.spec import RunSpec
+from typing import Any
+
+from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.study import Study, register_study
-from selfcal.studies.conformal.protocol import ConformalProtocol
+from selfcal.studies._sets import set_specs
+from selfcal.studies.conformal.protocol import ConformalProtocol, ConformalSetsProtocol
 
 
 @register_study
-class Conformal(Study[ConformalProtocol]):
+class Conformal(Study[ConformalProtocol | ConformalSetsProtocol]):
     title = "Conformal prediction sets after calibration and calibrated training"
     version = 2  # 2: the marginal threshold compared in float64 (1 rounded it to float32,
     # so tied scores just above it -- saturated probabilities -- left sets empty)
 
-    def specs(self, protocol: ConformalProtocol) -> list[RunSpec]:
+    def execute(self, protocol: Any, group: list[RunSpec]) -> list[RunResult]:
+        if isinstance(protocol, ConformalSetsProtocol):
+            from selfcal.studies.conformal.sets import evaluate_set
+
+            return [evaluate_set(protocol, spec) for spec in group]
+        return super().execute(protocol, group)
+
+    def heading(self, protocol: ConformalProtocol | ConformalSetsProtocol) -> str:
+        if isinstance(protocol, ConformalSetsProtocol):
+            return "Conformal prediction sets after calibration, on prediction sets"
+        return self.title
+
+    def specs(self, protocol: ConformalProtocol | ConformalSetsProtocol) -> list[RunSpec]:
+        if isinstance(protocol, ConformalSetsProtocol):
+            return set_specs(self, protocol)
         sklearn = [
             self.spec(protocol, d, f"sk:{m}", seed)
             for d in protocol.datasets

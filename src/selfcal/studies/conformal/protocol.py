@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selfcal.experiments.study import StudyProtocol
+from selfcal.studies._sets import PROTOCOL
 
 POSTHOC = ("none", "ts", "sms")
 """The post-hoc steps fitted on each run's validation predictions before conformalising:
@@ -68,4 +69,37 @@ QUICK = ConformalProtocol(
     halvings=3,
     notes=("--quick: logistic regression on two small sets, two seeds; for tests only.",),
 )
-PROTOCOLS = {p.name: p for p in (FULL, QUICK)}
+
+
+@dataclass(frozen=True)
+class ConformalSetsProtocol(StudyProtocol):
+    """Every prediction set under ``$SELFCAL_PREDICTIONS`` (``selfcal reproduce conformal
+    --sets DIR``, :mod:`selfcal.studies._sets`): each ``posthoc`` step fitted on its
+    validation split, then ``halvings`` random halvings of its test split at every level of
+    ``alphas`` for every score of ``scores`` (and ``mondrian_score`` class-conditionally);
+    for a set with groups, each group's coverage under ``group_score``'s marginal and
+    Mondrian-by-group predictors."""
+
+    posthoc: tuple[str, ...] = (*POSTHOC, "auto")
+    scores: tuple[str, ...] = SCORES
+    mondrian_score: str | None = MONDRIAN_SCORE
+    alphas: tuple[float, ...] = ALPHAS
+    halvings: int = 20
+    group_score: str = "lac"
+
+    @property
+    def score_names(self) -> tuple[str, ...]:
+        """The marginal scores, then ``<score>-mondrian``."""
+        extra = () if self.mondrian_score is None else (f"{self.mondrian_score}-mondrian",)
+        return (*self.scores, *extra)
+
+
+SETS = ConformalSetsProtocol(
+    PROTOCOL,
+    seeds=(0,),
+    notes=(
+        "Every prediction set under the folder given with --sets (or $SELFCAL_PREDICTIONS): "
+        "post-hoc steps fitted on its validation split, conformal sets on its test split.",
+    ),
+)
+PROTOCOLS = {p.name: p for p in (FULL, QUICK, SETS)}

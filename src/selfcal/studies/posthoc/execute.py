@@ -23,18 +23,11 @@ from selfcal.studies.posthoc.protocol import (
     BINARY_ONLY,
     REFERENCE,
     PosthocProtocol,
-    PosthocSetsProtocol,
 )
 from selfcal.studies.posthoc.sources import prediction_set
 
 
-def execute(
-    protocol: PosthocProtocol | PosthocSetsProtocol, group: list[RunSpec]
-) -> list[RunResult]:
-    if isinstance(protocol, PosthocSetsProtocol):
-        from selfcal.studies.posthoc.sets import evaluate_set
-
-        return [evaluate_set(protocol, spec) for spec in group]
+def execute(protocol: PosthocProtocol, group: list[RunSpec]) -> list[RunResult]:
     return [evaluate(protocol, spec) for spec in group]
 
 

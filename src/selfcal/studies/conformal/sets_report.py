@@ -1,0 +1,177 @@
+"""The report of the conformal study on prediction sets (``selfcal reproduce conformal --sets
+DIR``).
+
+Each set is one model's validation and test predictions. A post-hoc step -- none (the
+model's softmax), temperature scaling (TS), structured matrix scaling (SMS) or ``auto`` -- is
+fitted on the validation split; the test split is halved at random 20 times (the same
+halvings for every step, and for every set of as many rows), one half calibrating a
+split-conformal predictor and the other scored; each number is the mean over the halvings.
+Sets are grouped into **families** by their number of classes. Every predictor covers at
+least ``1 - α`` of the rows on average by construction, so at the same ``α`` a smaller
+**set size** is the better predictor; the tables give, per step, the mean over the family's
+sets and each set's change from no step (how many sets' sets shrink, and the range).
+
+For sets with **groups** (the MMLU subject of each question) the marginal guarantee says
+nothing about a group: each group's **coverage** is the fraction of its scored rows whose
+set holds the label, pooled over the halvings, under the marginal LAC predictor and under a
+**Mondrian-by-group** one (each group's threshold from its own calibration rows, so each group
+is covered at ``1 - α`` on average, at the price of larger sets -- every label, where a group
+has too few calibration rows for ``α``). A group's coverage rests on a few dozen rows a
+halving, so the worst of 57 groups lies below ``1 - α`` by chance alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from selfcal.experiments.store import RunRecord
+from selfcal.experiments.study import StudyResults
+from selfcal.studies.conformal.execute import key
+from selfcal.studies.conformal.sets import GROUPED
+
+MAIN_ALPHA = 0.1
+STEPS = {"none": "none", "ts": "TS", "sms": "SMS", "auto": "auto"}
+
+
+def families(results: StudyResults) -> list[tuple[int, list[RunRecord]]]:
+    by_count: dict[int, list[RunRecord]] = {}
+    for record in sorted(results.records, key=lambda r: r.spec.dataset):
+        by_count.setdefault(int(record.metrics["n_classes"]), []).append(record)
+    return sorted(by_count.items(), key=lambda item: -item[0])
+
+
+def column(records: list[RunRecord], metric: str) -> np.ndarray:
+    return np.array([r.metrics.get(metric, math.nan) for r in records])
+
+
+def coverage_table(results: StudyResults, records: list[RunRecord]) -> list[str]:
+    protocol = results.protocol
+    alphas = protocol.alphas
+    lines = [
+        "| step | score | " + " | ".join(f"α = {a:g}: mean [min]" for a in alphas) + " |",
+        "|---|---|" + "---|" * len(alphas),
+    ]
+    for step in protocol.posthoc:
+        for score in protocol.score_names:
+            cells = []
+            for alpha in alphas:
+                values = column(records, key("coverage", step, score, alpha))
+                cells.append(
+                    "—"
+                    if np.isnan(values).all()
+                    else f"{np.nanmean(values):.4f} [{np.nanmin(values):.4f}]"
+                )
+            lines.append(f"| {STEPS.get(step, step)} | {score} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def size_table(results: StudyResults, records: list[RunRecord], alpha: float) -> list[str]:
+    """Per step and score: the mean set size over the sets, and each set's change from no
+    step."""
+    protocol = results.protocol
+    lines = [
+        "| step | score | set size (mean) | − none's: sets smaller / larger | − none's: "
+        "mean [min, max] |",
+        "|---|---|---|---|---|",
+    ]
+    for step in protocol.posthoc:
+        for score in protocol.score_names:
+            size = column(records, key("size", step, score, alpha))
+            if np.isnan(size).all():
+                continue
+            if step == "none":
+                change = "— | —"
+            else:
+                diff = size - column(records, key("size", "none", score, alpha))
+                change = (
+                    f"{int((diff < 0).sum())} / {int((diff > 0).sum())} | {np.mean(diff):+.3f} "
+                    f"[{np.min(diff):+.3f}, {np.max(diff):+.3f}]"
+                )
+            lines.append(f"| {STEPS.get(step, step)} | {score} | {np.mean(size):.3f} | {change} |")
+    return lines
+
+
+def group_names(record: RunRecord) -> list[str] | None:
+    """The set's group names (sorted, as the executor coded them), read from the set again;
+    ``None`` when it is no longer there."""
+    from selfcal.studies._sets import spec_set
+
+    try:
+        data = spec_set(record.spec)
+    except (OSError, ValueError):
+        return None
+    return None if data.test_groups is None else [str(g) for g in np.unique(data.test_groups)]
+
+
+def group_table(results: StudyResults, record: RunRecord, alpha: float) -> list[str]:
+    """One set with groups: per step, each predictor's worst group and how many groups fall
+    below ``1 - α``."""
+    names = group_names(record)
+    lines = [
+        f"**{record.spec.dataset}** ({int(record.metrics['n_groups'])} groups), α = {alpha:g}:",
+        "",
+        "| step | predictor | worst group: coverage | groups below 1 − α | set size |",
+        "|---|---|---|---|---|",
+    ]
+    for step in results.protocol.posthoc:
+        coverage = results.store.artefact(record.key, f"group_coverage.{step}.{alpha:g}")
+        for i, predictor in enumerate(GROUPED):
+            worst = int(np.nanargmin(coverage[i]))
+            label = names[worst] if names else f"group {worst}"
+            below = int((coverage[i] < 1 - alpha).sum())
+            size = record.metrics[key("group_size", step, predictor, alpha)]
+            lines.append(
+                f"| {STEPS.get(step, step)} | {predictor} | {label}: {coverage[i, worst]:.3f} "
+                f"| {below} | {size:.3f} |"
+            )
+    return lines
+
+
+def sections(results: StudyResults) -> list[str]:
+    from selfcal.experiments.report import prose
+
+    out = [*prose(__doc__), ""]
+    for n_classes, records in families(results):
+        sets = ", ".join(r.spec.dataset for r in records)
+        out += [f"## {n_classes} classes: {len(records)} sets", "", f"Sets: {sets}.", ""]
+        out += ["### Coverage (each predictor's guarantee is 1 − α)", ""]
+        out += [*coverage_table(results, records), ""]
+        for alpha in results.protocol.alphas:
+            out += [f"### Set size, α = {alpha:g}", "", *size_table(results, records, alpha), ""]
+        grouped = [r for r in records if "n_groups" in r.metrics]
+        if grouped:
+            out += ["### Coverage of each group", ""]
+            for record in grouped:
+                for alpha in results.protocol.alphas:
+                    out += [*group_table(results, record, alpha), ""]
+    return out
+
+
+def summary(results: StudyResults) -> list[str]:
+    """Per family, at α = 0.1: how many sets' LAC sets TS, SMS and auto shrink."""
+    lines = []
+    for n_classes, records in families(results):
+        parts = []
+        for step in results.protocol.posthoc[1:]:
+            diff = column(records, key("size", step, "lac", MAIN_ALPHA)) - column(
+                records, key("size", "none", "lac", MAIN_ALPHA)
+            )
+            parts.append(
+                f"{STEPS.get(step, step)} shrinks LAC sets on {int((diff < 0).sum())} of "
+                f"{len(records)} sets (mean {np.mean(diff):+.3f})"
+            )
+        lines.append(f"- {n_classes} classes, α = {MAIN_ALPHA:g}: " + "; ".join(parts) + ".")
+    return lines
+
+
+def payload(results: StudyResults) -> dict[str, Any]:
+    return {
+        f"{n_classes} classes": {
+            r.spec.dataset: {k: v for k, v in r.metrics.items() if not k.startswith("n_")}
+            for r in records
+        }
+        for n_classes, records in families(results)
+    }
