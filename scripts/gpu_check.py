@@ -47,6 +47,8 @@ N_ROWS, N_CLASSES = 20_000, 100
 """The metrics' logits."""
 MEMORY_ROWS, MEMORY_CLASSES = 200_000, 1_000
 """The logits of the metrics' memory check (800 MB in float32; a float64 copy is 1.6 GB)."""
+LARGE_ROWS, LARGE_CLASSES = 50_000, 1_000
+"""The large post-hoc fits' validation logits (ImageNet-shaped: 200 MB in float32)."""
 FIT_ROWS, FIT_CLASSES = 4_000, 20
 """The calibrators' logits (half to fit, half to predict; two classes for the binary ones)."""
 METRIC_TOLERANCE = 1e-6
@@ -138,6 +140,37 @@ def calibrator_rows(cuda: bool) -> list[str]:
             f"| {name} | {2 if binary else FIT_CLASSES} | {cpu_s:.2f} | {gpu_s:.2f} | "
             f"{diff:.1e} {verdict} |"
         )
+    return rows
+
+
+def large_fit_rows() -> list[str]:
+    """TS, SVS, SMS and ``auto`` fitted on :data:`LARGE_ROWS` x :data:`LARGE_CLASSES` float32
+    CUDA logits shaped like an ImageNet classifier's (``benchmarks/bench_calibrators_scale.py``):
+    each fit's seconds and the peak GPU memory it adds to the logits, also in float64 copies of
+    them (issue 40's bound: two)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_calibrators_scale import imagenet_shaped
+
+    z, y = imagenet_shaped(0, LARGE_ROWS, LARGE_CLASSES)
+    z, y = z.cuda(), y.cuda()
+    copy = LARGE_ROWS * LARGE_CLASSES * 8
+    rows = []
+    for name in ("ts", "svs", "sms", "auto"):
+        build_calibrator(name).fit(logits=z[:2000, :50], labels=y[:2000] % 50)  # warm-up
+        synchronize("cuda")
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build_calibrator(name).fit(logits=z, labels=y)
+        synchronize("cuda")
+        seconds = time.perf_counter() - start
+        extra = torch.cuda.max_memory_allocated() - before
+        rows.append(f"| {name} | {seconds:.1f} | {extra / 2**20:.0f} | {extra / copy:.2f} |")
+        print(f"large {name}: {seconds:.1f} s, {extra / 2**20:.0f} MiB", file=sys.stderr)
+    del z, y
+    gc.collect()
     return rows
 
 
@@ -322,6 +355,16 @@ def main() -> None:
         "| calibrator | classes | fit + predict, CPU (s) | CUDA (s) | max difference |",
         "|---|---|---|---|---|",
         *calibrator_rows(cuda),
+        "",
+        f"## The large post-hoc fits on {LARGE_ROWS:,} x {LARGE_CLASSES:,} float32 logits: "
+        "seconds and the peak GPU memory each adds to them",
+        "",
+        *(
+            ["| calibrator | seconds | peak added (MiB) | / float64 copy |", "|---|---|---|---|"]
+            + large_fit_rows()
+            if cuda
+            else ["Skipped: no CUDA device."]
+        ),
         "",
         f"## One epoch of {steps} batches of {batch} synthetic 3 x 32 x 32 images, ResNet-18, "
         "the papers' SGD recipe (the checkpoint's validation pass included)",

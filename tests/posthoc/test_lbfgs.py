@@ -215,3 +215,19 @@ def test_sms_at_scale_converges_in_few_gradients(monkeypatch, dtype):
         warnings.simplefilter("error", CalibrationNotConverged)
         build_calibrator("sms").fit(logits=z.astype(dtype), labels=y)
     assert len(gradients) <= 18
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", [*LARGE, "auto"])
+def test_the_large_fits_on_cuda_equal_the_cpus(monkeypatch, name):
+    """The L-BFGS path on a CUDA device (float32 scores, float32 products there too): the
+    probabilities the CPU's fit predicts, to the solvers' tolerance."""
+    force_lbfgs(monkeypatch)
+    z, y = make_logits(6, 400, 5)
+    z32 = torch.from_numpy(z.astype(np.float32))
+    labels = torch.from_numpy(y)
+    cpu = build_calibrator(name).fit(logits=z32, labels=labels).predict_proba(logits=z32)
+    gpu = build_calibrator(name).fit(logits=z32.cuda(), labels=labels.cuda())
+    found = gpu.predict_proba(logits=z32.cuda())
+    assert found.device.type == "cuda"
+    torch.testing.assert_close(found.cpu(), cpu, rtol=0, atol=2e-6)

@@ -1,5 +1,5 @@
-"""The ``selfcal`` command line: ``evaluate``, ``calibrate``, ``train``, ``predict``,
-``reproduce``, ``dataset`` and ``example-path``.
+"""The ``selfcal`` command line: ``evaluate``, ``calibrate``, ``compare``, ``train``,
+``predict``, ``reproduce``, ``dataset`` and ``example-path``.
 
 Input files are read by :mod:`selfcal.io` (``.npz``, ``NAME.logits.npy``/``NAME.probs.npy`` +
 ``NAME.labels.npy``, ``.csv``, ``.parquet``); ``example:NAME`` names a bundled example, e.g.
@@ -11,7 +11,8 @@ rerun with ``SELFCAL_DEBUG=1`` (which lets the traceback through).
 
 One module per concern: :mod:`~selfcal.cli._errors` (the one-line errors and exit codes),
 :mod:`~selfcal.cli._common` (shared options, consoles, reading inputs, ``example-path``),
-:mod:`~selfcal.cli._evaluate`, :mod:`~selfcal.cli._calibrate`, :mod:`~selfcal.cli._train`,
+:mod:`~selfcal.cli._evaluate`, :mod:`~selfcal.cli._calibrate`, :mod:`~selfcal.cli._compare`,
+:mod:`~selfcal.cli._train`,
 :mod:`~selfcal.cli._predict`, :mod:`~selfcal.cli._reproduce` and :mod:`~selfcal.cli._dataset`
 (one command each), :mod:`~selfcal.cli._terminal` (Markdown summaries drawn to fit the
 terminal); this
@@ -35,6 +36,7 @@ import typer
 import selfcal
 from selfcal.cli._calibrate import CALIBRATE_KEYS, CalibrateCommand, calibrate
 from selfcal.cli._common import example_path
+from selfcal.cli._compare import compare
 from selfcal.cli._dataset import dataset
 from selfcal.cli._errors import ERROR_EXIT, USAGE_EXIT, fail
 from selfcal.cli._evaluate import PROGRESS_MIN_ROWS, evaluate
@@ -78,6 +80,7 @@ app.command(help=_help(evaluate))(evaluate)
 app.command(cls=CalibrateCommand, help=_help(calibrate))(calibrate)
 app.command(cls=TrainCommand, help=_help(train))(train)
 app.command(help=_help(predict))(predict)
+app.command(help=_help(compare))(compare)
 app.command(help=_help(dataset))(dataset)
 app.command("example-path", help=_help(example_path))(example_path)
 app.add_typer(reproduce_app, name="reproduce")
@@ -109,6 +112,7 @@ __all__ = [
     "USAGE_EXIT",
     "app",
     "calibrate",
+    "compare",
     "dataset",
     "evaluate",
     "example_path",

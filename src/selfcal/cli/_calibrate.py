@@ -116,30 +116,39 @@ def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
 
 
 def cv_table(calibrator: Calibrator) -> Table:
-    """``auto``'s cross-validation: each candidate's score, its paired difference from the
-    lowest score with the 95% interval, its fit time, and which was chosen (or why it failed)."""
+    """``auto``'s cross-validation: each candidate's score, its paired differences from the
+    lowest score and from temperature scaling's with their 95% intervals (the choice is the
+    first candidate not significantly worse than the lowest and, unless TS, significantly
+    better than TS), its fit time, and which was chosen (or why it failed or was left out)."""
     from rich.table import Table
 
     r = calibrator.cv_results_  # type: ignore[attr-defined]
     criterion = calibrator.criterion  # type: ignore[attr-defined]
     table = Table(title=f"{len(r['candidate'])} candidates, {criterion} of out-of-fold predictions")
-    for column in ("candidate", criterion, "− lowest [95% CI]", "fit s", "note"):
+    against_ts = "ts_low" in r
+    columns = ["candidate", criterion, "− lowest [95% CI]"]
+    columns += ["− TS [95% CI]"] if against_ts else []
+    for column in (*columns, "fit s", "note"):
         table.add_column(column, justify="left" if column in ("candidate", "note") else "right")
     for i, name in enumerate(r["candidate"]):
         failed = bool(r["error"][i])
-        difference = (
-            "—"
-            if failed
-            else f"{r['difference'][i]:+.4f} [{r['low'][i]:+.4f}, {r['high'][i]:+.4f}]"
-        )
+        cells = [name, "—" if failed else f"{r['score'][i]:.4f}", _interval(r, "", i, failed)]
+        cells += [_interval(r, "ts_", i, failed)] if against_ts else []
         notes = [r["error"][i]] if failed else []
         if name == calibrator.chosen_:  # type: ignore[attr-defined]
             notes.append("chosen")
         if r["warnings"][i] and not failed:
             notes.append(f"{r['warnings'][i]} fold warnings")
-        score = "—" if failed else f"{r['score'][i]:.4f}"
-        table.add_row(name, score, difference, f"{r['fit_seconds'][i]:.2f}", "; ".join(notes))
+        table.add_row(*cells, f"{r['fit_seconds'][i]:.2f}", "; ".join(notes))
     return table
+
+
+def _interval(results: dict[str, Any], prefix: str, i: int, failed: bool) -> str:
+    """``+0.0012 [-0.0003, +0.0027]``: a candidate's ``<prefix>difference`` and interval."""
+    if failed:
+        return "—"
+    point, low, high = (results[f"{prefix}{k}"][i] for k in ("difference", "low", "high"))
+    return f"{point:+.4f} [{low:+.4f}, {high:+.4f}]"
 
 
 def _calibrate_table(before: dict[str, float], after: dict[str, float], n: int) -> Table:

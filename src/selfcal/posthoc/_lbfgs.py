@@ -101,7 +101,7 @@ class Preconditioner:
     @classmethod
     def identity(cls, size: int, device: torch.device) -> Preconditioner:
         ones = torch.ones(size, 1, dtype=torch.float64, device=device)
-        return cls(ones, torch.zeros_like(ones), torch.ones(size, 1, dtype=torch.float64))
+        return cls(ones, torch.zeros_like(ones), ones.clone())
 
     def _grouped(self, theta: torch.Tensor) -> torch.Tensor:
         return (theta if self.order is None else theta[self.order]).view(self.root.shape)

@@ -86,7 +86,8 @@ class VectorScaling(_StructuredScaling):
 
     ``(1/N) sum_i -log p_{i,y_i} + diagonal_l2 C/N sum_k v_k^2 + bias_l2 C/N sum_k b_k^2``
 
-    by Newton's method on the exact gradient and ``2C x 2C`` Hessian, from ``v = 0, b = 0``;
+    by Newton's method on the exact gradient and ``2C x 2C`` Hessian (beyond about 20 classes
+    by L-BFGS: ``VECTOR_NEWTON_BUDGET``), from ``v = 0, b = 0``;
     ``w = (1 + v) / T``. The penalty (Berta et al. 2026's structured vector scaling, here on
     the logits) grows with the number of classes and fades with the validation size, so with
     a few hundred rows vector scaling stays near temperature scaling, and with many it is
@@ -101,7 +102,8 @@ class VectorScaling(_StructuredScaling):
     ----------
     diagonal_l2 : ``lambda >= 0`` of the scales' penalty (default 1; see ``RIDGE_L2``).
     bias_l2 : ``lambda >= 0`` of the biases' penalty (default 1).
-    max_iter : Newton iterations at most (default 100; a typical fit takes 5 to 15).
+    max_iter : Newton iterations at most (default 100; a typical fit takes 5 to 15); L-BFGS
+        gets 50 times more.
     kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
@@ -164,8 +166,8 @@ class MatrixScaling(_StructuredScaling):
     separable scores) and did not scale with ``N`` or ``C``. The objective is strictly convex
     when every strength is positive; Newton's method with the exact ``C(C+1)``-dimensional
     Hessian finds it (L-BFGS on the exact gradient when that Hessian is too large, see
-    ``NEWTON_BUDGET``), and a fit that reaches ``max_iter`` stops with a
-    :class:`~selfcal.exceptions.CalibrationNotConverged` warning. All strengths 0 give the
+    ``NEWTON_BUDGET``: in float32 for float32 scores, methods §2.3), and a fit that reaches
+    ``max_iter`` stops with a :class:`~selfcal.exceptions.CalibrationNotConverged` warning. All strengths 0 give the
     classical unregularised matrix scaling.
 
     **Can change the predicted class.** Given ``probs=``, the scores are ``z = log(p)``.

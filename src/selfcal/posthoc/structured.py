@@ -86,7 +86,8 @@ class StructuredVectorScaling(_TSMixScaling):
 
     ``(1/N) sum_i -log p_{i,y_i} + diagonal_l2 C/N sum_k v_k^2 + bias_l2 C/N sum_k b_k^2``
 
-    by Newton's method on the exact ``2C x 2C`` Hessian, from ``v = 0, b = 0`` (TS-mix). The
+    by Newton's method on the exact ``2C x 2C`` Hessian (beyond about 20 classes by L-BFGS,
+    methods §2.3), from ``v = 0, b = 0`` (TS-mix). The
     penalty grows with the number of classes and fades with the validation size. When
     temperature scaling is not identified (every validation prediction correct, or its NLL
     falling to an end of ``[e^-10, e^10]``) the map is TS-mix at ``T = 1``, with a
@@ -100,7 +101,7 @@ class StructuredVectorScaling(_TSMixScaling):
     ts_mix : ``"auto"`` (default, ``eps = 1 / (n + 1)``) or ``eps`` in ``[0, 1)``.
     diagonal_l2 : ``lambda >= 0`` of the scales' penalty (default 1).
     bias_l2 : ``lambda >= 0`` of the biases' penalty (default 1).
-    max_iter : Newton iterations at most (default 100).
+    max_iter : Newton iterations at most (default 100); L-BFGS gets 50 times more.
     kind : ``"logits"``, ``"probs"`` or ``None`` (default): what a positional score array holds.
 
     Attributes
@@ -155,10 +156,10 @@ class StructuredMatrixScaling(_TSMixScaling):
     + off_diagonal_l2 C(C-1)/N sum_{j != k} Delta_jk^2 + bias_l2 C/N sum_k b_k^2``
 
     from ``Delta = 0, b = 0`` (TS-mix): Newton's method with the exact ``C(C+1)``-dimensional
-    Hessian while it is affordable, L-BFGS on the exact gradient beyond
-    (:func:`~selfcal.posthoc._structured_scaling.fit_affine`). The off-diagonal weights are
-    penalised ``C - 1`` times more than the diagonal: with few rows per parameter the map stays
-    near TS-mix. Temperature scaling not identified: TS-mix at ``T = 1``, warned.
+    Hessian while it is affordable, L-BFGS on the exact gradient beyond -- in float32 for
+    float32 scores (:func:`~selfcal.posthoc._structured_scaling.fit_affine`, methods §2.3).
+    The off-diagonal weights are penalised ``C - 1`` times more than the diagonal: with few
+    rows per parameter the map stays near TS-mix. Temperature scaling not identified: TS-mix at ``T = 1``, warned.
 
     :class:`~selfcal.posthoc.linear.MatrixScaling` is the same fit on the logits ``z / T``.
     **Can change the predicted class.** Given ``probs=``, the scores are ``z = log(p)``.

@@ -17,8 +17,9 @@ import selfcal.metrics as M
 from selfcal import Predictions
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.io import PredictionSet
-from selfcal.posthoc import AutoCalibration, build_calibrator
+from selfcal.posthoc import AutoCalibration
 from selfcal.posthoc.auto import BINARY_CANDIDATES, CANDIDATES
+from selfcal.posthoc.compare import Fitted, fit_predict
 from selfcal.studies.posthoc.protocol import (
     BINARY_ONLY,
     REFERENCE,
@@ -52,29 +53,18 @@ def evaluate(protocol: PosthocProtocol, spec: RunSpec) -> RunResult:
 def calibrate(name: str, data: PredictionSet, n_bins: int) -> dict[str, float]:
     """``{metric.name: value}`` of calibrator ``name`` fitted on ``data``'s validation split."""
     fitted = fit_predict(name, data)
-    if fitted is None:
+    if fitted.probs is None:
         return {f"failed.{name}": 1.0}
-    probs, out = fitted
-    return {**scores(name, probs, data.test_labels, n_bins), **out}
+    return {**scores(name, fitted.probs, data.test_labels, n_bins), **fit_record(name, fitted)}
 
 
-def fit_predict(name: str, data: PredictionSet) -> tuple[torch.Tensor, dict[str, float]] | None:
-    """Calibrator ``name`` fitted on ``data``'s validation split: its test probabilities, and
-    ``seconds.<name>`` (the fit), ``warnings.<name>`` and (for ``auto``) ``auto.chosen``;
-    ``None`` when it raises ``ValueError`` (e.g. a binary calibrator on more classes)."""
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            cal = build_calibrator(name, kind=data.kind).fit(data.val, data.val_labels)
-            seconds = time.perf_counter() - start
-            probs = cal.predict_proba(data.test)
-        except ValueError:
-            return None
-    out = {f"seconds.{name}": seconds, f"warnings.{name}": float(len(caught))}
-    if isinstance(cal, AutoCalibration):
-        out["auto.chosen"] = float(AUTO_NAMES.index(cal.chosen_))
-    return torch.as_tensor(probs), out
+def fit_record(name: str, fitted: Fitted) -> dict[str, float]:
+    """``seconds.<name>``, ``warnings.<name>`` and, for ``auto``, ``auto.chosen`` (an index
+    into :data:`AUTO_NAMES`)."""
+    out = {f"seconds.{name}": fitted.seconds, f"warnings.{name}": float(fitted.warnings)}
+    if isinstance(fitted.calibrator, AutoCalibration):
+        out["auto.chosen"] = float(AUTO_NAMES.index(fitted.calibrator.chosen_))
+    return out
 
 
 AUTO_NAMES = tuple(sorted(CANDIDATES + BINARY_CANDIDATES))

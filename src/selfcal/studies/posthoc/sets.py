@@ -1,101 +1,72 @@
 """One prediction set of the ``sets`` protocol, every calibrator: each is fitted on the set's
-validation split and scored on its test split -- NLL, Brier score, 15-bin ECE, error, fit
-time -- as in :mod:`selfcal.studies.posthoc.execute`, and the three scores are recomputed on
-seeded bootstrap resamples of the test rows (the same resamples for every calibrator, and for
-every set with as many test rows), which give each calibrator's paired interval against
-temperature scaling on the set and, stored as the ``replicates`` artefact, the report's
-intervals over a family of sets."""
+validation split and scored on its test split, with paired intervals against temperature
+scaling over its test rows (:func:`selfcal.posthoc.compare.compare`), and probmetrics' SMS
+beside them where it is installed. The resampled scores are stored as the ``replicates``
+artefact (``(calibrators, 3, R)``, in the order of the ``replicate.<name>`` metrics), from
+which the report draws its intervals over a family of sets: every set of a size is resampled
+with the same draws."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-import selfcal.metrics as M
-from selfcal import Predictions
 from selfcal.experiments import RunResult, RunSpec
-from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
-from selfcal.metrics.scores import brier_terms, nll_terms
-from selfcal.posthoc.auto import prepare_fits
+from selfcal.metrics.bootstrap import Resamples
+from selfcal.posthoc.compare import (
+    BASELINE,
+    SCORES,
+    Row,
+    against_baseline,
+    compare,
+    resampled_scores,
+    test_scores,
+)
 from selfcal.studies._sets import spec_set
-from selfcal.studies.posthoc.execute import fit_predict, probmetrics_fit_predict, scores
+from selfcal.studies.posthoc.execute import AUTO_NAMES, probmetrics_fit_predict
 from selfcal.studies.posthoc.protocol import BINARY_ONLY, REFERENCE, PosthocSetsProtocol
 
-SCORES = ("nll", "brier", "ece")
-"""The scores resampled, in the order of the ``replicates`` artefact's second axis."""
-BASELINE = "ts"
+__all__ = ["BASELINE", "SCORES", "evaluate_set"]
 
 
 def evaluate_set(protocol: PosthocSetsProtocol, spec: RunSpec) -> RunResult:
     data = spec_set(spec)
-    labels = torch.as_tensor(data.test_labels)
-    resamples = Resamples(len(labels), protocol.resamples, 0)
-    metrics: dict[str, float] = {
-        "n_val": float(len(data.val_labels)),
-        "n_test": float(len(labels)),
-        "n_classes": float(data.n_classes),
-    }
-    replicates: dict[str, np.ndarray] = {}
     names = [n for n in protocol.calibrators if data.n_classes == 2 or n not in BINARY_ONLY]
-    prepare_fits(names)  # first-use imports (scikit-learn, scipy) before any clock starts
-    for name in names:
-        fitted = fit_predict(name, data)
-        if fitted is None:
-            metrics[f"failed.{name}"] = 1.0
-            continue
-        probs, extra = fitted
-        metrics.update(scores(name, probs, data.test_labels, protocol.n_bins) | extra)
-        replicates[name] = resampled_scores(probs, labels, protocol.n_bins, resamples)
+    rows = compare(data, names, n_bins=protocol.n_bins, resamples=protocol.resamples)
     reference = probmetrics_fit_predict(data) if protocol.reference else None
     if reference is not None:
         probs, seconds = reference
-        metrics.update(scores(REFERENCE, probs, data.test_labels, protocol.n_bins))
-        metrics[f"seconds.{REFERENCE}"] = seconds
-        replicates[REFERENCE] = resampled_scores(probs, labels, protocol.n_bins, resamples)
-    metrics.update(intervals_against_baseline(metrics, replicates))
-    order = list(replicates)
-    metrics.update({f"replicate.{name}": float(i) for i, name in enumerate(order)})
-    stacked = np.stack([replicates[name] for name in order])
+        draws = Resamples(len(data.test_labels), protocol.resamples, 0)
+        labels = torch.as_tensor(data.test_labels)
+        scores = test_scores(probs, data.test_labels, protocol.n_bins)
+        resampled = resampled_scores(probs, labels, protocol.n_bins, draws)
+        rows.append(Row(REFERENCE, scores, resampled, seconds=seconds))
+        against_baseline(rows)
+    metrics: dict[str, float] = {
+        "n_val": float(len(data.val_labels)),
+        "n_test": float(len(data.test_labels)),
+        "n_classes": float(data.n_classes),
+    }
+    kept = [row for row in rows if row.resampled is not None]
+    for row in rows:
+        metrics.update(row_metrics(row))
+    metrics.update({f"replicate.{row.name}": float(i) for i, row in enumerate(kept)})
+    stacked = np.stack([row.resampled for row in kept if row.resampled is not None])
     return RunResult(metrics=metrics, artefacts={"replicates": stacked})
 
 
-def resampled_scores(
-    probs: torch.Tensor, labels: torch.Tensor, n_bins: int, resamples: Resamples
-) -> np.ndarray:
-    """``(3, R)`` NLL, Brier score and ECE of ``probs`` on each resample of the test rows."""
-    pred = Predictions.from_probs(probs.double(), labels)
-    nll, brier = nll_terms(pred), brier_terms(pred)
-    out = []
-    for weights in resamples.chunks():
-        total = weights.sum(1)
-        out.append(torch.stack([weights @ nll / total, weights @ brier / total]))
-    terms = torch.cat(out, 1)
-    ece = resampled_values(
-        lambda w: M.ece.core(pred, weights=w, n_bins=n_bins),
-        pred.n_samples,
-        resamples.n_resamples,
-        0,
-        pred.device,
-        resamples,
-    )
-    return torch.cat([terms, ece.reshape(1, -1)]).numpy()
-
-
-def intervals_against_baseline(
-    metrics: dict[str, float], replicates: dict[str, np.ndarray]
-) -> dict[str, float]:
-    """``<score>_low.<name>`` / ``<score>_high.<name>``: the centred 95% interval of each
-    calibrator's score minus temperature scaling's on this set, paired over the resamples."""
-    if BASELINE not in replicates:
-        return {}
-    base = replicates[BASELINE]
-    out = {}
-    for name, values in replicates.items():
-        for j, score in enumerate(SCORES):
-            point = metrics[f"{score}.{name}"] - metrics[f"{score}.{BASELINE}"]
-            low, high = interval_bounds(
-                torch.from_numpy(values[j] - base[j]), torch.tensor(point), 0.95
-            )
-            out[f"{score}_low.{name}"] = float(low)
-            out[f"{score}_high.{name}"] = float(high)
+def row_metrics(row: Row) -> dict[str, float]:
+    """One calibrator's stored metrics: ``<score>.<name>``, ``<score>_low.<name>`` /
+    ``<score>_high.<name>`` (against TS), ``seconds.<name>``, ``warnings.<name>``,
+    ``auto.chosen``; ``failed.<name>`` where it could not be fitted."""
+    if row.error:
+        return {f"failed.{row.name}": 1.0}
+    out = {f"{score}.{row.name}": value for score, value in row.scores.items()}
+    for score in SCORES:
+        out[f"{score}_low.{row.name}"] = row.low[score]
+        out[f"{score}_high.{row.name}"] = row.high[score]
+    out[f"seconds.{row.name}"] = row.seconds
+    out[f"warnings.{row.name}"] = float(row.warnings)
+    if row.chosen is not None:
+        out["auto.chosen"] = float(AUTO_NAMES.index(row.chosen))
     return out

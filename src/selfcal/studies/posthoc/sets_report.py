@@ -28,9 +28,9 @@ from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference
 from selfcal.metrics.bootstrap import interval_bounds
+from selfcal.posthoc.compare import BASELINE, SCORES
 from selfcal.studies.posthoc.execute import AUTO_NAMES
 from selfcal.studies.posthoc.protocol import REFERENCE
-from selfcal.studies.posthoc.sets import BASELINE, SCORES
 
 VERDICT = {"better": "**better**", "worse": "worse", "tied": "tied"}
 
