@@ -167,8 +167,8 @@ class MatrixScaling(_StructuredScaling):
     when every strength is positive; Newton's method with the exact ``C(C+1)``-dimensional
     Hessian finds it (L-BFGS on the exact gradient when that Hessian is too large, see
     ``NEWTON_BUDGET``: in float32 for float32 scores, methods §2.3), and a fit that reaches
-    ``max_iter`` stops with a :class:`~selfcal.exceptions.CalibrationNotConverged` warning. All strengths 0 give the
-    classical unregularised matrix scaling.
+    ``max_iter`` stops with a :class:`~selfcal.exceptions.CalibrationNotConverged` warning.
+    All strengths 0 give the classical unregularised matrix scaling.
 
     **Can change the predicted class.** Given ``probs=``, the scores are ``z = log(p)``.
 

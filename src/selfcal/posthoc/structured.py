@@ -159,7 +159,8 @@ class StructuredMatrixScaling(_TSMixScaling):
     Hessian while it is affordable, L-BFGS on the exact gradient beyond -- in float32 for
     float32 scores (:func:`~selfcal.posthoc._structured_scaling.fit_affine`, methods §2.3).
     The off-diagonal weights are penalised ``C - 1`` times more than the diagonal: with few
-    rows per parameter the map stays near TS-mix. Temperature scaling not identified: TS-mix at ``T = 1``, warned.
+    rows per parameter the map stays near TS-mix. Temperature scaling not identified: TS-mix at
+    ``T = 1``, warned.
 
     :class:`~selfcal.posthoc.linear.MatrixScaling` is the same fit on the logits ``z / T``.
     **Can change the predicted class.** Given ``probs=``, the scores are ``z = log(p)``.
