@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -93,6 +94,20 @@ def metric_rows(cuda: bool) -> list[str]:
     return rows
 
 
+def timed_peak(run: Callable[[], object]) -> tuple[float, int]:
+    """``run()``'s seconds on CUDA and the peak GPU memory it adds to what was allocated
+    before it (warnings silenced)."""
+    synchronize("cuda")
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run()
+    synchronize("cuda")
+    return time.perf_counter() - start, torch.cuda.max_memory_allocated() - before
+
+
 def memory_rows() -> list[str]:
     """Each metric alone on :data:`MEMORY_ROWS` x :data:`MEMORY_CLASSES` CUDA logits: its
     seconds and the peak GPU memory it adds to the logits and labels, also as a fraction of
@@ -103,16 +118,11 @@ def memory_rows() -> list[str]:
     copy = MEMORY_ROWS * MEMORY_CLASSES * 8
     rows = []
     for k in METRICS:
-        synchronize("cuda")
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        start = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            point_estimates(Predictions.from_logits(z, y), [k])
-        synchronize("cuda")
-        seconds = time.perf_counter() - start
-        extra = torch.cuda.max_memory_allocated() - before
+
+        def metric(k: str = k, z: torch.Tensor = z, y: torch.Tensor = y) -> object:
+            return point_estimates(Predictions.from_logits(z, y), [k])
+
+        seconds, extra = timed_peak(metric)
         rows.append(f"| {k} | {seconds:.2f} | {extra / 2**20:.0f} | {extra / copy:.2f} |")
         print(f"memory {k}: {seconds:.2f} s, {extra / 2**20:.0f} MiB", file=sys.stderr, flush=True)
     del z, y
@@ -157,16 +167,11 @@ def large_fit_rows() -> list[str]:
     rows = []
     for name in ("ts", "svs", "sms", "auto"):
         build_calibrator(name).fit(logits=z[:2000, :50], labels=y[:2000] % 50)  # warm-up
-        synchronize("cuda")
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        start = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            build_calibrator(name).fit(logits=z, labels=y)
-        synchronize("cuda")
-        seconds = time.perf_counter() - start
-        extra = torch.cuda.max_memory_allocated() - before
+
+        def fit(name: str = name, z: torch.Tensor = z, y: torch.Tensor = y) -> object:
+            return build_calibrator(name).fit(logits=z, labels=y)
+
+        seconds, extra = timed_peak(fit)
         rows.append(f"| {name} | {seconds:.1f} | {extra / 2**20:.0f} | {extra / copy:.2f} |")
         print(f"large {name}: {seconds:.1f} s, {extra / 2**20:.0f} MiB", file=sys.stderr)
     del z, y

@@ -70,3 +70,50 @@ def _cpu() -> Any:
     import torch
 
     return torch.device("cpu")
+
+
+class SetsStudy:
+    """What a study with a prediction-sets protocol (``selfcal reproduce NAME --sets DIR``)
+    adds to :class:`~selfcal.experiments.study.Study`, by the folder convention: under its
+    :attr:`sets_protocol` the specs are :func:`set_specs`, the executor is the folder's
+    ``sets.evaluate_set`` and the report its ``sets_report`` (``sections``, ``summary``,
+    ``payload``), with no figures, headed :attr:`sets_heading`. Listed before ``Study`` among
+    the bases."""
+
+    sets_protocol: type
+    sets_heading: str
+
+    def _on_sets(self, protocol: Any) -> bool:
+        return isinstance(protocol, self.sets_protocol)
+
+    def specs(self, protocol: Any) -> list[RunSpec]:
+        if self._on_sets(protocol):
+            return set_specs(self, protocol)
+        return super().specs(protocol)  # type: ignore[misc]
+
+    def execute(self, protocol: Any, group: list[RunSpec]) -> list[Any]:
+        if self._on_sets(protocol):
+            evaluate = self.part("sets").evaluate_set  # type: ignore[attr-defined]
+            return [evaluate(protocol, spec) for spec in group]
+        return super().execute(protocol, group)  # type: ignore[misc]
+
+    def heading(self, protocol: Any) -> str:
+        return self.sets_heading if self._on_sets(protocol) else super().heading(protocol)  # type: ignore[misc]
+
+    def sections(self, results: Any) -> list[str]:
+        if self._on_sets(results.protocol):
+            return self.part("sets_report").sections(results)  # type: ignore[attr-defined]
+        return super().sections(results)  # type: ignore[misc]
+
+    def summary(self, results: Any) -> list[str]:
+        if self._on_sets(results.protocol):
+            return self.part("sets_report").summary(results)  # type: ignore[attr-defined]
+        return super().summary(results)  # type: ignore[misc]
+
+    def payload(self, results: Any) -> Any:
+        if self._on_sets(results.protocol):
+            return self.part("sets_report").payload(results)  # type: ignore[attr-defined]
+        return super().payload(results)  # type: ignore[misc]
+
+    def figures(self, results: Any) -> Any:
+        return {} if self._on_sets(results.protocol) else super().figures(results)  # type: ignore[misc]

@@ -11,35 +11,21 @@ where the sets have groups (:mod:`selfcal.studies.conformal.sets_report`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from selfcal.experiments.spec import RunResult, RunSpec
+from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
-from selfcal.studies._sets import set_specs
+from selfcal.studies._sets import SetsStudy
 from selfcal.studies.conformal.protocol import ConformalProtocol, ConformalSetsProtocol
 
 
 @register_study
-class Conformal(Study[ConformalProtocol | ConformalSetsProtocol]):
+class Conformal(SetsStudy, Study[ConformalProtocol]):
     title = "Conformal prediction sets after calibration and calibrated training"
+    sets_protocol = ConformalSetsProtocol
+    sets_heading = "Conformal prediction sets after calibration, on prediction sets"
     version = 2  # 2: the marginal threshold compared in float64 (1 rounded it to float32,
     # so tied scores just above it -- saturated probabilities -- left sets empty)
 
-    def execute(self, protocol: Any, group: list[RunSpec]) -> list[RunResult]:
-        if isinstance(protocol, ConformalSetsProtocol):
-            from selfcal.studies.conformal.sets import evaluate_set
-
-            return [evaluate_set(protocol, spec) for spec in group]
-        return super().execute(protocol, group)
-
-    def heading(self, protocol: ConformalProtocol | ConformalSetsProtocol) -> str:
-        if isinstance(protocol, ConformalSetsProtocol):
-            return "Conformal prediction sets after calibration, on prediction sets"
-        return self.title
-
-    def specs(self, protocol: ConformalProtocol | ConformalSetsProtocol) -> list[RunSpec]:
-        if isinstance(protocol, ConformalSetsProtocol):
-            return set_specs(self, protocol)
+    def specs(self, protocol: ConformalProtocol) -> list[RunSpec]:
         sklearn = [
             self.spec(protocol, d, f"sk:{m}", seed)
             for d in protocol.datasets

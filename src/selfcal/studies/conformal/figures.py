@@ -10,7 +10,6 @@ from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import mean_interval
 from selfcal.plots.save import new_figure
 from selfcal.studies.conformal.execute import key
-from selfcal.studies.conformal.protocol import ConformalSetsProtocol
 from selfcal.studies.conformal.report import MAIN_ALPHA, _grid, _records, by_seed, regimes
 
 SCORE = "aps"
@@ -18,8 +17,6 @@ MARKERS = {"none": "o", "ts": "s", "sms": "^"}
 
 
 def figures(results: StudyResults) -> dict[str, Any]:
-    if isinstance(results.protocol, ConformalSetsProtocol):
-        return {}  # the sets' report is its tables
     return {f"set_size_{r or 'sklearn'}.png": set_size(results, r) for r in regimes(results)}
 
 

@@ -21,8 +21,21 @@ ALPHAS = (0.01, 0.05, 0.1)
 """The miscoverage levels."""
 
 
+class _ScoreNames:
+    """What the conformal protocols share: the names of the scores they run."""
+
+    scores: tuple[str, ...]
+    mondrian_score: str | None
+
+    @property
+    def score_names(self) -> tuple[str, ...]:
+        """The marginal scores, then ``<score>-mondrian``."""
+        extra = () if self.mondrian_score is None else (f"{self.mondrian_score}-mondrian",)
+        return (*self.scores, *extra)
+
+
 @dataclass(frozen=True)
-class ConformalProtocol(StudyProtocol):
+class ConformalProtocol(_ScoreNames, StudyProtocol):
     """Every selected record of ``selfcal reproduce benchmark`` (protocol
     ``benchmark_protocol``, regimes ``regimes``) read from ``benchmark_store`` (a path, not part
     of the fingerprint), or, with ``benchmark=False``, scikit-learn ``models`` on ``datasets``
@@ -45,12 +58,6 @@ class ConformalProtocol(StudyProtocol):
     def settings(self) -> dict[str, Any]:
         return {k: v for k, v in super().settings().items() if k != "benchmark_store"}
 
-    @property
-    def score_names(self) -> tuple[str, ...]:
-        """The marginal scores, then ``<score>-mondrian``."""
-        extra = () if self.mondrian_score is None else (f"{self.mondrian_score}-mondrian",)
-        return (*self.scores, *extra)
-
 
 FULL = ConformalProtocol(
     "full",
@@ -72,7 +79,7 @@ QUICK = ConformalProtocol(
 
 
 @dataclass(frozen=True)
-class ConformalSetsProtocol(StudyProtocol):
+class ConformalSetsProtocol(_ScoreNames, StudyProtocol):
     """Every prediction set under ``$SELFCAL_PREDICTIONS`` (``selfcal reproduce conformal
     --sets DIR``, :mod:`selfcal.studies._sets`): each ``posthoc`` step fitted on its
     validation split, then ``halvings`` random halvings of its test split at every level of
@@ -86,12 +93,6 @@ class ConformalSetsProtocol(StudyProtocol):
     alphas: tuple[float, ...] = ALPHAS
     halvings: int = 20
     group_score: str = "lac"
-
-    @property
-    def score_names(self) -> tuple[str, ...]:
-        """The marginal scores, then ``<score>-mondrian``."""
-        extra = () if self.mondrian_score is None else (f"{self.mondrian_score}-mondrian",)
-        return (*self.scores, *extra)
 
 
 SETS = ConformalSetsProtocol(

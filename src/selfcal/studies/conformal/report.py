@@ -29,9 +29,7 @@ from selfcal.experiments.selection import regime as regime_of
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference, paired
-from selfcal.studies.conformal import sets_report
 from selfcal.studies.conformal.execute import key
-from selfcal.studies.conformal.protocol import ConformalSetsProtocol
 
 MAIN_ALPHA = 0.1
 """The level of the detailed tables (every level is counted in the summaries)."""
@@ -349,8 +347,6 @@ def per_method(results: StudyResults, records: RegimeRecords, step: str) -> str:
 
 
 def sections(results: StudyResults) -> list[str]:
-    if isinstance(results.protocol, ConformalSetsProtocol):
-        return sets_report.sections(results)
     from selfcal.experiments.report import prose
 
     out = [*prose(__doc__), "", "## Answer", "", *answer(results), ""]
@@ -369,14 +365,10 @@ def sections(results: StudyResults) -> list[str]:
 
 
 def summary(results: StudyResults) -> list[str]:
-    if isinstance(results.protocol, ConformalSetsProtocol):
-        return sets_report.summary(results)
     return answer(results)
 
 
 def payload(results: StudyResults) -> dict[str, Any]:
-    if isinstance(results.protocol, ConformalSetsProtocol):
-        return sets_report.payload(results)
     p = results.protocol
     out: dict[str, Any] = {}
     for regime in regimes(results):

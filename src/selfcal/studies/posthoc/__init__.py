@@ -9,11 +9,9 @@ in DIR instead -- your own models' validation and test predictions
 
 from __future__ import annotations
 
-from typing import Any
-
-from selfcal.experiments.spec import RunResult, RunSpec
+from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
-from selfcal.studies._sets import set_specs
+from selfcal.studies._sets import SetsStudy
 from selfcal.studies.posthoc.protocol import PosthocProtocol, PosthocSetsProtocol
 
 BENCHMARK_REGIMES = ("memorise", "early-stop")
@@ -23,17 +21,20 @@ lowest-validation-NLL checkpoint. The ``refine-stop`` checkpoint is often the ea
 
 
 @register_study
-class Posthoc(Study[PosthocProtocol | PosthocSetsProtocol]):
+class Posthoc(SetsStudy, Study[PosthocProtocol]):
     title = (
         "Post-hoc leaderboard: every calibrator on the benchmark's and scikit-learn's predictions"
+    )
+    sets_protocol = PosthocSetsProtocol
+    sets_heading = (
+        "Post-hoc leaderboard on prediction sets: every calibrator, fitted on validation and "
+        "judged on test"
     )
     version = 4  # 2: exact zero probabilities read through the fitted floor (prob_floor_);
     # 3: auto's default order puts structured matrix scaling first; 4: auto leaves temperature
     # scaling only for a candidate that cross-validates significantly better, on random folds
 
-    def specs(self, protocol: PosthocProtocol | PosthocSetsProtocol) -> list[RunSpec]:
-        if isinstance(protocol, PosthocSetsProtocol):
-            return set_specs(self, protocol)
+    def specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
         sklearn = [
             self.spec(protocol, d, m, seed)
             for d in protocol.datasets
@@ -41,21 +42,6 @@ class Posthoc(Study[PosthocProtocol | PosthocSetsProtocol]):
             for seed in protocol.seeds
         ]
         return sklearn + self.benchmark_specs(protocol)
-
-    def execute(self, protocol: Any, group: list[RunSpec]) -> list[RunResult]:
-        if isinstance(protocol, PosthocSetsProtocol):
-            from selfcal.studies.posthoc.sets import evaluate_set
-
-            return [evaluate_set(protocol, spec) for spec in group]
-        return super().execute(protocol, group)
-
-    def heading(self, protocol: PosthocProtocol | PosthocSetsProtocol) -> str:
-        if isinstance(protocol, PosthocSetsProtocol):
-            return (
-                "Post-hoc leaderboard on prediction sets: every calibrator, fitted on validation "
-                "and judged on test"
-            )
-        return self.title
 
     def benchmark_specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
         """One spec per selected benchmark record of the :data:`BENCHMARK_REGIMES` (method =

@@ -28,9 +28,8 @@ import torch
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference
 from selfcal.metrics.bootstrap import interval_bounds
-from selfcal.studies.posthoc import sets_report
 from selfcal.studies.posthoc.execute import AUTO_NAMES
-from selfcal.studies.posthoc.protocol import REFERENCE, PosthocSetsProtocol
+from selfcal.studies.posthoc.protocol import REFERENCE
 
 LARGE = 1000
 """Validation rows from which a set counts as large (in the module doc)."""
@@ -203,8 +202,6 @@ def auto_lines(group: Group, found: list[Row]) -> list[str]:
 
 
 def sections(results: StudyResults) -> list[str]:
-    if isinstance(results.protocol, PosthocSetsProtocol):
-        return sets_report.sections(results)
     names = calibrators(results)
     out = [*prose(__doc__), ""]
     for group in groups(results):
@@ -222,8 +219,6 @@ def prose(text: str | None) -> list[str]:
 def summary(results: StudyResults) -> list[str]:
     """Per task type (all sources): the top calibrator by win rate, and SMS, auto and TS-mix
     against TS."""
-    if isinstance(results.protocol, PosthocSetsProtocol):
-        return sets_report.summary(results)
     names = calibrators(results)
     lines = []
     for group in groups(results):
@@ -244,8 +239,6 @@ def summary(results: StudyResults) -> list[str]:
 
 
 def payload(results: StudyResults) -> dict[str, Any]:
-    if isinstance(results.protocol, PosthocSetsProtocol):
-        return sets_report.payload(results)
     names = calibrators(results)
     return {
         group.name: {
