@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -211,7 +212,7 @@ def _direction(
 
 
 def line_search(
-    evaluate: object,
+    evaluate: Callable[[torch.Tensor], tuple[float, torch.Tensor]],
     u: torch.Tensor,
     loss: float,
     direction: torch.Tensor,
@@ -222,19 +223,18 @@ def line_search(
     ``t = 1``, at which the directional derivative is still at most 0 -- on a convex loss the
     loss has then decreased, whatever the rounding of its values -- or the loss has fallen by
     :data:`ARMIJO` times the predicted decrease. A trial past the line's minimum without that
-    decrease (or with an overflowing loss) is followed by the secant step between 0 and it on
-    the directional derivative, kept within the middle 80% of the interval. ``None`` when
-    :data:`LINE_SEARCH_STEPS` trials find no such step."""
-    t, high = 1.0, math.inf
+    decrease is followed by the secant step on the directional derivative between 0 and it,
+    kept within the middle 80% of the interval; one whose loss overflows, by a tenth of it.
+    ``None`` when :data:`LINE_SEARCH_STEPS` trials find no such step."""
+    t = 1.0
     for _ in range(LINE_SEARCH_STEPS):
-        trial_loss, trial_grad = evaluate(u + t * direction)  # type: ignore[operator]
+        trial_loss, trial_grad = evaluate(u + t * direction)
         if not math.isfinite(trial_loss):
-            high, t = t, 0.1 * t
+            t *= 0.1
             continue
         trial_slope = float(trial_grad @ direction)
         if trial_slope <= 0.0 or trial_loss <= loss + ARMIJO * t * slope:
             return t, trial_loss, trial_grad
-        high = t
-        secant = high * (-slope) / (trial_slope - slope)
-        t = min(max(secant, 0.1 * high), 0.9 * high)
+        secant = t * (-slope) / (trial_slope - slope)  # where the slope's chord crosses 0
+        t = min(max(secant, 0.1 * t), 0.9 * t)
     return None
