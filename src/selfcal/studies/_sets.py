@@ -75,7 +75,8 @@ def _cpu() -> Any:
 class SetsStudy:
     """What a study with a prediction-sets protocol (``selfcal reproduce NAME --sets DIR``)
     adds to :class:`~selfcal.experiments.study.Study`, by the folder convention: under its
-    :attr:`sets_protocol` the specs are :func:`set_specs`, the executor is the folder's
+    :attr:`sets_protocol` the specs are :func:`set_specs` (under the others, the study's
+    ``source_specs``), the executor is the folder's
     ``sets.evaluate_set`` and the report its ``sets_report`` (``sections``, ``summary``,
     ``payload``), with no figures, headed :attr:`sets_heading`. Listed before ``Study`` among
     the bases."""
@@ -89,7 +90,11 @@ class SetsStudy:
     def specs(self, protocol: Any) -> list[RunSpec]:
         if self._on_sets(protocol):
             return set_specs(self, protocol)
-        return super().specs(protocol)  # type: ignore[misc]
+        return self.source_specs(protocol)
+
+    def source_specs(self, protocol: Any) -> list[RunSpec]:  # pragma: no cover - abstract
+        """The runs of the study's other protocols."""
+        raise NotImplementedError
 
     def execute(self, protocol: Any, group: list[RunSpec]) -> list[Any]:
         if self._on_sets(protocol):

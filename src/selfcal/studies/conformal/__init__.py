@@ -25,7 +25,8 @@ class Conformal(SetsStudy, Study[ConformalProtocol]):
     version = 2  # 2: the marginal threshold compared in float64 (1 rounded it to float32,
     # so tied scores just above it -- saturated probabilities -- left sets empty)
 
-    def specs(self, protocol: ConformalProtocol) -> list[RunSpec]:
+    def source_specs(self, protocol: ConformalProtocol) -> list[RunSpec]:
+        """The runs on the study's own sources (the sets protocol's: :func:`set_specs`)."""
         sklearn = [
             self.spec(protocol, d, f"sk:{m}", seed)
             for d in protocol.datasets

@@ -94,22 +94,26 @@ def size_table(results: StudyResults, records: list[RunRecord], alpha: float) ->
     return lines
 
 
-def group_names(record: RunRecord) -> list[str] | None:
-    """The set's group names (sorted, as the executor coded them), read from the set again;
-    ``None`` when it is no longer there."""
+def group_names(record: RunRecord) -> tuple[list[str], np.ndarray] | None:
+    """The set's group names (sorted, as the executor coded them) and each group's test rows,
+    read from the set again; ``None`` when it is no longer there."""
     from selfcal.studies._sets import spec_set
 
     try:
         data = spec_set(record.spec)
     except (OSError, ValueError):
         return None
-    return None if data.test_groups is None else [str(g) for g in np.unique(data.test_groups)]
+    if data.test_groups is None:
+        return None
+    names, counts = np.unique(data.test_groups, return_counts=True)
+    return [str(g) for g in names], counts
 
 
 def group_table(results: StudyResults, record: RunRecord, alpha: float) -> list[str]:
     """One set with groups: per step, each predictor's worst group and how many groups fall
     below ``1 - α``."""
-    names = group_names(record)
+    found = group_names(record)
+    names = found[0] if found else None
     lines = [
         f"**{record.spec.dataset}** ({int(record.metrics['n_groups'])} groups), α = {alpha:g}:",
         "",
@@ -130,6 +134,37 @@ def group_table(results: StudyResults, record: RunRecord, alpha: float) -> list[
     return lines
 
 
+def per_group_table(results: StudyResults, record: RunRecord, alpha: float) -> list[str]:
+    """Every group of one set: its test rows and its coverage under each step's marginal
+    predictor and Mondrian-by-group one (pooled over the halvings, which score half the rows
+    each), lowest marginal coverage without a post-hoc step first."""
+    found = group_names(record)
+    steps = results.protocol.posthoc
+    coverage = {
+        step: results.store.artefact(record.key, f"group_coverage.{step}.{alpha:g}")
+        for step in steps
+    }
+    n_groups = coverage[steps[0]].shape[1]
+    names = found[0] if found else [f"group {g}" for g in range(n_groups)]
+    rows = found[1] if found else np.full(n_groups, -1)
+    shown = [STEPS.get(step, step) for step in steps]
+    lines = [
+        f"Each group of **{record.spec.dataset}**, α = {alpha:g}: coverage under the marginal "
+        "predictor, then under the Mondrian-by-group one.",
+        "",
+        "| group | test rows | "
+        + " | ".join(f"marginal: {s}" for s in shown)
+        + " | "
+        + " | ".join(f"Mondrian: {s}" for s in shown)
+        + " |",
+        "|---|---:|" + "---:|" * (2 * len(steps)),
+    ]
+    for g in np.argsort(coverage[steps[0]][0], kind="stable"):
+        cells = [f"{coverage[step][i, g]:.3f}" for i in range(len(GROUPED)) for step in steps]
+        lines.append(f"| {names[g]} | {rows[g]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def sections(results: StudyResults) -> list[str]:
     from selfcal.experiments.report import prose
 
@@ -147,6 +182,8 @@ def sections(results: StudyResults) -> list[str]:
             for record in grouped:
                 for alpha in results.protocol.alphas:
                     out += [*group_table(results, record, alpha), ""]
+            for record in grouped:
+                out += [*per_group_table(results, record, MAIN_ALPHA), ""]
     return out
 
 

@@ -34,7 +34,8 @@ class Posthoc(SetsStudy, Study[PosthocProtocol]):
     # 3: auto's default order puts structured matrix scaling first; 4: auto leaves temperature
     # scaling only for a candidate that cross-validates significantly better, on random folds
 
-    def specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
+    def source_specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
+        """The runs on the study's own sources (the sets protocol's: :func:`set_specs`)."""
         sklearn = [
             self.spec(protocol, d, m, seed)
             for d in protocol.datasets
