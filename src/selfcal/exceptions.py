@@ -2,8 +2,9 @@
 
 The public ones are ``ValueError`` subclasses (the package's error for bad input or a bad
 state), so ``except ValueError`` catches any of them; each also derives from the built-in error that
-names what happened (``RuntimeError``, ``FileNotFoundError``) where one fits. The two warnings,
-:class:`CalibrationNotConverged` and :class:`DegenerateCalibration`, are ``UserWarning`` subclasses.
+names what happened (``RuntimeError``, ``FileNotFoundError``) where one fits. The warnings,
+:class:`CalibrationNotConverged`, :class:`DegenerateCalibration` and :class:`LikelyProbabilities`,
+are ``UserWarning`` subclasses.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "CalibrationNotConverged",
     "DatasetNotFoundError",
     "DegenerateCalibration",
+    "LikelyProbabilities",
     "NotFittedError",
     "StaleResults",
     "TrainingDiverged",
@@ -69,6 +71,15 @@ class DegenerateCalibration(UserWarning):
     this warning names the cause, what was returned, and the remedy. Where nothing sensible
     exists (a single class in the labels) ``fit`` raises ``ValueError`` instead. The rule is
     stated in the conventions page of the documentation."""
+
+
+class LikelyProbabilities(UserWarning):
+    """A warning: scores passed by name as ``logits=`` lie in ``[0, 1]`` with every row summing
+    to 1 -- the evidence that they are probabilities. selfcal believes a kind given by name (it
+    never guesses), so the scores are read as logits and the result is almost surely wrong: a
+    metric of softmax(probabilities), a temperature fitted to them. Pass ``probs=`` if they are
+    probabilities. (The command line, which reads a file's array names, refuses the same
+    array unless ``--kind logits`` says they really are logits.)"""
 
 
 class TrainingDiverged(ValueError):

@@ -153,7 +153,7 @@ class Calibrator(ScoreEstimator):
     ) -> Any:
         """Calibrated ``(N, C)`` probabilities (float64) in the caller's form."""
         pred = self._prepare(X, logits, probs)
-        p = self._predict(pred)
+        p = self._finite(self._predict(pred), "predict_proba")
         eps = self._mix_weight()
         return pred.output(mix_uniform(p, eps) if eps else p)
 
@@ -169,12 +169,27 @@ class Calibrator(ScoreEstimator):
         prediction thresholds. By default the largest calibrated probability; a calibrator
         that maps the confidence itself (top-label isotonic regression) returns that map."""
         pred = self._prepare(X, logits, probs)
-        conf = self._confidence(pred)
+        conf = self._finite(self._confidence(pred), "predict_confidence")
         eps = self._mix_weight()
         return pred.output(mix_confidence(conf, eps, pred.n_classes) if eps else conf)
 
     def _confidence(self, pred: Predictions) -> torch.Tensor:
         return self._predict(pred).amax(dim=1)
+
+    def _finite(self, out: torch.Tensor, method: str) -> torch.Tensor:
+        """``out``, or ``ValueError`` naming the first row whose calibrated values are NaN or
+        infinite (never returned: scores the input checks let through but the fitted map
+        overflows on)."""
+        bad = ~torch.isfinite(out)
+        if bad.ndim > 1:
+            bad = bad.any(dim=1)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0, 0])
+            raise ValueError(
+                f"{type(self).__name__}.{method}: the fitted map gives NaN or infinity on row "
+                f"{i} (its scores overflow the map's float64 arithmetic); check that row"
+            )
+        return out
 
     def _floored(self, pred: Predictions) -> Predictions:
         """``pred`` as this calibrator reads it: probabilities below the fitted
@@ -278,7 +293,10 @@ class Calibrator(ScoreEstimator):
         logits: ArrayLike | None,
         probs: ArrayLike | None,
     ) -> Predictions:
-        return self._floored(self._fitted_predictions(X, logits, probs))
+        pred = self._fitted_predictions(X, logits, probs)
+        if self._likelihood_fit:
+            check_fittable(pred, type(self).__name__)
+        return self._floored(pred)
 
     def _check_classes(self, n_classes: int) -> None:
         """Hook: refuse class counts a method does not support."""

@@ -280,8 +280,14 @@ class TopLabelIsotonicModule(torch.nn.Module):
         top = predicted.unsqueeze(1)
         others = p.scatter(1, top, 0.0)
         rest = others.sum(1, keepdim=True)
+        normal = rest >= _tiny(p)
+        share = others / torch.where(normal, rest, torch.ones_like(rest))
+        # runner-ups that underflowed: softmax of their log-scores (isotonic.py's rule)
+        masked = (p.log() if self.from_probs else x).scatter(1, top, float("-inf"))
         uniform = torch.full_like(p, 1.0 / (p.shape[1] - 1)).scatter(1, top, 0.0)
-        share = torch.where(rest > 0, others / rest.clamp_min(_tiny(p)), uniform)
+        none = torch.isneginf(masked).all(dim=1, keepdim=True)
+        spread = torch.where(none, uniform, torch.softmax(masked.masked_fill(none, 0.0), dim=1))
+        share = torch.where(normal, share, spread)
         return (share * (1 - f)).scatter(1, top, f).log()
 
 

@@ -26,7 +26,7 @@ def check_fittable(pred: Predictions, name: str) -> None:
         value = float(pred.scores[i].double().abs().max())
         raise ValueError(
             f"{name}: row {i} has a logit of magnitude {value:.3g}, beyond the "
-            f"{LARGEST_FITTABLE:.1e} its float64 likelihood fit can scale and square; these are "
+            f"{LARGEST_FITTABLE:.1e} its float64 arithmetic can scale and square; these are "
             "not the logits of a trained model (or not logits at all): check that row"
         )
 

@@ -99,14 +99,28 @@ class IsotonicCalibration(Calibrator):
         new_conf = self._map(pred.confidence).unsqueeze(1)
         others = p.scatter(1, top, 0.0)
         rest = others.sum(1, keepdim=True)
-        uniform = torch.full_like(p, 1.0 / (p.shape[1] - 1)).scatter(1, top, 0.0)
-        share = torch.where(rest > 0, others / rest.clamp_min(torch.finfo(p.dtype).tiny), uniform)
+        normal = rest >= torch.finfo(p.dtype).tiny
+        share = others / torch.where(normal, rest, torch.ones_like(rest))
+        if not bool(normal.all()):  # the runner-ups underflowed: their shares from the scores
+            share = torch.where(normal, share, _shares_of_the_rest(pred, top))
         return (share * (1 - new_conf)).scatter(1, top, new_conf)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
         """The knots as buffers; the module returns ``log`` of :meth:`predict_proba`'s
         probabilities (``predict_confidence`` is their entry on the predicted class)."""
         return TopLabelIsotonicModule(self.x_thresholds_, self.y_thresholds_, from_probs)
+
+
+def _shares_of_the_rest(pred: Predictions, top: torch.Tensor) -> torch.Tensor:
+    """Each non-predicted class's share of the probability left over, ``softmax`` of its
+    log-score among them (logits, or the log of the probabilities), for rows whose runner-up
+    probabilities sum to 0 or a subnormal number, where ``p_k / sum p`` would not sum to 1;
+    uniform where every runner-up probability is exactly 0."""
+    log_scores = pred.scores.double() if pred.kind == "logits" else pred.probs.log()
+    masked = log_scores.scatter(1, top, float("-inf"))
+    uniform = torch.full_like(masked, 1.0 / (masked.shape[1] - 1)).scatter(1, top, 0.0)
+    none = torch.isneginf(masked).all(dim=1, keepdim=True)
+    return torch.where(none, uniform, torch.softmax(masked.masked_fill(none, 0.0), dim=1))
 
 
 @register_calibrator("isotonic-ovr")

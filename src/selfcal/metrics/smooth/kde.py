@@ -18,6 +18,12 @@ from selfcal.predictions import Predictions
 KDE_GRID = np.linspace(-0.6, 1.6, num=2**14)
 """Zhang et al.'s evaluation / integration grid for KDE-ECE."""
 
+KDE_STEP = float(KDE_GRID[1] - KDE_GRID[0])
+"""The grid's step, ``2.2 / (2^14 - 1) = 1.34e-4``: the smallest bandwidth the estimator
+resolves. Below it the kernel is one grid point, and the reference procedure's carrying of
+the integrand across empty grid points returns values far above 1 (113.99 for confidences
+``0.7 + 1e-6 randn(100)``): ``kde_ece`` refuses such a bandwidth instead."""
+
 KDE_DENSITY_FLOOR = 1e-6
 """Zhang et al.: grid points where both densities are <= this carry the previous integrand."""
 
@@ -99,6 +105,20 @@ def _kde_integrand(
     return _carry_forward(torch.where(valid, integrand, torch.zeros_like(integrand)), valid)
 
 
+def _bandwidth_problem(bw: float, default: bool) -> str:
+    """The one-line error for a bandwidth the estimator cannot use."""
+    if default:
+        what = "the default bandwidth std(confidence | correct) * (2N)^(-1/5)"
+        cause = (
+            "undefined (no correct prediction)"
+            if not np.isfinite(bw)
+            else f"{bw:.3g}, below the estimator's grid step {KDE_STEP:.3g} (the correct "
+            "predictions' confidences barely differ)"
+        )
+        return f"kde_ece: {what} is {cause}; pass a bandwidth of at least {KDE_STEP:.2g}"
+    return f"kde_ece: bandwidth={bw:.3g} is below the estimator's grid step {KDE_STEP:.3g}"
+
+
 @metric(differentiable=True)
 def kde_ece(
     pred: Predictions, weights: Weights = None, *, bandwidth: float | None = None, order: int = 1
@@ -124,8 +144,9 @@ def kde_ece(
     * grid points where both densities are ``<= 1e-6`` take the previous point's integrand;
     * integrals are trapezoid sums over the grid points in ``[0, 1]``.
 
-    ``order=1`` is the L1 error. Without a correct prediction (or with a zero bandwidth) the
-    default bandwidth is undefined: ``ValueError`` (bootstrap resamples get NaN).
+    ``order=1`` is the L1 error. Without a correct prediction the default bandwidth is
+    undefined, and one below the grid step (:data:`KDE_STEP`: confidences that barely differ)
+    is not resolved: ``ValueError`` (bootstrap resamples get NaN).
     """
     check_int("order", order)
     c = pred.confidence
@@ -135,12 +156,9 @@ def kde_ece(
         bw = _kde_bandwidth(c, correct, w)
     else:
         bw = fixed_bandwidth(bandwidth, w.shape[0], c.device)
-    ok = torch.isfinite(bw) & (bw > 0)
+    ok = torch.isfinite(bw) & (bw >= KDE_STEP)
     if weights is None and not bool(ok.all()):
-        raise ValueError(
-            "kde_ece: the default bandwidth std(confidence | correct) * (2N)^(-1/5) is zero or "
-            "undefined (fewer than two distinct correct confidences); pass bandwidth="
-        )
+        raise ValueError(_bandwidth_problem(float(bw[0]), bandwidth is None))
     bw = torch.where(ok, bw, torch.ones_like(bw))
     grid = torch.from_numpy(KDE_GRID).to(c.device)
     # Only [0, 1] is integrated, and the grid points left of it carry nothing forward (their
