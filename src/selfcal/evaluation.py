@@ -61,8 +61,12 @@ METRICS: dict[str, Metric] = {
 """Report key -> metric, in report order."""
 
 RECALIBRATED = ("nll_refinement", "nll_calibration")
-"""Keys whose metric fits a recalibrator: where it cannot be fitted (scores beyond what its
-likelihood fit can scale), the report gives NaN for them with a warning, not an error."""
+"""Keys whose metric fits a recalibrator (scores beyond what its likelihood fit can scale
+cannot be fitted)."""
+MAY_BE_UNDEFINED = (*RECALIBRATED, "kde_ece")
+"""Keys whose metric can be undefined on valid scores -- a recalibrator that cannot be fitted,
+KDE-ECE's default bandwidth undefined or below its grid step: the report gives NaN for them
+with a warning, not an error."""
 
 MAX_RESAMPLES = 1000
 MIN_RESAMPLES = 10
@@ -156,7 +160,7 @@ def evaluate(
                 **_options(metric, n_bins),
             )
         except ValueError as error:
-            if key not in RECALIBRATED:
+            if key not in MAY_BE_UNDEFINED:
                 raise
             reason = str(error).splitlines()[0]
             warnings.warn(f"{key} not computed: {reason}", RuntimeWarning, stacklevel=2)

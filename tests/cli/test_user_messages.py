@@ -164,6 +164,32 @@ def test_a_huge_logit_gives_a_readable_table(tmp_path, capsys):
     nll = next(line for line in out.splitlines() if " nll " in line)
     assert "e+306" in nll and len(nll) < 60, nll
     assert "000000000" not in out
+    warned = err.strip().splitlines()  # one line each, naming the file, no Python source line
+    assert warned and all(line.startswith(f"warning: {tmp_path / 'big.npz'}: ") for line in warned)
+    assert any("nll_refinement not computed" in line for line in warned)
+
+
+def test_warnings_are_one_line_each_and_repeats_are_counted(capsys):
+    import selfcal.cli._errors as boundary
+
+    with boundary.errors(), boundary.source("val.npz"):
+        for _ in range(3):
+            warnings.warn("every validation prediction is correct;\n  T = 1", stacklevel=1)
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "warning: val.npz: every validation prediction is correct; T = 1",
+        "warning: the warnings above came 2 more time(s)",
+    ]
+
+
+def test_applying_to_logits_beyond_the_fitted_range_names_the_file(tmp_path, capsys):
+    z, y = scores(n=60)
+    np.savez(tmp_path / "val.npz", logits=z, labels=y)
+    np.savez(tmp_path / "big.npz", logits=np.array([[1.7e308, -1.7e308, 0.0]]), labels=[0])
+    args = ("calibrate", "--method", "ts", "--fit", tmp_path / "val.npz")
+    code, _, err = run(capsys, *args, "--apply", tmp_path / "big.npz", "--out", tmp_path / "o.npz")
+    assert code == 2 and err.count("\n") == 1  # not "probs contain NaN", as before
+    assert err.startswith(f"error: {tmp_path / 'big.npz'}: TemperatureScaling: row 0 has a logit")
 
 
 def test_a_huge_feature_is_refused_before_training(tmp_path, capsys):

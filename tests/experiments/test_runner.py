@@ -4,6 +4,7 @@ with batch_by, gives the same store with 2 workers as with 1, and stops cleanly 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -230,4 +231,23 @@ def test_a_missing_package_stops_the_sweep_and_is_not_stored(
     helpers.CALLS.clear()
     summary = run_sweep(specs, helpers.execute, store=store, workers=workers, progress=False)
     assert summary.failed == 0 and summary.done + summary.skipped == 4
+    assert_stored_as_expected(store, specs)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_warnings_are_counted_and_summarised_not_printed_per_run(
+    store: ResultsStore, workers: int, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The groups' warnings ride back on their results (from worker processes too) and the
+    sweep warns once per kind -- the same text but for its numbers -- with the count."""
+    specs = make_specs(6)
+    with pytest.warns(RuntimeWarning) as record:
+        summary = run_sweep(
+            specs, helpers.warning_execute, store=store, progress=False, workers=workers
+        )
+    assert sum(count for _, count in summary.warnings) == 6 and len(summary.warnings) == 6
+    (summary_line,) = [str(w.message) for w in record if w.category is RuntimeWarning]
+    example = r"UserWarning: spec \d: every validation prediction is correct"
+    assert re.fullmatch(r"6 times in 6 runs: " + example, summary_line)  # its first clause
+    assert "spec 3" not in capfd.readouterr().err  # nothing printed by the workers
     assert_stored_as_expected(store, specs)

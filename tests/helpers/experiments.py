@@ -91,3 +91,13 @@ def pid_then_sleep_execute(specs: list[RunSpec]) -> list[RunResult]:
     os.replace(partial, os.path.join(folder, f"{os.getpid()}.pid"))  # a reader never sees it empty
     time.sleep(float(specs[0].hparams["sleep"]))
     return [run_one(spec) for spec in specs]
+
+
+def warning_execute(specs: list[RunSpec]) -> list[RunResult]:
+    """:func:`execute`, warning once per spec with the seed in the text (one kind of warning)."""
+    import warnings
+
+    for spec in specs:
+        text = f"spec {spec.seed}: every validation prediction is correct; ignore this"
+        warnings.warn(text, stacklevel=2)
+    return execute(specs)

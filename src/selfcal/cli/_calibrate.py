@@ -20,7 +20,7 @@ from selfcal.cli._common import (
     read,
     stdout,
 )
-from selfcal.cli._errors import errors
+from selfcal.cli._errors import errors, source
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from rich.table import Table
@@ -198,11 +198,13 @@ def calibrate(
         calibrator = _calibrator(method, param or [])
         train = read(fit, kind, label_column)
         test = read(apply, kind, label_column, require_labels=False)
-        calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
+        with source(fit):
+            calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
         typer.echo(fitted_line(method, calibrator, train.n_samples))
         if hasattr(calibrator, "cv_results_"):
             stdout().print(cv_table(calibrator))
-        probs = _as_numpy(calibrator.predict_proba(**{test.kind: _as_numpy(test.scores)}))
+        with source(apply):
+            probs = _as_numpy(calibrator.predict_proba(**{test.kind: _as_numpy(test.scores)}))
         labels = None if test.labels is None else _as_numpy(test.labels)
         after = Predictions.from_probs(probs, labels)
         save_probs(out, after.scores, labels)

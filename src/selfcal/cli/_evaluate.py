@@ -31,7 +31,7 @@ from selfcal.cli._conformal import (
     conformal_scores,
     conformal_table,
 )
-from selfcal.cli._errors import errors
+from selfcal.cli._errors import errors, source
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from rich.table import Table
@@ -184,7 +184,7 @@ def evaluate(
         n_res = resamples or default_resamples(pred.n_samples)
         show = pred.n_samples >= PROGRESS_MIN_ROWS or sys.stderr.isatty()
         bootstrap: dict[str, Any] = {"n_resamples": n_res, "confidence": confidence, "seed": seed}
-        with _progress(show, len(METRICS)) as advance:
+        with _progress(show, len(METRICS)) as advance, source(file):
             results = run(pred, n_bins=bins, interval=interval, progress=advance, **bootstrap)
         if plot is not None:
             from selfcal.plots import save_figures

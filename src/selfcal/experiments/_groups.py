@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -26,18 +28,30 @@ def run_group(execute: Executor, group: Group) -> list[RunResult]:
     an ``ImportError``: a package missing from the environment is not a result of the run, so
     it propagates and stops the sweep, and nothing is stored for the group (the rerun after
     installing the package runs it). Results without ``seconds`` get the group's wall time
-    shared equally."""
+    shared equally. The warnings the group raises are caught, not printed (a worker's would
+    land in the progress bar), and ride on its first result (``RunResult.warnings``)."""
     start = time.perf_counter()
-    try:
-        results = execute(list(group))
-        _check_results(results, len(group))
-    except ImportError:
-        raise
-    except Exception as err:
-        share = (time.perf_counter() - start) / len(group)
-        return [RunResult.failure(f"{type(err).__name__}: {err}", share) for _ in group]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            results = execute(list(group))
+            _check_results(results, len(group))
+        except ImportError:
+            raise
+        except Exception as err:
+            share = (time.perf_counter() - start) / len(group)
+            results = [RunResult.failure(f"{type(err).__name__}: {err}", share) for _ in group]
     share = (time.perf_counter() - start) / len(group)
-    return [r if r.seconds is not None else dataclasses.replace(r, seconds=share) for r in results]
+    results = [dataclasses.replace(r, seconds=share) if r.seconds is None else r for r in results]
+    if caught:
+        results[0] = dataclasses.replace(results[0], warnings=warning_counts(caught))
+    return results
+
+
+def warning_counts(caught: list[warnings.WarningMessage]) -> tuple[tuple[str, int], ...]:
+    """Each distinct warning as ``"Category: message"`` on one line, with how often it came."""
+    texts = Counter(f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught)
+    return tuple(texts.items())
 
 
 def _check_results(results: Any, expected: int) -> None:

@@ -48,10 +48,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import re
 import sys
 import threading
 import time
-from collections import deque
+import warnings
+from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -59,6 +61,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
+from typing import Any
 
 from selfcal._validation import check_choice, check_int
 from selfcal.experiments._groups import Executor, Group, OnDone, run_group
@@ -70,6 +73,11 @@ from selfcal.experiments.store import DEFAULT_PATH, ResultsStore
 EXECUTORS = ("process", "ray")
 """What runs the groups: worker processes (or this process when ``workers == 1``), or Ray
 tasks."""
+NUMBER = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
+"""A number in a warning's text: warnings that differ only in their numbers are one kind."""
+SUMMARY_WIDTH = 111
+"""The most characters of a line of a sweep's warning summary: with the command line's
+``warning: `` it stays within 120 columns (the report lists the runs in full)."""
 WATCHDOG_INTERVAL_S = 0.5
 WATCHDOG_EXIT = 70
 """Exit code of a worker that outlived its sweep."""
@@ -83,12 +91,14 @@ CRASH_REASON = (
 class SweepSummary:
     """Counts over the distinct specs of one :func:`run_sweep` call: ``done`` and ``failed``
     were run now; ``skipped`` were already stored (or stored as done meanwhile by another
-    process). ``seconds`` is the sweep's wall time."""
+    process). ``seconds`` is the sweep's wall time; ``warnings`` the distinct warnings its
+    groups raised (``"Category: message"``), with how often each came."""
 
     done: int
     skipped: int
     failed: int
     seconds: float
+    warnings: tuple[tuple[str, int], ...] = ()
 
     def __str__(self) -> str:
         return (
@@ -151,12 +161,37 @@ def run_sweep(
     finally:
         if owned:
             results_store.close()
+    caught = tuple(tally.pop("warnings").items())
+    warn_summary(caught, len(pending))
     return SweepSummary(
         tally["done"],
         len(unique) - len(pending) + tally["skipped"],
         tally["failed"],
         time.perf_counter() - start,
+        caught,
     )
+
+
+def warn_summary(caught: tuple[tuple[str, int], ...], runs: int) -> None:
+    """One warning per kind of warning the sweep's groups raised (the same text but for its
+    numbers), with how often it came and its first example -- instead of each one, which a
+    sweep of hundreds of runs repeats hundreds of times."""
+    kinds: dict[str, tuple[int, str]] = {}
+    for text, count in caught:
+        key = NUMBER.sub("#", text)
+        seen, example = kinds.get(key, (0, text))
+        kinds[key] = (seen + count, example)
+    for count, example in kinds.values():
+        lead = f"{'once' if count == 1 else f'{count} times'} in {runs} runs: "
+        text = lead + gist(example, SUMMARY_WIDTH - len(lead))
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
+def gist(text: str, width: int) -> str:
+    """The first clause of a warning's text (to its first ``;`` or sentence end), cut to
+    ``width`` characters with an ellipsis."""
+    clause = re.split(r"; |\. (?=[A-Z])", text, maxsplit=1)[0]
+    return clause if len(clause) <= width else clause[: width - 1].rstrip() + "…"
 
 
 def _run_pending(
@@ -168,10 +203,12 @@ def _run_pending(
     progress: bool,
     executor: str = "process",
     address: str | None = None,
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Run and record the pending specs; returns counts of done / failed / skipped (already
-    stored as done by another process meanwhile)."""
-    tally = {"done": 0, "failed": 0, "skipped": 0}
+    stored as done by another process meanwhile) and, under ``"warnings"``, a ``Counter`` of
+    the warnings the groups raised."""
+    caught: Counter[str] = Counter()
+    tally: dict[str, Any] = {"done": 0, "failed": 0, "skipped": 0, "warnings": caught}
     if not pending:
         return tally
     groups = _groups(pending, batch_by)
@@ -180,6 +217,7 @@ def _run_pending(
 
         def on_done(group: Group, results: list[RunResult]) -> None:
             for spec, result in zip(group, results, strict=True):
+                caught.update(dict(result.warnings))
                 checked = result.checked()
                 written = store.record(spec, checked, env)
                 tally[checked.status if written else "skipped"] += 1

@@ -183,6 +183,9 @@ class RunResult:
     confidences; torch tensors are converted with ``np.asarray``; object arrays are refused
     because they would need pickle). ``seconds=None`` lets the runner fill in the measured
     wall time (a group's time shared equally among its runs). A failed run must say why.
+    ``warnings`` are the distinct warnings raised while its group ran, one line each with how
+    often (:func:`~selfcal.experiments._groups.run_group` fills them in, on the group's first
+    result); they are summarised after the sweep, not stored.
     """
 
     metrics: Mapping[str, float] = field(default_factory=dict)
@@ -190,6 +193,7 @@ class RunResult:
     status: Status = "done"
     reason: str | None = None
     seconds: float | None = None
+    warnings: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
