@@ -1,5 +1,6 @@
-"""AutoCalibration: stratified folds, out-of-fold scores recomputed by hand, the choice, the
-paired intervals, failed candidates, the refit, and its hyperparameter errors."""
+"""AutoCalibration: stratified folds (random past 20,000 rows), out-of-fold scores recomputed
+by hand, the choice, the paired intervals, failed candidates, the refit, and its
+hyperparameter errors."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_scores_are_the_criterion_of_out_of_fold_predictions(criterion):
     results = auto.cv_results_
     assert results["candidate"] == ["ts", "svs", "platt"]
     # by hand: the same folds, each fold's fit predicting its held-out rows
-    folds = random_folds(len(y), 5, 0)
+    folds = stratified_folds(torch.as_tensor(y), 5, 0)
     for i, name in enumerate(["ts", "svs"]):
         out = np.empty((len(y), 4))
         for rows in folds:
@@ -75,9 +76,10 @@ def test_scores_are_the_criterion_of_out_of_fold_predictions(criterion):
     assert best_only.fit(logits=z, labels=y).chosen_ == results["candidate"][best]
 
 
-def test_first_keeps_the_first_candidate_when_no_other_is_significantly_better():
+def test_first_keeps_the_first_candidate_when_another_is_only_luckier():
     """On logits whose only miscalibration is a temperature, the richer candidates cannot be
-    significantly better: ``first`` keeps ``ts``, listed first."""
+    significantly better: ``first`` keeps ``ts`` (listed first) even where another scores
+    lower."""
     rng = np.random.default_rng(4)
     z = 4.0 * rng.normal(size=(400, 4))
     p = torch.softmax(torch.from_numpy(z / 2.5), 1).numpy()
@@ -85,7 +87,7 @@ def test_first_keeps_the_first_candidate_when_no_other_is_significantly_better()
     auto = AutoCalibration(candidates=["ts", "svs", "sms", "isotonic"]).fit(logits=z, labels=y)
     assert auto.chosen_ == "ts"
     r = auto.cv_results_
-    assert r["low"][0] <= 0 and all(high >= 0 for high in r["ts_high"])
+    assert all(low <= 0 for low in r["low"][:3])  # svs and sms are tied with the lowest
 
 
 def test_svs_is_chosen_where_class_biases_need_it_and_its_rival_is_significantly_worse():
@@ -112,52 +114,38 @@ def test_the_default_candidates_add_the_binary_ones_for_two_classes():
     ]  # fmt: skip
 
 
-def test_auto_keeps_ts_unless_a_candidate_is_significantly_better_than_it():
-    """The rule on given cross-validation results: the first candidate not significantly
-    worse than the lowest and, unless it is TS, significantly better than TS. SMS, first and
-    tied with the lowest but not significantly better than TS, is passed over for TS; where it
-    beats TS it is kept; without TS among the candidates the first not significantly worse
-    than the lowest is chosen; ``best`` takes the lowest."""
-
-    def choose(low, ts_high, selection="first", names=("sms", "svs", "ts", "none")):
-        auto = AutoCalibration(selection=selection)
-        auto.cv_results_ = {
-            "candidate": list(names),
-            "score": [1.00, 1.01, 1.02, 1.30][: len(names)],
-            "low": low,
-        }
-        if ts_high is not None:
-            auto.cv_results_["ts_high"] = ts_high
-        return auto._choose()
-
-    tied = [0.0, -0.01, -0.005, 0.2]
-    assert choose(tied, [0.002, 0.004, 0.0, 0.4]) == "ts"
-    assert choose(tied, [-0.001, 0.004, 0.0, 0.4]) == "sms"
-    assert choose(tied, [0.002, -0.003, 0.0, 0.4]) == "svs"
-    assert choose([0.01, 0.02, 0.03, 0.2], [0.0, 0.0, 0.0, 0.4]) == "sms"  # the lowest
-    assert choose(tied[:2] + [0.2], None, names=("sms", "svs", "none")) == "sms"
-    assert choose(tied, [0.002, 0.004, 0.0, 0.4], selection="best") == "sms"
-
-
-def test_auto_chooses_ts_on_temperature_only_logits_and_a_structured_fit_on_class_biases():
-    """Integration: on logits whose only miscalibration is a temperature, TS; on logits with
-    class biases TS cannot remove, SMS or SVS, which cross-validate significantly better."""
+def test_the_default_order_keeps_sms_unless_another_candidate_is_significantly_better():
+    """The default order puts structured matrix scaling first: on logits whose only
+    miscalibration is a temperature it is kept even where temperature scaling scores lower
+    (tied), and where another candidate is significantly better the choice moves on. Each
+    candidate's difference from TS is recorded beside (``ts_difference``, ``ts_low``,
+    ``ts_high``)."""
     rng = np.random.default_rng(4)
     z = 4.0 * rng.normal(size=(400, 4))
     p = torch.softmax(torch.from_numpy(z / 2.5), 1).numpy()
     y = (p.cumsum(1) > rng.random((400, 1))).argmax(1)
     auto = AutoCalibration().fit(logits=z, labels=y)
-    assert auto.chosen_ == "ts"
     r = auto.cv_results_
+    assert auto.chosen_ == "sms" and r["low"][0] <= 0.0
+    assert r["score"][r["candidate"].index("ts")] < r["score"][0]  # ts scored lower, tied
     ts = r["candidate"].index("ts")
     assert r["ts_difference"][ts] == r["ts_low"][ts] == r["ts_high"][ts] == 0.0
-    z, y = biased_logits(1, 3000, 5)
-    auto = AutoCalibration().fit(logits=z, labels=y)
-    r = auto.cv_results_
-    chosen = r["candidate"].index(auto.chosen_)
-    assert auto.chosen_ in ("sms", "svs") and r["ts_high"][chosen] < 0.0
+    assert r["ts_difference"][0] == pytest.approx(r["score"][0] - r["score"][ts], abs=1e-15)
+    worse_first = AutoCalibration(candidates=["none", "ts", "svs"]).fit(logits=z, labels=y)
+    assert worse_first.cv_results_["low"][0] > 0 and worse_first.chosen_ == "ts"
     no_ts = AutoCalibration(candidates=["none", "svs"]).fit(logits=z, labels=y)
-    assert "ts_high" not in no_ts.cv_results_ and no_ts.chosen_ == "svs"
+    assert "ts_high" not in no_ts.cv_results_
+
+
+def test_folds_are_stratified_up_to_20000_rows_and_random_beyond():
+    from selfcal.posthoc.auto import folds_for
+
+    y = torch.arange(20_000) % 7
+    for got, want in zip(folds_for(y, "auto", 3), stratified_folds(y, 5, 3), strict=True):
+        np.testing.assert_array_equal(got, want)
+    y = torch.arange(20_001) % 7
+    for got, want in zip(folds_for(y, "auto", 3), random_folds(20_001, 4, 3), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_the_default_candidates_leave_out_what_cannot_pay_at_the_problems_size():
