@@ -36,21 +36,26 @@ from selfcal.posthoc import AutoCalibration, auto, build_calibrator
 from selfcal.posthoc._cross_validation import random_folds, stratified_folds
 
 SCHEMES = {
-    "random": random_folds,
-    "stratified": lambda labels: lambda n, k, seed: stratified_folds(labels, k, seed),
+    "random": lambda labels, k, seed: random_folds(labels.shape[0], k, seed),
+    "stratified": stratified_folds,
 }
+FOLDS_FOR = auto.folds_for
 
 
 def fitted(scheme: str, z: torch.Tensor, y: torch.Tensor, **options: object) -> AutoCalibration:
-    """``auto`` fitted with the folds of ``scheme``."""
-    folds = SCHEMES[scheme] if scheme == "random" else SCHEMES[scheme](y)
-    auto.random_folds = folds  # type: ignore[attr-defined]
+    """``auto`` fitted with the folds of ``scheme`` (whatever the number of rows)."""
+    deal = SCHEMES[scheme]
+
+    def folds(labels: torch.Tensor, n_folds: int | str, seed: int) -> list[np.ndarray]:
+        return deal(labels, auto.fold_count(n_folds, labels.shape[0]), seed)
+
+    auto.folds_for = folds
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return AutoCalibration(**options).fit(logits=z, labels=y)  # type: ignore[arg-type]
     finally:
-        auto.random_folds = random_folds  # type: ignore[attr-defined]
+        auto.folds_for = FOLDS_FOR
 
 
 def test_difference(a: np.ndarray, b: np.ndarray, labels: np.ndarray) -> tuple[float, ...]:

@@ -63,10 +63,7 @@ def random_folds(n: int, n_folds: int, seed: int) -> list[np.ndarray]:
     better than temperature scaling (-0.0004 nats [-0.0008, -0.0002]) while on as many test
     rows it was significantly worse (+0.0009 [+0.0006, +0.0013]); random folds called it
     worse (+0.0007 [+0.0004, +0.0010]), and ``auto`` kept temperature scaling
-    (``scripts/auto_folds.py``). On the 42 shared prediction sets, whose test splits have the
-    validation splits' class frequencies exactly (split stratified by label), random folds are
-    the more conservative: ``auto`` better than temperature scaling on 23 sets, against 30 with
-    stratified folds, worse on none either way."""
+    (``scripts/auto_folds.py``). ``auto`` uses them past 20,000 rows."""
     k = min(n_folds, n)
     order = np.random.default_rng(seed).permutation(n)
     return [np.sort(order[f::k]) for f in range(k)]
