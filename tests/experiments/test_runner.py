@@ -247,7 +247,7 @@ def test_warnings_are_counted_and_summarised_not_printed_per_run(
         )
     assert sum(count for _, count in summary.warnings) == 6 and len(summary.warnings) == 6
     (summary_line,) = [str(w.message) for w in record if w.category is RuntimeWarning]
-    example = r"UserWarning: spec \d: every validation prediction is correct"
+    example = r"UserWarning: run \d: every validation prediction is correct"
     assert re.fullmatch(r"6 times in 6 runs: " + example, summary_line)  # its first clause
-    assert "spec 3" not in capfd.readouterr().err  # nothing printed by the workers
+    assert "run 3" not in capfd.readouterr().err  # nothing printed by the workers
     assert_stored_as_expected(store, specs)

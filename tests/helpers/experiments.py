@@ -98,6 +98,6 @@ def warning_execute(specs: list[RunSpec]) -> list[RunResult]:
     import warnings
 
     for spec in specs:
-        text = f"spec {spec.seed}: every validation prediction is correct; ignore this"
+        text = f"run {spec.seed}: every validation prediction is correct; ignore this"
         warnings.warn(text, stacklevel=2)
     return execute(specs)

@@ -1,4 +1,5 @@
-"""What every sweep back end shares: the executor and group types, and running one group.
+"""What every sweep back end shares: the executor and group types, running one group (its
+warnings caught), and the one-line summary of a sweep's warnings.
 
 :func:`run_group` is the function a group runs through wherever it runs -- in the sweep's own
 process, in a worker process (:mod:`selfcal.experiments.runner`) or in a Ray task
@@ -10,6 +11,8 @@ module; it imports neither.
 from __future__ import annotations
 
 import dataclasses
+import re
+import string
 import time
 import warnings
 from collections import Counter
@@ -17,6 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from selfcal.experiments.spec import RunResult, RunSpec
+
+NUMBER = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
+"""A number in a warning's text: warnings that differ only in their numbers are one kind."""
+CLAUSE_END = re.compile(rf"; |\. (?=[{string.ascii_uppercase}])")
+"""Where a warning's first clause ends: a semicolon, or a full stop before a capital."""
+SUMMARY_WIDTH = 111
+"""The most characters of a line of a sweep's warning summary: with the command line's
+``warning: `` it stays within 120 columns (the report lists the runs in full)."""
 
 Executor = Callable[[list[RunSpec]], list[RunResult]]
 Group = list[RunSpec]
@@ -59,3 +70,25 @@ def _check_results(results: Any, expected: int) -> None:
         raise TypeError(f"execute must return a list of RunResult, got {type(results).__name__}")
     if len(results) != expected:
         raise ValueError(f"execute returned {len(results)} results for {expected} specs")
+
+
+def warn_summary(caught: tuple[tuple[str, int], ...], runs: int) -> None:
+    """One warning per kind of warning the sweep's groups raised (the same text but for its
+    numbers), with how often it came and its first example -- instead of each one, which a
+    sweep of hundreds of runs repeats hundreds of times."""
+    kinds: dict[str, tuple[int, str]] = {}
+    for text, count in caught:
+        key = NUMBER.sub("#", text)
+        seen, example = kinds.get(key, (0, text))
+        kinds[key] = (seen + count, example)
+    for count, example in kinds.values():
+        lead = f"{'once' if count == 1 else f'{count} times'} in {runs} runs: "
+        text = lead + gist(example, SUMMARY_WIDTH - len(lead))
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
+def gist(text: str, width: int) -> str:
+    """The first clause of a warning's text (to its first ``;`` or sentence end), cut to
+    ``width`` characters with an ellipsis."""
+    clause = CLAUSE_END.split(text, maxsplit=1)[0]
+    return clause if len(clause) <= width else clause[: width - 1].rstrip() + "…"

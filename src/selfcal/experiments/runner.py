@@ -48,11 +48,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import re
 import sys
 import threading
 import time
-import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -64,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from selfcal._validation import check_choice, check_int
-from selfcal.experiments._groups import Executor, Group, OnDone, run_group
+from selfcal.experiments._groups import Executor, Group, OnDone, run_group, warn_summary
 from selfcal.experiments.environment import environment
 from selfcal.experiments.ray_executor import import_ray, run_on_ray
 from selfcal.experiments.spec import RunResult, RunSpec
@@ -73,11 +71,6 @@ from selfcal.experiments.store import DEFAULT_PATH, ResultsStore
 EXECUTORS = ("process", "ray")
 """What runs the groups: worker processes (or this process when ``workers == 1``), or Ray
 tasks."""
-NUMBER = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
-"""A number in a warning's text: warnings that differ only in their numbers are one kind."""
-SUMMARY_WIDTH = 111
-"""The most characters of a line of a sweep's warning summary: with the command line's
-``warning: `` it stays within 120 columns (the report lists the runs in full)."""
 WATCHDOG_INTERVAL_S = 0.5
 WATCHDOG_EXIT = 70
 """Exit code of a worker that outlived its sweep."""
@@ -170,28 +163,6 @@ def run_sweep(
         time.perf_counter() - start,
         caught,
     )
-
-
-def warn_summary(caught: tuple[tuple[str, int], ...], runs: int) -> None:
-    """One warning per kind of warning the sweep's groups raised (the same text but for its
-    numbers), with how often it came and its first example -- instead of each one, which a
-    sweep of hundreds of runs repeats hundreds of times."""
-    kinds: dict[str, tuple[int, str]] = {}
-    for text, count in caught:
-        key = NUMBER.sub("#", text)
-        seen, example = kinds.get(key, (0, text))
-        kinds[key] = (seen + count, example)
-    for count, example in kinds.values():
-        lead = f"{'once' if count == 1 else f'{count} times'} in {runs} runs: "
-        text = lead + gist(example, SUMMARY_WIDTH - len(lead))
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
-
-
-def gist(text: str, width: int) -> str:
-    """The first clause of a warning's text (to its first ``;`` or sentence end), cut to
-    ``width`` characters with an ellipsis."""
-    clause = re.split(r"; |\. (?=[A-Z])", text, maxsplit=1)[0]
-    return clause if len(clause) <= width else clause[: width - 1].rstrip() + "…"
 
 
 def _run_pending(
