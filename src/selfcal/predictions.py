@@ -161,11 +161,19 @@ def looks_like_probabilities(scores: ArrayLike) -> bool:
         return x.shape[1] == 1 or bool(((sums - 1).abs() <= prob_atol(t.dtype)).all())
 
 
+HEAD_ROWS = 1024
+"""The rows :func:`warn_if_probabilities` reads first."""
+
+
 def warn_if_probabilities(logits: torch.Tensor) -> None:
     """Warn :class:`~selfcal.exceptions.LikelyProbabilities` when ``(N, C)`` scores given as
     logits look like probabilities (:func:`looks_like_probabilities`): read as logits they
-    give wrong numbers without an error (an ECE of 0.35 for 0.056, a temperature of 0.24)."""
-    if logits.shape[1] >= 2 and looks_like_probabilities(logits):
+    give wrong numbers without an error (an ECE of 0.35 for 0.056, a temperature of 0.24).
+    Real logits fail the test on their first rows, so the whole array is read only when those
+    pass: on real logits the check reads :data:`HEAD_ROWS` rows, whatever ``N``."""
+    if logits.shape[1] < 2 or not looks_like_probabilities(logits[:HEAD_ROWS]):
+        return
+    if looks_like_probabilities(logits):
         from selfcal._warnings import warn_user
         from selfcal.exceptions import LikelyProbabilities
 
