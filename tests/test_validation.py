@@ -54,8 +54,11 @@ def test_interval_notation():
 
 def test_choices_and_hyperparameters():
     assert check_choice("norm", "l1", ("l1", "l2")) == "l1"
-    with pytest.raises(ValueError, match=r"norm must be one of \('l1', 'l2'\), got 'l3'"):
+    with pytest.raises(ValueError, match=r"^norm must be one of l1, l2; got 'l3'$"):
         check_choice("norm", "l3", ("l1", "l2"))
+    message = r"method must be one of ce, focal; got 'focl' \(did you mean 'focal'\?\)"
+    with pytest.raises(ValueError, match=message):
+        check_choice("method", "focl", ("ce", "focal"))
     check_hyper("lr", torch.tensor(-1.0))  # a traced value is not inspected
     with pytest.raises(ValueError, match="lr must be a number or a 0-d tensor"):
         check_hyper("lr", torch.ones(2))

@@ -8,7 +8,8 @@ The wordings:
   are integers, ``bool`` is not (``True`` is a flag, never a count).
 * ``check_real``: ``"{name} must be a finite number in {interval}, got {value!r}"``, e.g.
   ``[0, inf)`` or ``(0, 1]``; NaN and infinities are rejected, ``bool`` too.
-* ``check_choice``: ``"{name} must be one of {choices}, got {value!r}"``.
+* ``check_choice``: ``"{name} must be one of {a, b, c}; got {value!r}"``, with the closest
+  choice where one is close.
 * ``check_hyper``: as ``check_real``, but a 0-d tensor (a hyperparameter traced by
   ``torch.func.vmap`` or differentiated) is accepted unchecked.
 
@@ -18,6 +19,7 @@ for predictions, the training loop for ``(x, y)`` pairs.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from collections.abc import Iterable
@@ -108,10 +110,14 @@ def check_fraction(name: str, value: object) -> float:
 
 
 def check_choice(name: str, value: C, choices: Iterable[C]) -> C:
-    """One of ``choices``."""
+    """One of ``choices``; otherwise ``"NAME must be one of a, b, c; got 'x' (did you mean
+    'y'?)"``, the suggestion from :func:`difflib.get_close_matches` where one is close."""
     options = tuple(choices)
     if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+        listed = ", ".join(str(o) for o in options)
+        close = difflib.get_close_matches(str(value), [str(o) for o in options], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{name} must be one of {listed}; got {value!r}{hint}")
     return value
 
 

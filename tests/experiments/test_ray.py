@@ -286,7 +286,7 @@ def test_the_cli_checks_executor_and_address(
 ) -> None:
     base = ["reproduce", "gra-toy", "--quick", "--store", str(tmp_path / "s.sqlite")]
     assert main([*base, "--executor", "dask"]) == 2
-    assert "--executor must be one of ('process', 'ray')" in capsys.readouterr().err
+    assert "--executor must be one of process, ray" in capsys.readouterr().err
     assert main([*base, "--address", "auto"]) == 2
     err = capsys.readouterr().err
     assert "--address" in err and "--executor ray" in err

@@ -167,3 +167,20 @@ def test_grid_search_over_a_calibrator():
     search.fit(z, y)
     assert search.best_params_["off_diagonal_l2"] in (0.01, 1.0, 100.0)
     assert search.best_estimator_.weight_.shape == (3, 3)
+
+
+def test_score_is_the_mean_log_likelihood_so_grid_search_needs_no_scoring():
+    from sklearn.model_selection import GridSearchCV
+
+    from selfcal.metrics import nll
+    from selfcal.posthoc import DirichletCalibration, TemperatureScaling
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 600)
+    z = 3 * rng.normal(size=(600, 3)) + 2 * np.eye(3)[y]
+    cal = TemperatureScaling(kind="logits").fit(z, y)
+    expected = -float(nll(probs=cal.predict_proba(z), labels=y))
+    assert cal.score(z, y) == expected == cal.score(logits=z, labels=y)
+    grid = {"off_diagonal_l2": [0.1, 10.0]}
+    search = GridSearchCV(DirichletCalibration(kind="logits"), grid, cv=3).fit(z, y)
+    assert search.best_score_ < 0 and search.best_params_["off_diagonal_l2"] in (0.1, 10.0)

@@ -55,7 +55,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from selfcal._validation import check_hyper, check_int, check_real
+from selfcal._validation import check_choice, check_hyper, check_int, check_real
 from selfcal.bilevel.engine import BilevelProblem, Estimator
 from selfcal.bilevel.estimators import Unrolled
 from selfcal.bilevel.optim import Adam, Hyper, Optimizer, Params
@@ -182,8 +182,7 @@ class BO4SCConfig:
     clamp_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        if self.constraint not in CONSTRAINTS:
-            raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {self.constraint!r}")
+        check_choice("constraint", self.constraint, CONSTRAINTS)
         check_hyper("beta", self.beta, 0.0)
         check_hyper("weight_lr", self.weight_lr, 0.0)
         low, high = (0.0, 1.0) if self.constraint == "clip" else (-math.inf, math.inf)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from selfcal._validation import check_choice
 from selfcal.losses._checks import Reduction, check_logits_labels, check_reduction
 from selfcal.losses.weights import (
     BrierWeight,
@@ -79,8 +80,7 @@ def uncertainty_weighted_ce(
     """
     labels = check_logits_labels(logits, labels)
     check_reduction(reduction)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    check_choice("mode", mode, MODES)
     if weight is None:
         return F.cross_entropy(logits, labels, reduction=reduction)
     log_probs = F.log_softmax(logits, dim=1)

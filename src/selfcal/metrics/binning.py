@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from selfcal._kernels import kernels_for
-from selfcal._validation import check_int
+from selfcal._validation import check_choice, check_int
 from selfcal.predictions import Predictions
 
 Weights = torch.Tensor | None
@@ -352,12 +352,11 @@ def confidence_bins(
     weights: Weights = None,
 ) -> BinStats:
     """Bin statistics of confidences against correctness (float64 ``(N,)`` each)."""
+    check_choice("strategy", strategy, STRATEGIES)
     if strategy == "uniform":
         edges = uniform_edges(n_bins, confidence.device)
-    elif strategy == "quantile":
-        edges = equal_mass_edges(confidence, n_bins, weights)
     else:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        edges = equal_mass_edges(confidence, n_bins, weights)
     if edges.ndim == 2:  # per-resample edges: bin each resample separately
         confidence = confidence.expand(edges.shape[0], -1)
     return bin_statistics(confidence, correct, edges, weights)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from selfcal._validation import check_choice
 from selfcal.metrics._api import metric
 from selfcal.metrics.binning import (
     BinStats,
@@ -80,8 +81,7 @@ def debiased_ece(
     Bins are ``(e_b, e_{b+1}]`` (their ``searchsorted`` side left), as in the binning core.
     Only ``p = 2`` is offered: their ``p != 2`` debiasing is a random Monte-Carlo correction.
     """
-    if binning not in BINNINGS:
-        raise ValueError(f"binning must be one of {BINNINGS}, got {binning!r}")
+    check_choice("binning", binning, BINNINGS)
     c = pred.confidence.detach()
     if binning == "auto":
         binning = "discrete" if looks_discrete(pred.probs) else "equal_mass"

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfcal._validation import check_int
+from selfcal._validation import check_choice, check_int
 from selfcal.models._image import check_counts, check_images
 from selfcal.models.registry import register_model
 
@@ -130,8 +130,7 @@ class CifarResNet(nn.Module):
         stem_max_pool: bool = False,
     ) -> None:
         super().__init__()
-        if block not in BLOCKS:
-            raise ValueError(f"block must be one of {sorted(BLOCKS)}, got {block!r}")
+        check_choice("block", block, sorted(BLOCKS))
         blocks = check_counts(blocks, "blocks", length=4)
         check_int("n_classes", n_classes, minimum=2)
         check_int("in_channels", in_channels)

@@ -173,6 +173,25 @@ class Calibrator(ScoreEstimator):
         eps = self._mix_weight()
         return pred.output(mix_confidence(conf, eps, pred.n_classes) if eps else conf)
 
+    def score(
+        self,
+        X: Predictions | ArrayLike | None = None,
+        y: ArrayLike | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+        labels: ArrayLike | None = None,
+    ) -> float:
+        """The mean log-likelihood of the labels under the calibrated probabilities,
+        ``(1/N) sum_i log p_{i, y_i}`` (minus the NLL: higher is better), so that scikit-learn's
+        ``GridSearchCV`` and ``cross_val_score`` work without ``scoring=``."""
+        from selfcal.metrics import nll
+
+        pred = self._resolve_inputs(X, y, logits, probs, labels, True)
+        calibrated = self.predict_proba(pred)
+        return -float(nll(probs=calibrated, labels=pred.require_labels()))
+
     def _confidence(self, pred: Predictions) -> torch.Tensor:
         return self._predict(pred).amax(dim=1)
 
