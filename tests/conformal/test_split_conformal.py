@@ -88,6 +88,8 @@ def test_fit_forms_agree_and_sets_follow_the_threshold():
     sets = a.predict_set(logits=z)
     assert sets.dtype == np.bool_ and sets.shape == (300, 5)
     np.testing.assert_array_equal(sets, a.conformity_scores(logits=z) <= a.threshold_)
+    np.testing.assert_array_equal(a.predict(logits=z), sets)  # scikit-learn's name
+    np.testing.assert_array_equal(b.predict(z), sets)
 
 
 def test_numpy_in_numpy_out_torch_in_torch_out():

@@ -169,6 +169,18 @@ class SplitConformal(ScoreEstimator):
         scores = self._predict_scores(pred)
         return pred.output(scores <= self._thresholds(pred.device))
 
+    def predict(
+        self,
+        X: Predictions | ArrayLike | None = None,
+        /,
+        *,
+        logits: ArrayLike | None = None,
+        probs: ArrayLike | None = None,
+    ) -> Any:
+        """:meth:`predict_set` under scikit-learn's name (a set predictor's prediction is
+        its set), so that pipelines and ``cross_val_predict`` find it."""
+        return self.predict_set(X, logits=logits, probs=probs)
+
     def conformity_scores(
         self,
         X: Predictions | ArrayLike | None = None,
