@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from selfcal._warnings import warn_user
 from selfcal.experiments.spec import RunResult, RunSpec
 
 NUMBER = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
@@ -84,7 +85,7 @@ def warn_summary(caught: tuple[tuple[str, int], ...], runs: int) -> None:
     for count, example in kinds.values():
         lead = f"{'once' if count == 1 else f'{count} times'} in {runs} runs: "
         text = lead + gist(example, SUMMARY_WIDTH - len(lead))
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        warn_user(text, RuntimeWarning)
 
 
 def gist(text: str, width: int) -> str:
