@@ -73,3 +73,19 @@ def test_rejects_a_nonpositive_bandwidth():
     for bad in (0.0, -0.1):
         with pytest.raises(ValueError, match="bandwidth"):
             kde_ece(logits=z, labels=y, bandwidth=bad)
+
+
+def test_a_bandwidth_below_the_grid_step_is_refused_where_the_reference_exceeds_one():
+    """Where our convention differs: confidences ``0.7 + 1e-6 randn`` give a default bandwidth
+    far below the grid step; Zhang et al.'s procedure then returns a value above 1 (its carried
+    integrand), selfcal refuses with the cause."""
+    rng = np.random.default_rng(3)
+    c = 0.7 + 1e-6 * rng.standard_normal(100)
+    probs = np.stack([1 - c, c], axis=1)
+    y = (rng.random(100) < 0.7).astype(int)
+    assert zhang_kde_ece(probs, y) > 1
+    with pytest.raises(ValueError, match="below the estimator's grid step"):
+        kde_ece(probs=probs, labels=y)
+    with pytest.raises(ValueError, match="bandwidth=1e-05 is below"):
+        kde_ece(probs=probs, labels=y, bandwidth=1e-5)
+    assert 0 <= kde_ece(probs=probs, labels=y, bandwidth=0.05) <= 1
