@@ -49,3 +49,15 @@ def test_import_selfcal_imports_no_torch_until_a_public_name_is_used():
         f"{selfcal.__version__} False False",
         "selfcal.predictions True",
     ]
+
+
+def test_the_everyday_api_is_one_import_away():
+    """``import selfcal`` offers the metrics, every registered calibrator class and the
+    conformal predictor; each public name is loaded lazily from the module ``_LAZY`` names."""
+    assert set(selfcal.__all__) == {*selfcal._LAZY, "__version__"}
+    for name in ("ece", "adaece", "classwise_ece", "nll", "brier", "bootstrap_ci", "evaluate"):
+        assert name in selfcal.__all__
+    from selfcal.posthoc import CALIBRATORS
+
+    classes = {type(factory()).__name__ for factory in CALIBRATORS.values()}
+    assert classes <= set(selfcal.__all__)

@@ -82,6 +82,13 @@ class LikelyProbabilities(UserWarning):
     array unless ``--kind logits`` says they really are logits.)"""
 
 
+class UnseenLabels(UserWarning):
+    """A warning: rows given to a trained model carry labels its training data did not have.
+    Those rows are still predicted (the model can only name the classes it learnt); they are
+    left out of every score that needs a label the model could predict -- the accuracy of the
+    accepted rows, the coverage of the prediction sets -- and the warning says how many."""
+
+
 class TrainingDiverged(ValueError):
     """The training loss (or a parameter, or a validation logit) became NaN or infinite.
 

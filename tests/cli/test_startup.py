@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import selfcal
 from selfcal.cli import main
 
 HEAVY = ("torch", "numpy", "scipy", "matplotlib", "sklearn", "selfcal.predictions")
@@ -47,7 +48,9 @@ def test_version_and_help_import_no_torch(args):
     result = _invoke_fresh(args)
     assert result["heavy"] == [], result["heavy"]
     assert result["code"] in (0, 2)  # a bare `selfcal` shows the help and exits 2 (click)
-    assert ("selfcal 0.1.0" if args == ["--version"] else "Commands") in result["output"]
+    assert (f"selfcal {selfcal.__version__}" if args == ["--version"] else "Commands") in result[
+        "output"
+    ]
 
 
 def test_console_entry_imports_no_torch():

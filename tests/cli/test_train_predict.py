@@ -130,17 +130,21 @@ def test_round_trip_the_probabilities_are_the_saved_model_and_calibrator(
         "selective.json",
         "validation.npz",
     ]
-    predict(capsys, folder, files["test"], tmp_path / "p.csv")
+    payload = predict(capsys, folder, files["test"], tmp_path / "p.csv")
     out = read_output(tmp_path / "p.csv")
     probs = np.column_stack([out[f"prob_{c}"] for c in NAMES])
     raw = read_table(files["test"]).x
     np.testing.assert_allclose(probs, by_hand(folder, raw), rtol=0, atol=1e-6)
     assert np.array_equal(out["confidence"], probs.max(1))
     assert list(out["predicted"]) == list(NAMES[probs.argmax(1)])
+    assert "abstain" not in out and payload["abstained"] == 0  # no target: no abstention
+    assert payload["threshold"] is None
+    assert list(out["label"]) == list(read_table(files["test"]).labels)  # passed through
     threshold = json.loads((folder / "selective.json").read_text())["thresholds"][0]
     assert threshold["kind"] == "accuracy" and threshold["target"] == 0.95
+    predict(capsys, folder, files["test"], tmp_path / "q.csv", "--target-accuracy", 0.95)
+    out = read_output(tmp_path / "q.csv")
     assert np.array_equal(out["abstain"], out["confidence"] < threshold["threshold"])
-    assert list(out["label"]) == list(read_table(files["test"]).labels)  # passed through
 
 
 def test_the_report_holds_every_candidate_and_the_metrics(trained):
@@ -286,7 +290,7 @@ def test_parquet_and_npz_inputs_and_integer_labels(capsys, tmp_path):
     predict(capsys, tmp_path / "model", tmp_path / "test.csv", tmp_path / "p.parquet")
     out = read_output(tmp_path / "p.parquet")
     assert list(out)[:5] == [f"prob_{k}" for k in range(5)]
-    assert list(out)[5:] == ["predicted", "confidence", "abstain", "y"]
+    assert list(out)[5:] == ["predicted", "confidence", "y"]
     assert out["predicted"].dtype.kind == "i"
 
 
@@ -383,13 +387,33 @@ def test_errors_are_one_line(capsys, files, trained, tmp_path):
             "target coverage must be",
         ),
         (("predict", tmp_path, t, "--out", tmp_path / "p.csv"), "not a selfcal model folder"),
-        (("predict", trained["ce"], new_label, "--out", tmp_path / "q.csv"), "label 'yak'"),
     ]
     for args, message in cases:
         err = one_line_error(capsys, *args)
         assert message in err, (args, err)
     assert not out.exists()  # nothing was written by the failed runs
-    assert not (tmp_path / "q.csv").exists()
+
+
+def test_a_label_the_model_never_saw_is_predicted_and_not_scored(capsys, trained, tmp_path):
+    """Each row is handled on its own: a label the training data did not have warns in one
+    line naming the file and the count, every row is predicted, and the accuracy is that of
+    the rows whose label the model could predict."""
+    rows = write_table(
+        tmp_path / "new.csv",
+        {"f0": [1.0, 2.0, 0.5], "f1": [0.0, 1.0, 0.5], "label": ["ant", "yak", "bee"]},
+    )
+    code, out, err = run(capsys, "predict", trained["ce"], rows, "--out", tmp_path / "q.npz")
+    assert code == 0, err
+    (line,) = err.splitlines()
+    assert line == (
+        f"warning: {rows}: 1 of 3 rows have labels the model was not trained on ('yak'); "
+        "predicted, but left out of the scores"
+    )
+    with np.load(tmp_path / "q.npz", allow_pickle=False) as saved:
+        predicted, labels = saved["predicted"], saved["labels"]
+    assert len(predicted) == 3 and list(labels) == ["ant", "yak", "bee"]
+    expected = np.mean(predicted[[0, 2]] == labels[[0, 2]])
+    assert f"accuracy {expected:.4f}" in out
 
 
 def test_a_folder_from_another_format_version_is_refused(capsys, files, trained, tmp_path):

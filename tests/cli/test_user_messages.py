@@ -287,11 +287,25 @@ def test_train_without_method_trains_ce_and_says_so(blobs):
     assert report["model"]["calibrator"] == "ts"
 
 
-def test_predict_says_why_it_abstains(blobs, capsys, tmp_path):
+def test_predict_abstains_only_when_asked_and_says_why(blobs, capsys, tmp_path):
     assert blobs["train_run"][0] == 0
     out = tmp_path / "p.csv"
+    code, stdout, err = run(capsys, "predict", blobs["model"], blobs["test"], "--out", out)
+    assert code == 0 and err == "", err
+    flat = " ".join(stdout.split())  # the console wraps long lines
+    assert flat.endswith(
+        "no row abstained on (--target-accuracy or --target-coverage sets a threshold)"
+    )
     code, stdout, err = run(
-        capsys, "predict", blobs["model"], blobs["test"], "--out", out, "--json"
+        capsys,
+        "predict",
+        blobs["model"],
+        blobs["test"],
+        "--out",
+        out,
+        "--json",
+        "--target-accuracy",
+        0.95,
     )
     assert code == 0, err
     result = json.loads(stdout)  # stdout stays one JSON object
@@ -299,7 +313,7 @@ def test_predict_says_why_it_abstains(blobs, capsys, tmp_path):
     t = result["threshold"]["threshold"]
     assert err == (
         f"abstaining on {k} of {n} rows ({100 * k / n:.3g}%): the threshold {t:.4g} was chosen "
-        "on the validation rows so that the accepted rows' accuracy is >= 0.95 (the default); "
+        "on the validation rows so that the accepted rows' accuracy is >= 0.95; "
         "use --target-coverage or --target-accuracy to trade coverage for accuracy\n"
     )
     code, stdout, err = run(
@@ -315,7 +329,7 @@ def test_predict_says_when_no_threshold_reaches_the_target():
     from selfcal.pipeline.selective import Threshold
 
     none = Threshold("accuracy", 0.99, None, 0.0, None)
-    assert abstain_note(none, 1000, 1000, default=False) == (
+    assert abstain_note(none, 1000, 1000) == (
         "abstaining on 1000 of 1000 rows (100%): no threshold reaches accuracy 0.99 on the "
         "validation rows, not even the most confident rows alone; lower --target-accuracy or "
         "use --target-coverage"

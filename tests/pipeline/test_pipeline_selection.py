@@ -167,3 +167,29 @@ def test_the_recipe_is_the_benchmarks_bit_for_bit(blobs, method):
     assert best.best_epoch + 1 == reference["hp.epochs"]
     for key in ("val_nll", "val_ece", "val_accuracy"):
         assert best.metrics[key] == reference[key], key
+
+
+# ----------------------------------------------------------------------------- patience
+@pytest.mark.parametrize("method", ["ce", "bo4sc"])
+def test_a_candidate_stops_patience_epochs_after_its_checkpoint(blobs, method):
+    """With ``patience``, training ends at the first epoch ``patience`` epochs past the
+    checkpoint (BO4SC: at the end of that outer iteration, 10 full-batch epochs), keeping the
+    checkpoint training every epoch finds up to there; without, every epoch runs."""
+    _, prepared = blobs
+    spec = get_method(method).with_grid({"weight_lr": (100.0,)} if method == "bo4sc" else {})
+    recipe = Recipe("mlp", 120, "adam", 5e-2, None, hidden=(32, 32))  # over-fits by epoch 30
+    kept = fit_and_select(spec, recipe, prepared, patience=5).candidates[0]
+    every = fit_and_select(spec, recipe, prepared, patience=None).candidates[0]
+    step = 10 if method == "bo4sc" else 1
+    assert every.epochs_trained == 120
+    assert kept.best_epoch + 5 < kept.epochs_trained <= kept.best_epoch + 5 + step < 120
+    assert every.best_epoch >= kept.best_epoch
+    if every.best_epoch < kept.epochs_trained:  # the same run up to the stop
+        assert every.best_epoch == kept.best_epoch
+
+
+def test_the_command_line_states_the_pipelines_default_patience():
+    from selfcal.cli._train import DEFAULT_PATIENCE as CLI
+    from selfcal.pipeline.fitting import DEFAULT_PATIENCE
+
+    assert CLI == DEFAULT_PATIENCE == 50

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
@@ -257,18 +256,15 @@ def test_unregularised_matrix_scaling_equals_independent_minimisation(seed, n, c
     np.testing.assert_allclose(cal.predict_proba(logits=z), softmax(z @ weight.T + bias), atol=1e-9)
 
 
-def test_matrix_scaling_fits_the_digits_logits_in_seconds():
+def test_matrix_scaling_converges_on_the_digits_logits():
     """The issue: unregularised matrix scaling had no minimum on the digits validation logits
     and ran for minutes. With the structured penalty on by default it converges (no
-    warning) in Newton steps (measured ~0.02-0.4 s on two busy cores)."""
+    warning) in Newton steps; its time is measured in benchmarks/, never bounded here."""
     data = np.load(example_path("digits_val"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", CalibrationNotConverged)
         warnings.simplefilter("error", DegenerateCalibration)
-        start = time.perf_counter()
         cal = MatrixScaling().fit(logits=data["logits"], labels=data["labels"])
-        elapsed = time.perf_counter() - start
-    assert elapsed < 20.0
     assert np.isfinite(cal.weight_).all()
 
 

@@ -21,26 +21,26 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 CONFORMAL_SCORE = "aps"
 """``--conformal-score``'s default: :data:`selfcal.pipeline.conformal.DEFAULT_SCORE`."""
 TRADE = "use --target-coverage or --target-accuracy to trade coverage for accuracy"
+NO_ABSTENTION = "no row abstained on (--target-accuracy or --target-coverage sets a threshold)"
 
 
 def _share(count: int, n: int) -> str:
     return f"{count} of {n} rows ({100 * count / n:.3g}%)"
 
 
-def abstain_note(threshold: Threshold, abstained: int, n: int, default: bool) -> str:
+def abstain_note(threshold: Threshold, abstained: int, n: int) -> str:
     """One line saying how many rows are abstained on, what the threshold's target means
-    and how to change it (``default``: the target is the folder's default, not given)."""
-    given = " (the default)" if default else ""
+    and how to change it."""
     if threshold.threshold is None:
         return (
             f"abstaining on {_share(abstained, n)}: no threshold reaches accuracy "
-            f"{threshold.target:g}{given} on the validation rows, not even the most confident "
+            f"{threshold.target:g} on the validation rows, not even the most confident "
             "rows alone; lower --target-accuracy or use --target-coverage"
         )
     if threshold.kind == "accuracy":
-        why = f"so that the accepted rows' accuracy is >= {threshold.target:g}{given}"
+        why = f"so that the accepted rows' accuracy is >= {threshold.target:g}"
     else:
-        why = f"so that it accepts {100 * threshold.target:.3g}% of them{given}"
+        why = f"so that it accepts {100 * threshold.target:.3g}% of them"
     return (
         f"abstaining on {_share(abstained, n)}: the threshold {threshold.threshold:.4g} was "
         f"chosen on the validation rows {why}; {TRADE}"
@@ -68,7 +68,8 @@ def predict(
         typer.Option(
             "--target-accuracy",
             help="Abstain below the smallest threshold whose selective accuracy (the accuracy "
-            "of the accepted rows) on the validation set is at least this (default: 0.95).",
+            "of the accepted rows) on the validation set is at least this (e.g. 0.95). "
+            "Without this or --target-coverage, no row is abstained on.",
         ),
     ] = None,
     target_coverage: Annotated[
@@ -98,10 +99,11 @@ def predict(
         bool, typer.Option("--json", help="Print the threshold and counts as one JSON object.")
     ] = False,
 ) -> None:
-    """Predict DATA with the model in FOLDER, abstaining where confidence is low.
+    """Predict DATA with the model in FOLDER; with a target, abstain where confidence is low.
 
-    Per row: the calibrated probability of each class, the predicted label, its confidence
-    and whether to abstain (and, with --conformal, a prediction set)."""
+    Per row: the calibrated probability of each class, the predicted label, its confidence,
+    with --target-accuracy or --target-coverage whether to abstain, and with --conformal a
+    prediction set. Rows whose label the model never saw are predicted, not scored."""
     with errors():
         from selfcal.pipeline import predict as run
 
@@ -114,16 +116,18 @@ def predict(
             conformal=conformal,
             conformal_score=conformal_score,
         )
-        n, abstained = len(result.abstain), int(result.abstain.sum())
-        default = target_accuracy is None and target_coverage is None
-        typer.echo(abstain_note(result.threshold, abstained, n, default), err=True)
+        n = len(result.confidence)
+        abstained = 0 if result.abstain is None else int(result.abstain.sum())
+        if result.threshold is not None:
+            typer.echo(abstain_note(result.threshold, abstained, n), err=True)
         if as_json:
             payload = {
                 "out": str(result.path),
                 "rows": n,
                 "abstained": abstained,
                 "accepted_accuracy": result.accepted_accuracy,
-                "threshold": result.threshold.to_json(),
+                "threshold": None if result.threshold is None else result.threshold.to_json(),
+                "unseen_labels": result.unseen_labels,
             }
             if result.conformal is not None:
                 payload["conformal"] = {
@@ -133,9 +137,13 @@ def predict(
             sys.stdout.write(json.dumps(payload) + "\n")
             return
         console = stdout()
-        console.print(f"abstention, {result.threshold.describe()}")
         accuracy = result.accepted_accuracy
-        scored = "" if accuracy is None else f"; accuracy of the accepted rows {accuracy:.4f}"
-        console.print(f"wrote {result.path}: {n} rows, {abstained} abstained{scored}")
+        if result.threshold is None:
+            scored = "" if accuracy is None else f"; accuracy {accuracy:.4f}"
+            console.print(f"wrote {result.path}: {n} rows{scored}; {NO_ABSTENTION}")
+        else:
+            console.print(f"abstention, {result.threshold.describe()}")
+            scored = "" if accuracy is None else f"; accuracy of the accepted rows {accuracy:.4f}"
+            console.print(f"wrote {result.path}: {n} rows, {abstained} abstained{scored}")
         if result.conformal is not None:
             console.print(conformal_note(result.conformal, result.set_coverage))

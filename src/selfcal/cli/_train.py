@@ -43,6 +43,11 @@ default ``--calibrate ts``) no method of the benchmark (``selfcal reproduce benc
 reliably beats."""
 
 
+DEFAULT_PATIENCE = 50
+"""``--patience``'s default: :data:`selfcal.pipeline.fitting.DEFAULT_PATIENCE` (written again
+here because the pipeline imports torch; a test keeps the two equal)."""
+
+
 def default_method_note(calibrate: str) -> str:
     """The line ``selfcal train`` prints (stderr) when no ``--method`` is given."""
     then = {"ts": "temperature scaling", "none": "no post-hoc calibrator"}.get(
@@ -251,6 +256,15 @@ def train(
             "lowest validation NLL).",
         ),
     ] = "refinement",
+    patience: Annotated[
+        int,
+        typer.Option(
+            "--patience",
+            min=0,
+            help="Stop a candidate once this many epochs have passed without a better "
+            "checkpoint; 0 trains every --epochs.",
+        ),
+    ] = DEFAULT_PATIENCE,
     conformal_split: Annotated[
         float | None,
         typer.Option(
@@ -292,6 +306,7 @@ def train(
             n_resamples=resamples,
             device=device,
             stop_by=stop_by,
+            patience=patience or None,
             conformal_split=conformal_split,
         )
         given = {
@@ -306,6 +321,7 @@ def train(
             "--resamples": resamples,
             "--device": device,
             "--stop-by": stop_by,
+            "--patience": patience,
             "--conformal-split": conformal_split,
         }
         command = _command(data, val, method, out, given, grid or [])
@@ -341,6 +357,7 @@ DEFAULTS: dict[str, object] = {
     "--resamples": None,
     "--device": "cpu",
     "--stop-by": "refinement",
+    "--patience": DEFAULT_PATIENCE,
     "--conformal-split": None,
 }
 """The options' defaults: the report's command line names only the others."""
@@ -375,9 +392,11 @@ def _print_summary(report: dict[str, Any], folder: Path) -> None:
             f"selected {describe(model['hyperparameters'])} of {n} candidate(s) by "
             f"{model['criterion']}"
         )
+    from selfcal.pipeline.report import stopping
+
     console.print(
         f"{model['method']}: {selected}; checkpoint epoch {model['checkpoint_epoch']}; "
-        f"calibrator {model['calibrator'] or 'none'}"
+        f"{stopping(model)}; calibrator {model['calibrator'] or 'none'}"
     )
     console.print(_summary_table(report))
     for t in report["selective"]:

@@ -63,7 +63,8 @@ class Candidate:
     """One trained candidate: its hyperparameters, ``status`` (``"done"`` or ``"failed"``,
     with the ``reason``), the validation scores at its checkpoint (``val_nll``, ``val_ece``,
     ``val_accuracy``, BO4SC's ``val_bce``), ``best_epoch`` (the checkpoint's epoch, from 0),
-    the training time and the checkpoint's parameters (on the CPU)."""
+    the training time, the checkpoint's parameters (on the CPU) and the epochs trained
+    (fewer than the recipe's when it stopped early)."""
 
     hyperparameters: dict[str, Any]
     status: str
@@ -72,6 +73,7 @@ class Candidate:
     best_epoch: int
     seconds: float
     state: dict[str, torch.Tensor] | None
+    epochs_trained: int = 0
 
     def label(self) -> str:
         """``gamma=3, norm=2`` (``-`` without hyperparameters)."""
@@ -121,11 +123,14 @@ def train_method(
     transform: Any = None,
     val_batch_size: int = BO4SC_VAL_BATCH,
     on_epochs: Callable[[int], None] | None = None,
+    patience: int | None = None,
 ) -> dict[str, float]:
     """Train ``model`` in place as the method ``spec`` with the candidate's ``options`` and
     the recipe, offering the parameters to ``checkpoint`` after every epoch (for BO4SC after
     the outer iteration that completes each epoch); ``on_epochs(n)`` hears of every ``n``
-    epochs done. The training of ``selfcal train`` and of the benchmark study.
+    epochs done. Training stops once ``patience`` epochs have passed since the checkpoint's
+    epoch (``None``: the recipe's every epoch). The training of ``selfcal train`` and of the
+    benchmark study (which trains every epoch).
 
     A loss, mixup or meta-learned method trains in the one training loop
     (:func:`selfcal.training.fit` with :func:`~selfcal.pipeline.methods.method_step`), BO4SC
@@ -146,12 +151,13 @@ def train_method(
             transform,
             val_batch_size,
             count,
+            patience,
         )
 
     def on_epoch(epoch: int, net: nn.Module, history: Any) -> bool:
         checkpoint.after_epoch(epoch, net, history)
         count(1)
-        return False
+        return stalled(checkpoint, epoch, patience)
 
     step = method_step(spec, options, meta_val)
     config = train_config(recipe, seed, device)
@@ -170,6 +176,7 @@ def _train_bo4sc(
     transform: Any,
     val_batch_size: int,
     count: Callable[[int], None],
+    patience: int | None,
 ) -> dict[str, float]:
     """:func:`train_method` for BO4SC."""
     steps, n = int(options["inner_steps"]), len(train[0])
@@ -180,7 +187,7 @@ def _train_bo4sc(
         if done > before:
             checkpoint.offer(done - 1, model, params)
             count(done - before)
-        return False
+        return done > before and stalled(checkpoint, done - 1, patience)
 
     fitted = recipe_bo4sc(
         recipe,
@@ -196,7 +203,19 @@ def _train_bo4sc(
     return {"weight_mean": float(w.mean()), "weight_below_half": float((w < 0.5).double().mean())}
 
 
+def stalled(checkpoint: BestCheckpoint, epoch: int, patience: int | None) -> bool:
+    """Whether ``patience`` epochs have passed since the checkpoint's epoch (epochs from 0;
+    never with ``patience=None``)."""
+    return patience is not None and epoch - checkpoint.epoch >= patience
+
+
 # ----------------------------------------------------------------------------- one candidate
+DEFAULT_PATIENCE = 50
+"""Epochs ``selfcal train`` goes on without a better checkpoint before it stops (of the
+tabular recipe's 400; ``None`` trains every epoch, as the studies do). On breast cancer, wine,
+digits, Blobs 1.7 and Spiral 3.5 (CE, 5 seeds; ``python scripts/train_patience.py``) it
+trains 63-333 epochs in 0.17-0.85 of the time, and the test NLL and ECE after temperature
+scaling are tied with training every epoch (identical on wine, digits and Blobs)."""
 DEFAULT_STOP_BY = "refinement"
 STOP_BY_DOC = """\
 The checkpoint ``selfcal train`` keeps: by default the lowest validation refinement loss (the
@@ -223,10 +242,18 @@ def train_candidate(
     device: str = "cpu",
     progress: Progress | None = None,
     stop_by: str = DEFAULT_STOP_BY,
+    patience: int | None = None,
 ) -> Candidate:
     """Train one candidate (module doc), keeping the checkpoint ``stop_by`` selects
-    (:data:`STOP_BY_DOC`); a diverged run comes back ``"failed"``."""
+    (:data:`STOP_BY_DOC`) and stopping ``patience`` epochs after it (``None``: every epoch);
+    a diverged run comes back ``"failed"``."""
     progress = progress or Progress()
+    trained = [0]
+
+    def on_epochs(n: int) -> None:
+        trained[0] += n
+        progress.epochs_done(n)
+
     model = build_network(recipe, data.n_classes, seed, data.n_features).to(device)
     x_val, y_val = data.val[0].to(device), data.val[1].to(device)
     checkpoint = BestCheckpoint(x_val, y_val, criteria=(stop_by,))
@@ -243,7 +270,8 @@ def train_candidate(
             checkpoint,
             seed=seed,
             device=device,
-            on_epochs=progress.epochs_done,
+            on_epochs=on_epochs,
+            patience=patience,
         )
     except TrainingDiverged as exc:
         return _failed(options, str(exc), start)
@@ -253,7 +281,9 @@ def train_candidate(
     seconds = time.perf_counter() - start
     metrics = {**validation_scores(method, options, model, data), **extra}
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    return Candidate(dict(options), "done", None, metrics, checkpoint.epoch, seconds, state)
+    return Candidate(
+        dict(options), "done", None, metrics, checkpoint.epoch, seconds, state, trained[0]
+    )
 
 
 def _failed(options: Mapping[str, Any], reason: str, start: float) -> Candidate:
@@ -307,9 +337,11 @@ def fit_and_select(
     device: str = "cpu",
     progress: Progress | None = None,
     stop_by: str = DEFAULT_STOP_BY,
+    patience: int | None = None,
 ) -> Selection:
     """Train every candidate of ``method`` from ``seed`` (each keeping the checkpoint
-    ``stop_by`` selects) and select one by its criterion."""
+    ``stop_by`` selects, stopping ``patience`` epochs after it) and select one by its
+    criterion."""
     progress = progress or Progress()
     configs = method.configs()
     candidates = []
@@ -325,6 +357,7 @@ def fit_and_select(
                 device=device,
                 progress=progress,
                 stop_by=stop_by,
+                patience=patience,
             )
         )
     selected = select_candidate(candidates, method.criterion)

@@ -4,9 +4,12 @@ confidence and whether to abstain.
 
 Output by suffix: ``.csv`` / ``.parquet`` -- columns ``prob_<class>`` (one per class, named by
 the label mapping), ``predicted`` (the class value), ``confidence`` (``max_k p_k`` of the
-calibrated probabilities), ``abstain`` (``confidence < threshold``), and the input's label
+calibrated probabilities), ``abstain`` (``confidence < threshold``; only when a target
+accuracy or coverage is given: by default nothing is abstained on), and the input's label
 column when it has one; ``.npz`` -- arrays ``probs`` ``(N, C)``, ``classes`` ``(C,)``,
-``predicted``, ``confidence``, ``abstain`` and ``labels`` when the input has them. The
+``predicted``, ``confidence``, ``abstain`` (as above) and ``labels`` when the input has them.
+Labels the training data did not have are kept in the output and warned about
+(:class:`~selfcal.exceptions.UnseenLabels`): those rows are predicted but not scored. The
 predicted label is the argmax of the calibrated probabilities (the first class on ties), so
 that it, the confidence and the probability columns always agree; temperature scaling never
 changes it, top-label isotonic regression can (:class:`selfcal.posthoc.IsotonicCalibration`).
@@ -24,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from selfcal._warnings import warn_user
+from selfcal.exceptions import UnseenLabels
 from selfcal.io import write_table
 from selfcal.pipeline import model_dir as md
 from selfcal.pipeline.conformal import DEFAULT_SCORE, ConformalSets, conformal_sets
@@ -36,21 +41,24 @@ OUTPUT_FORMATS = (".csv", ".parquet", ".pq", ".npz")
 @dataclass(frozen=True, eq=False)
 class PredictResult:
     """What :func:`predict` computed: ``probs`` ``(N, C)``, ``predicted`` (class values),
-    ``confidence``, ``abstain`` and the threshold used, and where it wrote them;
-    ``accepted_accuracy``: when the rows have labels, the accuracy of the rows not abstained
-    on (``None`` without labels or when every row is abstained on); ``conformal``: the
-    prediction sets when asked for, with ``set_coverage`` (the share of labelled rows whose
-    label is in their set) when the rows have labels."""
+    ``confidence``, ``abstain`` and the threshold used (``None`` for both without a target:
+    nothing abstained on), and where it wrote them; ``accepted_accuracy``: when the rows
+    have labels, the accuracy of the rows not abstained on (``None`` without labels or when
+    every row is abstained on); ``conformal``: the prediction sets when asked for, with
+    ``set_coverage`` (the share of labelled rows whose label is in their set) when the rows
+    have labels; ``unseen_labels``: the rows whose label the training data did not have
+    (left out of both scores)."""
 
     path: Path
     probs: np.ndarray
     predicted: np.ndarray
     confidence: np.ndarray
-    abstain: np.ndarray
-    threshold: Threshold
+    abstain: np.ndarray | None
+    threshold: Threshold | None
     accepted_accuracy: float | None = None
     conformal: ConformalSets | None = None
     set_coverage: float | None = None
+    unseen_labels: int = 0
 
 
 def predict(
@@ -63,9 +71,9 @@ def predict(
     conformal: float | None = None,
     conformal_score: str = DEFAULT_SCORE,
 ) -> PredictResult:
-    """Apply the model in ``folder`` to ``data`` and write ``out`` (module doc). The
-    abstention threshold is the one chosen on validation for ``target_accuracy`` or
-    ``target_coverage`` (at most one; neither: the folder's default, accuracy 0.95).
+    """Apply the model in ``folder`` to ``data`` and write ``out`` (module doc). With
+    ``target_accuracy`` or ``target_coverage`` (at most one), rows below the threshold chosen
+    on validation for it are abstained on; with neither, none is (no ``abstain`` column).
     ``conformal``: also a prediction set per row at this level, with ``conformal_score``."""
     out = Path(out)
     if out.suffix.lower() not in OUTPUT_FORMATS:
@@ -73,30 +81,45 @@ def predict(
     if target_accuracy is not None and target_coverage is not None:
         raise ValueError("give --target-accuracy or --target-coverage, not both")
     model = md.TrainedModel.load(folder)
+    threshold = None
     if target_accuracy is not None:
         threshold = md.threshold_for(folder, "accuracy", target_accuracy)
     elif target_coverage is not None:
         threshold = md.threshold_for(folder, "coverage", target_coverage)
-    else:
-        threshold = md.threshold_for(folder)
     table = (
         data
         if isinstance(data, FeatureTable)
         else read_table(data, label_column=model.label_column, require_labels=False)
     )
-    truth = None if table.labels is None else model.labels.encode(table.labels, table.name)
     probs = model.predict_proba(model.features(table))
     confidence, index = md.confidence_and_prediction(probs)
     predicted = model.labels.decode(index)
-    abstain = threshold.abstain(confidence)
+    abstain = None if threshold is None else threshold.abstain(confidence)
     sets = None if conformal is None else conformal_sets(folder, probs, conformal, conformal_score)
     _write(out, model, table, probs, predicted, confidence, abstain, sets)
-    accuracy = None
-    if truth is not None and not abstain.all():
-        accuracy = float((truth == index)[~abstain].mean())
-    covered = None if sets is None or truth is None else sets.coverage(truth)
+    if table.labels is None:
+        return PredictResult(out, probs, predicted, confidence, abstain, threshold, None, sets)
+    truth, known = model.labels.encode_known(table.labels)
+    unseen = int((~known).sum())
+    if unseen:
+        _warn_unseen(table, known)
+    scored = known if abstain is None else known & ~abstain
+    accuracy = float((truth == index)[scored].mean()) if scored.any() else None
+    covered = None
+    if sets is not None and known.any():
+        covered = float(sets.sets[np.flatnonzero(known), truth[known]].mean())
     return PredictResult(
-        out, probs, predicted, confidence, abstain, threshold, accuracy, sets, covered
+        out, probs, predicted, confidence, abstain, threshold, accuracy, sets, covered, unseen
+    )
+
+
+def _warn_unseen(table: FeatureTable, known: np.ndarray) -> None:
+    unseen = np.unique(table.labels[~known].astype(str))  # type: ignore[index]
+    shown = ", ".join(f"'{v}'" for v in unseen[:3]) + (", ..." if len(unseen) > 3 else "")
+    warn_user(
+        f"{table.name}: {int((~known).sum())} of {len(known)} rows have labels the model was "
+        f"not trained on ({shown}); predicted, but left out of the scores",
+        UnseenLabels,
     )
 
 
@@ -112,7 +135,7 @@ def _write(
     probs: np.ndarray,
     predicted: np.ndarray,
     confidence: np.ndarray,
-    abstain: np.ndarray,
+    abstain: np.ndarray | None,
     sets: ConformalSets | None = None,
 ) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -123,8 +146,9 @@ def _write(
             "classes": classes,
             "predicted": predicted,
             "confidence": confidence,
-            "abstain": abstain,
         }
+        if abstain is not None:
+            arrays["abstain"] = abstain
         if sets is not None:
             arrays.update({"set": sets.sets, "set_size": sets.sizes})
         if table.labels is not None:
@@ -136,7 +160,9 @@ def _write(
     if len(set(names)) != len(names) or reserved & set(names):
         raise ValueError("the class names give clashing column names; write .npz instead")
     columns = {name: probs[:, k] for k, name in enumerate(names)}
-    columns.update({"predicted": predicted, "confidence": confidence, "abstain": abstain})
+    columns.update({"predicted": predicted, "confidence": confidence})
+    if abstain is not None:
+        columns["abstain"] = abstain
     if sets is not None:
         columns.update({"set": set_labels(sets.sets, classes), "set_size": sets.sizes})
     if table.labels is not None:

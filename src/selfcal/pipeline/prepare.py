@@ -77,6 +77,18 @@ class LabelMap:
 
     def encode(self, labels: np.ndarray, name: str) -> np.ndarray:
         """Class indices (int64) of ``labels``; a label outside the classes is an error."""
+        indices, known = self.encode_known(labels)
+        if not known.all():
+            row = int(np.flatnonzero(~known)[0])
+            raise ValueError(
+                f"{name}: row {row} has label {labels[row].item()!r}, which the training data does "
+                f"not have (classes: {self.shown_classes()})"
+            )
+        return indices
+
+    def encode_known(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(indices, known)``: the class index of each label and whether the training data
+        has it (an unknown label's index is meaningless: read it only where ``known``)."""
         if self.is_integer and labels.dtype.kind in "iu":
             keys: np.ndarray = np.asarray(self.classes, dtype=np.int64)
             values = labels.astype(np.int64)
@@ -85,16 +97,12 @@ class LabelMap:
             values = labels.astype(str)
         order = np.argsort(keys, kind="stable")
         pos = np.searchsorted(keys[order], values).clip(0, len(keys) - 1)
-        found = keys[order][pos] == values
-        if not found.all():
-            row = int(np.flatnonzero(~found)[0])
-            shown = ", ".join(repr(c) for c in self.classes[:10])
-            more = ", ..." if self.n_classes > 10 else ""
-            raise ValueError(
-                f"{name}: row {row} has label {labels[row].item()!r}, which the training data does "
-                f"not have (classes: {shown}{more})"
-            )
-        return order[pos].astype(np.int64)
+        return order[pos].astype(np.int64), keys[order][pos] == values
+
+    def shown_classes(self, limit: int = 10) -> str:
+        """The first ``limit`` classes, for messages: ``'a', 'b', ...``."""
+        more = ", ..." if self.n_classes > limit else ""
+        return ", ".join(repr(c) for c in self.classes[:limit]) + more
 
     def decode(self, indices: np.ndarray) -> np.ndarray:
         """Class values of class indices (an int64 or str array)."""

@@ -82,10 +82,21 @@ def candidates_json(selection: Selection) -> list[dict[str, Any]]:
                 "criterion": _finite(c.metrics.get(selection.criterion.metric, math.nan)),
                 "validation": {k: _finite(v) for k, v in c.metrics.items()},
                 "checkpoint_epoch": c.best_epoch if c.status == "done" else None,
+                "epochs_trained": c.epochs_trained,
                 "seconds": c.seconds,
             }
         )
     return rows
+
+
+def stopping(model: dict[str, Any]) -> str:
+    """How the selected candidate's training ended: ``"53 of 400 epochs trained, patience
+    50"``, or ``"400 epochs trained"``."""
+    epochs, trained = model["recipe"]["epochs"], model.get("epochs_trained")
+    patience = model.get("patience")
+    if patience is None or trained is None:  # every epoch (folders before the keys: too)
+        return f"{epochs} epochs trained"
+    return f"{trained} of {epochs} epochs trained, patience {patience}"
 
 
 # ----------------------------------------------------------------------------- Markdown
@@ -111,7 +122,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         f"* method: **{model['method']}**, selected hyperparameters: "
         f"{describe(model['hyperparameters'])} (by {model['criterion']}; checkpoint: epoch "
-        f"{model['checkpoint_epoch']}, {STOP_WORDS[model.get('stop_by', 'nll')]})",
+        f"{model['checkpoint_epoch']}, {STOP_WORDS[model.get('stop_by', 'nll')]}; "
+        f"{stopping(model)})",
         f"* network: MLP {model['hidden']} on {len(data['columns'])} standardised features, "
         f"{len(data['classes'])} classes; Adam lr {model['recipe']['lr']:g}, "
         f"{model['recipe']['epochs']} epochs, "

@@ -18,7 +18,13 @@ from selfcal._validation import check_choice, check_int, check_optional_int, che
 from selfcal.evaluation import default_resamples
 from selfcal.pipeline import model_dir as md
 from selfcal.pipeline.conformal import save_calibration, split_validation
-from selfcal.pipeline.fitting import DEFAULT_STOP_BY, Progress, Selection, fit_and_select
+from selfcal.pipeline.fitting import (
+    DEFAULT_PATIENCE,
+    DEFAULT_STOP_BY,
+    Progress,
+    Selection,
+    fit_and_select,
+)
 from selfcal.pipeline.methods import Method, get_method
 from selfcal.pipeline.prepare import PreparedData, prepare
 from selfcal.pipeline.recipe import TABULAR, Recipe, resolve_batch_size
@@ -58,6 +64,9 @@ class TrainSettings:
     ``stop_by``: the checkpoint kept, ``"refinement"`` (the lowest validation NLL after
     temperature scaling; Berta et al., 2025; default) or ``"nll"`` (the lowest validation
     NLL): :data:`selfcal.pipeline.fitting.STOP_BY_DOC` gives the benchmark's evidence;
+    ``patience``: a candidate stops once this many epochs have passed without a better
+    checkpoint (:data:`~selfcal.pipeline.fitting.DEFAULT_PATIENCE` = 50; ``None``: every
+    epoch);
     ``conformal_split``: the share of VAL held out, before selection and calibration, for
     conformal prediction sets (:mod:`selfcal.pipeline.conformal`), or ``None``."""
 
@@ -72,6 +81,7 @@ class TrainSettings:
     n_resamples: int | None = None
     device: str = "cpu"
     stop_by: str = DEFAULT_STOP_BY
+    patience: int | None = DEFAULT_PATIENCE
     conformal_split: float | None = None
 
     def __post_init__(self) -> None:
@@ -85,6 +95,7 @@ class TrainSettings:
         check_int("seed", self.seed, minimum=0)
         check_optional_int("n_resamples", self.n_resamples)
         check_choice("stop_by", self.stop_by, CRITERIA)
+        check_optional_int("patience", self.patience)
         if self.conformal_split is not None and not 0.0 < self.conformal_split < 1.0:
             raise ValueError(f"--conformal-split must be in (0, 1), got {self.conformal_split!r}")
         if self.calibrate is not None:
@@ -154,6 +165,7 @@ def train(
         device=settings.device,
         progress=progress,
         stop_by=settings.stop_by,
+        patience=settings.patience,
     )
     folder.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -237,7 +249,9 @@ def _config(
         "hyperparameters": best.hyperparameters,
         "criterion": {"metric": selection.criterion.metric, "words": str(selection.criterion)},
         "checkpoint_epoch": best.best_epoch,
+        "epochs_trained": best.epochs_trained,
         "stop_by": settings.stop_by,
+        "patience": settings.patience,
         "recipe": {
             "optimizer": "adam",
             "lr": recipe.lr,
@@ -358,7 +372,9 @@ def _report(
             "hyperparameters": config["hyperparameters"],
             "criterion": config["criterion"]["words"],
             "checkpoint_epoch": config["checkpoint_epoch"],
+            "epochs_trained": config.get("epochs_trained"),  # None: folders before the key
             "stop_by": config.get("stop_by", "nll"),  # folders from before the key: NLL
+            "patience": config.get("patience"),
             "hidden": config["architecture"]["hidden"],
             "recipe": config["recipe"],
             "seed": config["seed"],
