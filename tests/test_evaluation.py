@@ -41,10 +41,13 @@ def test_the_table_maps_each_key_to_its_metric_in_report_order() -> None:
     assert list(METRICS) == KEYS
     for key in KEYS:
         assert isinstance(METRICS[key], Metric) and load_metric(key) is METRICS[key]
-    assert load_metric("smece").__name__ == "smooth_ece"
+    for key in KEYS:  # one vocabulary: the report key is the metric's name in selfcal.metrics
+        assert METRICS[key].__name__ == key
+    for old, new in (("smece", "smooth_ece"), ("nll_refinement", "refinement_loss")):
+        assert load_metric(old) is METRICS[new]  # 0.1's keys still read
     assert {key for key in KEYS if METRICS[key].takes_bins} == BINNED
-    with pytest.raises(KeyError):
-        load_metric("smooth_ece")
+    with pytest.raises(ValueError, match="keys must be one of"):
+        load_metric("smoothece")
 
 
 def test_every_key_in_order_with_the_metric_point_values(
@@ -61,7 +64,7 @@ def test_every_key_in_order_with_the_metric_point_values(
 def test_intervals_are_those_of_bootstrap_ci_on_the_same_draws(
     pred: Predictions, report: dict[str, Interval]
 ) -> None:
-    for key in ("accuracy", "ece", "smece"):
+    for key in ("accuracy", "ece", "smooth_ece"):
         metric = METRICS[key]
         alone = bootstrap_ci(metric, pred, n_resamples=12, seed=3, **bins_for(metric, 7))
         assert report[key] == alone, key
@@ -74,7 +77,9 @@ def test_keys_pick_metrics_in_their_order_on_the_same_draws(
     assert list(some) == ["brier", "ece"]
     assert all(some[k] == report[k] for k in some)
     with pytest.raises(ValueError, match="keys must be one of"):
-        evaluate(pred, keys=["smooth_ece"])
+        evaluate(pred, keys=["smooth-ece"])
+    old = evaluate(pred, n_bins=7, n_resamples=12, seed=3, keys=["smece"])  # 0.1's key
+    assert list(old) == ["smooth_ece"] and old["smooth_ece"] == report["smooth_ece"]
 
 
 def test_n_bins_reaches_exactly_the_metrics_that_take_bins(
@@ -155,7 +160,7 @@ def test_a_recalibrator_that_cannot_be_fitted_gives_nan_with_a_warning() -> None
     z = rng.normal(size=(60, 3))
     z[0, 0] = 1e308
     pred = Predictions.from_logits(z, rng.integers(0, 3, 60))
-    with pytest.warns(RuntimeWarning, match="nll_refinement not computed: TemperatureScaling"):
+    with pytest.warns(RuntimeWarning, match="refinement_loss not computed: TemperatureScaling"):
         out = evaluate(pred, n_resamples=10)
-    assert np.isnan(out["nll_refinement"].value) and np.isnan(out["nll_calibration"].high)
+    assert np.isnan(out["refinement_loss"].value) and np.isnan(out["calibration_loss"].high)
     assert np.isfinite(out["ece"].value)

@@ -5,7 +5,7 @@
 
 Resamples: by default :func:`default_resamples` picks ``min(1000, max(10, 5e6 // (N + 2e4)))``.
 Each resample costs every metric time linear in ``N`` plus a fixed part (the grid-based smooth
-metrics, ``kde_ece`` and ``smece``, cost about as much as ``2e4`` rows per resample whatever
+metrics, ``kde_ece`` and ``smooth_ece``, cost about as much as ``2e4`` rows per resample whatever
 ``N``), so this keeps one evaluation near 5e6 "row-resamples" per metric: 240 resamples at
 ``N = 720`` (the digits example), 41 at ``1e5``, and the floor of 10 from ``N = 5e5`` on (the
 time of ``1e6`` rows is measured by ``benchmarks/bench_evaluate.py``, in
@@ -43,24 +43,33 @@ from selfcal.metrics.bootstrap import Interval, Resamples, bootstrap_ci
 from selfcal.predictions import Predictions
 
 METRICS: dict[str, Metric] = {
-    "accuracy": accuracy,
-    "nll": nll,
-    "brier": brier,
-    "nll_refinement": refinement_loss,
-    "nll_calibration": calibration_loss,
-    "ece": ece,
-    "mce": mce,
-    "adaece": adaece,
-    "classwise_ece": classwise_ece,
-    "sece": sece,
-    "kde_ece": kde_ece,
-    "smece": smooth_ece,
-    "debiased_ece": debiased_ece,
-    "aurc": aurc,
+    m.__name__: m
+    for m in (
+        accuracy,
+        nll,
+        brier,
+        refinement_loss,
+        calibration_loss,
+        ece,
+        mce,
+        adaece,
+        classwise_ece,
+        sece,
+        kde_ece,
+        smooth_ece,
+        debiased_ece,
+        aurc,
+    )
 }
-"""Report key -> metric, in report order."""
-
-RECALIBRATED = ("nll_refinement", "nll_calibration")
+"""Report key -> metric, in report order: each key is the metric's own name in
+:mod:`selfcal.metrics` (``selfcal evaluate --json`` and ``selfcal.M.<key>`` agree)."""
+KEY_ALIASES = {
+    "smece": "smooth_ece",
+    "nll_refinement": "refinement_loss",
+    "nll_calibration": "calibration_loss",
+}
+"""Report keys of selfcal 0.1, still accepted wherever a key is read."""
+RECALIBRATED = ("refinement_loss", "calibration_loss")
 """Keys whose metric fits a recalibrator (scores beyond what its likelihood fit can scale
 cannot be fitted)."""
 MAY_BE_UNDEFINED = (*RECALIBRATED, "kde_ece")
@@ -105,9 +114,15 @@ def format_number(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}f}"
 
 
+def metric_key(key: str) -> str:
+    """The report key ``key`` names (an old key of :data:`KEY_ALIASES` -> today's); an
+    unknown key is a ``ValueError`` listing the keys."""
+    return check_choice("keys", KEY_ALIASES.get(key, key), METRICS)
+
+
 def load_metric(key: str) -> Metric:
-    """The public metric reported under ``key``."""
-    return METRICS[key]
+    """The public metric reported under ``key`` (or an alias of :data:`KEY_ALIASES`)."""
+    return METRICS[metric_key(key)]
 
 
 def _options(metric: Metric, n_bins: int) -> dict[str, int]:
@@ -145,7 +160,7 @@ def evaluate(
     if n_resamples is None:
         n_resamples = default_resamples(pred.n_samples)
     resamples = Resamples(pred.n_samples, n_resamples, seed, pred.device)
-    chosen = list(METRICS) if keys is None else [check_choice("keys", k, METRICS) for k in keys]
+    chosen = list(METRICS) if keys is None else [metric_key(k) for k in keys]
     out: dict[str, Interval] = {}
     for key in chosen:
         metric = load_metric(key)

@@ -375,7 +375,7 @@ def test_calibrate_unknown_method(tmp_path, capsys):
         "--out",
         tmp_path / "o.npz",
     )
-    assert code == 2 and "unknown method 'magic'" in err and err.count("\n") == 1
+    assert code == 2 and "unknown calibrator 'magic'" in err and err.count("\n") == 1
 
 
 def test_calibrate_param_sets_a_hyperparameter(tmp_path, capsys):
@@ -448,6 +448,32 @@ def test_calibrate_method_help_lists_the_registry(capsys, monkeypatch):
     for name in calibrator_names():
         assert f" {name}: {calibrator_summary(name)} " in text, name
     assert "ts-grid: Temperature scaling" in text and "(method='grid')" in text
+
+
+def test_one_calibrator_flag_with_the_old_spelling_kept(capsys, tmp_path):
+    """``--calibrator`` names a calibrator in calibrate (and train, compare); ``--method``
+    (0.1's spelling) and the class's kebab-case name give the same output."""
+    outs = []
+    for index, (flag, name) in enumerate(
+        (("--calibrator", "ts"), ("--method", "temperature-scaling"))
+    ):
+        code, out, err = run(
+            capsys,
+            "calibrate",
+            flag,
+            name,
+            "--fit",
+            "example:digits_val",
+            "--apply",
+            "example:digits_test",
+            "--out",
+            tmp_path / f"{index}.npz",
+        )
+        assert code == 0, err
+        outs.append(" ".join(out.split()[3:]).replace(f"{index}.npz", "X"))  # after "fitted NAME"
+    assert outs[0] == outs[1]
+    with np.load(tmp_path / "0.npz") as a, np.load(tmp_path / "1.npz") as b:
+        assert np.array_equal(a["probs"], b["probs"])
 
 
 # ----------------------------------------------------------------------------- scale

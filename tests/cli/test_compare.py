@@ -60,7 +60,7 @@ def test_the_default_folder_is_the_environment_variable(capsys, sets, monkeypatc
     ("args", "message"),
     [
         (["--methods", "ts,magic"], "unknown calibrator 'magic'"),
-        (["--methods", ","], "--methods names no calibrator"),
+        (["--calibrators", ","], "--calibrators names no calibrator"),
     ],
 )
 def test_bad_methods_are_one_line_errors(capsys, sets, args, message):

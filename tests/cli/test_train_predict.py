@@ -285,6 +285,7 @@ def test_parquet_and_npz_inputs_and_integer_labels(capsys, tmp_path):
     )
     assert report["data"]["classes"] == [0, 1, 2, 3, 4]
     assert report["model"]["calibrator"] is None
+    assert "--calibrator none" in report["command"]  # 0.1's --calibrate read, today's written
     assert list(report["metrics"]["test"]) == ["raw"]
     assert not (tmp_path / "model" / "calibrator.json").exists()
     predict(capsys, tmp_path / "model", tmp_path / "test.csv", tmp_path / "p.parquet")
@@ -357,7 +358,7 @@ def test_errors_are_one_line(capsys, files, trained, tmp_path):
         ),
         (
             ("train", t, "--val", v, "--method", "ce", "--calibrate", "magic", "--out", out),
-            "calibrate must be one of",
+            "unknown calibrator 'magic'",
         ),
         (
             ("train", t, "--val", v, "--method", "ce", "--out", trained["ce"]),

@@ -166,7 +166,7 @@ def test_a_huge_logit_gives_a_readable_table(tmp_path, capsys):
     assert "000000000" not in out
     warned = err.strip().splitlines()  # one line each, naming the file, no Python source line
     assert warned and all(line.startswith(f"warning: {tmp_path / 'big.npz'}: ") for line in warned)
-    assert any("nll_refinement not computed" in line for line in warned)
+    assert any("refinement_loss not computed" in line for line in warned)
 
 
 def test_warnings_are_one_line_each_and_repeats_are_counted(capsys):

@@ -113,8 +113,8 @@ def expected_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
         "val_classwise_ece": float(M.classwise_ece(pred)),
         "val_brier": float(M.brier(pred)),
         "val_nll": float(M.nll(pred)),
-        "val_nll_refinement": float(M.refinement_loss(pred)),
-        "val_nll_calibration": float(M.calibration_loss(pred)),
+        "val_refinement_loss": float(M.refinement_loss(pred)),
+        "val_calibration_loss": float(M.calibration_loss(pred)),
     }
 
 
@@ -189,5 +189,7 @@ def test_bad_arguments_are_named():
 
 def test_the_refinement_pair_is_logged_only_when_named():
     assert CalibrationCallback().metric_names == DEFAULT_METRICS
-    assert not {"nll_refinement", "nll_calibration"} & set(DEFAULT_METRICS)
-    assert {"nll_refinement", "nll_calibration"} <= set(METRICS)
+    assert not {"refinement_loss", "calibration_loss"} & set(DEFAULT_METRICS)
+    assert {"refinement_loss", "calibration_loss"} <= set(METRICS)
+    old_names = CalibrationCallback(metrics=("ece", "nll_refinement", "nll_calibration"))
+    assert old_names.metric_names == ("ece", "refinement_loss", "calibration_loss")

@@ -263,6 +263,27 @@ def test_registry_factories():
         register_calibrator("ts")(VectorScaling)
 
 
+def test_every_class_is_also_built_by_its_own_name_in_kebab_case():
+    """One vocabulary: the papers' short names and the class names both build a calibrator;
+    the aliases are never listed among the names (the CLI's help and choices stay short)."""
+    from selfcal.posthoc import calibrator_aliases, calibrator_name
+    from selfcal.posthoc.registry import kebab_case
+
+    aliases = dict(calibrator_aliases())
+    assert aliases["temperature-scaling"] == "ts"
+    assert aliases["structured-matrix-scaling"] == "sms"
+    assert aliases["one-vs-rest-isotonic"] == "isotonic-ovr"
+    assert kebab_case("BBQ") == "bbq" and "bbq" not in aliases  # the same word: no alias
+    for name, factory in CALIBRATORS.items():
+        if isinstance(factory, type):
+            spelled = kebab_case(factory.__name__)
+            assert calibrator_name(spelled) == name
+            assert type(build_calibrator(spelled)) is factory
+    assert not set(aliases) & set(calibrator_names())
+    with pytest.raises(ValueError, match="unknown calibrator 'temperature'"):
+        calibrator_name("temperature")
+
+
 def test_calibrators_is_a_read_only_view_of_the_registry():
     assert sorted(CALIBRATORS) == list(calibrator_names())
     assert CALIBRATORS["ts"] is TemperatureScaling

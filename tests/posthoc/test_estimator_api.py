@@ -184,3 +184,24 @@ def test_score_is_the_mean_log_likelihood_so_grid_search_needs_no_scoring():
     grid = {"off_diagonal_l2": [0.1, 10.0]}
     search = GridSearchCV(DirichletCalibration(kind="logits"), grid, cv=3).fit(z, y)
     assert search.best_score_ < 0 and search.best_params_["off_diagonal_l2"] in (0.1, 10.0)
+
+
+def test_repr_shows_the_parameters_that_differ_from_their_defaults():
+    """As scikit-learn prints estimators: temperature scaling's ``criterion`` (used only by
+    ``method="grid"``) is not shown for the default NLL fit, and every repr rebuilds an
+    estimator with the same parameters."""
+    from selfcal.posthoc import CALIBRATORS, DirichletCalibration, TemperatureScaling
+
+    assert repr(TemperatureScaling()) == "TemperatureScaling()"
+    assert repr(TemperatureScaling(method="grid", criterion="nll")) == (
+        "TemperatureScaling(method='grid', criterion='nll')"
+    )
+    assert repr(DirichletCalibration(off_diagonal_l2=10.0)) == (
+        "DirichletCalibration(off_diagonal_l2=10.0)"
+    )
+    import selfcal.posthoc as namespace
+
+    for factory in CALIBRATORS.values():
+        cal = factory()
+        again = eval(repr(cal), vars(namespace))
+        assert type(again) is type(cal) and again.get_params() == cal.get_params()

@@ -31,29 +31,30 @@ CALIBRATE_KEYS = ["ece", "mce", "adaece", "nll", "brier", "accuracy"]
 """The metrics of the before/after table."""
 
 
-def method_help() -> str:
-    """``--method``'s help: every registered calibrator name with its one-line summary, one
-    paragraph (shown as one line) each (computed when ``--help`` shows it: the registry
+def calibrator_help() -> str:
+    """``--calibrator``'s help: every registered calibrator name with its one-line summary,
+    one paragraph (shown as one line) each (computed when ``--help`` shows it: the registry
     imports torch)."""
     from selfcal.posthoc import calibrator_names, calibrator_summary
 
     lines = [f"{name}: {calibrator_summary(name)}" for name in calibrator_names()]
-    return "\n\n".join(["Calibrator:", *lines])
+    head = (
+        "Calibrator: a short name below, or its class's name in kebab case "
+        "(temperature-scaling); --method is the 0.1 spelling of this option."
+    )
+    return "\n\n".join([head, *lines])
 
 
-CalibrateCommand = deferred_help(method=method_help)
-"""``selfcal calibrate``'s command class: ``--method``'s help is :func:`method_help`."""
+CalibrateCommand = deferred_help(calibrator_name=calibrator_help)
+"""``selfcal calibrate``'s command class: ``--calibrator``'s help is :func:`calibrator_help`."""
 
 
-def _calibrator(method: str, params: list[str]) -> Calibrator:
-    """A fresh calibrator registered as ``method`` (see :func:`method_help`), with the
+def _calibrator(name: str, params: list[str]) -> Calibrator:
+    """A fresh calibrator registered as ``name`` (see :func:`calibrator_help`), with the
     hyperparameters ``NAME=VALUE`` of ``params`` set (see :func:`parse_param`)."""
-    from selfcal.posthoc import build_calibrator, calibrator_names
+    from selfcal.posthoc import build_calibrator
 
-    if method not in calibrator_names():
-        names = ", ".join(calibrator_names())
-        raise ValueError(f"unknown method {method!r}; choose from {names}")
-    return build_calibrator(method).set_params(**dict(map(parse_param, params)))
+    return build_calibrator(name).set_params(**dict(map(parse_param, params)))
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -97,7 +98,7 @@ def _value_text(value: Any) -> str:
     return f"{what} in [{float(arr.min()):.4g}, {float(arr.max()):.4g}]"
 
 
-def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
+def fitted_line(name: str, calibrator: Calibrator, n: int) -> str:
     """``fitted ts on N rows: n_classes_=10, temperature_=1.834``: every fitted attribute
     (:meth:`~selfcal.posthoc.Calibrator.fitted_attributes`), arrays summarised; a mixing
     weight or probability floor of 0 (none applied) is left out. ``auto`` names its choice
@@ -106,20 +107,20 @@ def fitted_line(method: str, calibrator: Calibrator, n: int) -> str:
 
     if isinstance(calibrator, AutoCalibration):
         inner = fitted_line(calibrator.chosen_, calibrator.calibrator_, n).split(": ", 1)[1]
-        return f"fitted {method} on {n} rows: chose {calibrator.chosen_}: {inner}"
+        return f"fitted {name} on {n} rows: chose {calibrator.chosen_}: {inner}"
     parts = [
         f"{k}={_value_text(v)}"
         for k, v in calibrator.fitted_attributes().items()
         if not (k in ("mix_", "prob_floor_") and v == 0)
     ]
-    return f"fitted {method} on {n} rows: " + "; ".join(parts)
+    return f"fitted {name} on {n} rows: " + "; ".join(parts)
 
 
 def cv_table(calibrator: Calibrator) -> Table:
     """``auto``'s cross-validation: each candidate's score, its paired differences from the
     lowest score and from temperature scaling's with their 95% intervals (the choice is the
-    first candidate not significantly worse than the lowest and, unless TS, significantly
-    better than TS), its fit time, and which was chosen (or why it failed or was left out)."""
+    first candidate not significantly worse than the lowest), its fit time, and which was
+    chosen (or why it failed or was left out)."""
     from rich.table import Table
 
     r = calibrator.cv_results_  # type: ignore[attr-defined]
@@ -169,7 +170,9 @@ def calibrate(
     out: Annotated[
         Path, typer.Option("--out", help="Output (.npz, .csv, .parquet, NAME.probs.npy).")
     ],
-    method: Annotated[str, typer.Option("--method", help=DEFERRED_HELP)] = "ts",
+    calibrator_name: Annotated[
+        str, typer.Option("--calibrator", "--method", help=DEFERRED_HELP)
+    ] = "ts",
     save_calibrator: Annotated[
         Path | None, typer.Option("--save-calibrator", help="Save the fitted calibrator (JSON).")
     ] = None,
@@ -195,12 +198,12 @@ def calibrate(
         from selfcal.io import save_probs
         from selfcal.predictions import Predictions
 
-        calibrator = _calibrator(method, param or [])
+        calibrator = _calibrator(calibrator_name, param or [])
         train = read(fit, kind, label_column)
         test = read(apply, kind, label_column, require_labels=False)
         with source(fit):
             calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
-        typer.echo(fitted_line(method, calibrator, train.n_samples))
+        typer.echo(fitted_line(calibrator_name, calibrator, train.n_samples))
         if hasattr(calibrator, "cv_results_"):
             stdout().print(cv_table(calibrator))
         with source(apply):

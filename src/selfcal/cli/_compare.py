@@ -41,6 +41,7 @@ def compare(
     methods: Annotated[
         str | None,
         typer.Option(
+            "--calibrators",
             "--methods",
             help="Calibrators to compare, comma-separated (selfcal calibrate --help lists them). "
             "Default: auto's candidates for the set's size, then auto.",
@@ -83,14 +84,14 @@ def compare(
 
 
 def _methods(methods: str | None) -> list[str] | None:
-    """``--methods`` as names (an unknown one is an error naming the known ones)."""
+    """``--calibrators`` as names (an unknown one is an error naming the known ones)."""
     if methods is None:
         return None
     from selfcal.posthoc import build_calibrator
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
     if not names:
-        raise ValueError(f"--methods names no calibrator: {methods!r}")
+        raise ValueError(f"--calibrators names no calibrator: {methods!r}")
     for name in names:
         build_calibrator(name)
     return names
@@ -99,7 +100,7 @@ def _methods(methods: str | None) -> list[str] | None:
 def _command(sets: list[Path] | None, methods: str | None, out: Path, bins: int) -> str:
     words = ["selfcal compare", *map(str, sets or [])]
     if methods is not None:
-        words.append(f"--methods {methods}")
+        words.append(f"--calibrators {methods}")
     if out != OUT:
         words.append(f"--out {out}")
     if bins != 15:

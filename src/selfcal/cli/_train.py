@@ -32,14 +32,14 @@ def method_help() -> str:
     lines = [f"{name}: {m.summary}" for name, m in METHODS.items()]
     head = (
         "Training method, hyperparameters selected on VAL (default: ce, which with "
-        "--calibrate ts is what selfcal reproduce benchmark recommends):"
+        "--calibrator ts is what selfcal reproduce benchmark recommends):"
     )
     return "\n\n".join([head, *lines])
 
 
 DEFAULT_METHOD = "ce"
 """The method trained without ``--method``: cross-entropy, which with temperature scaling (the
-default ``--calibrate ts``) no method of the benchmark (``selfcal reproduce benchmark``)
+default ``--calibrator ts``) no method of the benchmark (``selfcal reproduce benchmark``)
 reliably beats."""
 
 
@@ -56,19 +56,23 @@ def default_method_note(calibrate: str) -> str:
     head = f"no --method given: training {DEFAULT_METHOD!r} (cross-entropy), then {then}"
     if calibrate == "ts":
         return f"{head} -- what selfcal reproduce benchmark recommends"
-    return f"{head}; selfcal reproduce benchmark recommends {DEFAULT_METHOD!r} with --calibrate ts"
+    return f"{head}; selfcal reproduce benchmark recommends {DEFAULT_METHOD!r} with --calibrator ts"
 
 
 def calibrate_help() -> str:
-    """``--calibrate``'s help: every registered calibrator name (computed when ``--help``
+    """``--calibrator``'s help: every registered calibrator name (computed when ``--help``
     shows it)."""
     from selfcal.posthoc import calibrator_names
 
-    return "Post-hoc calibrator fitted on VAL, or 'none': " + ", ".join(calibrator_names()) + "."
+    names = ", ".join(calibrator_names())
+    return (
+        f"Post-hoc calibrator fitted on VAL, or 'none': {names} (or a class's name in kebab "
+        "case, as selfcal calibrate takes; --calibrate is the 0.1 spelling of this option)."
+    )
 
 
 TrainCommand = deferred_help(method=method_help, calibrate=calibrate_help)
-"""``selfcal train``'s command class: the help of ``--method`` and ``--calibrate`` is
+"""``selfcal train``'s command class: the help of ``--method`` and ``--calibrator`` is
 :func:`method_help` and :func:`calibrate_help`."""
 
 
@@ -240,7 +244,9 @@ def train(
             "--grid", help="Replace a hyperparameter's candidates: NAME=V1,V2 (repeatable)."
         ),
     ] = None,
-    calibrate: Annotated[str, typer.Option("--calibrate", help=DEFERRED_HELP)] = "ts",
+    calibrate: Annotated[
+        str, typer.Option("--calibrator", "--calibrate", help=DEFERRED_HELP)
+    ] = "ts",
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of every candidate.")] = 0,
     resamples: Annotated[
         int | None,
@@ -316,7 +322,7 @@ def train(
             "--epochs": epochs,
             "--lr": lr,
             "--batch-size": batch_size,
-            "--calibrate": calibrate,
+            "--calibrator": calibrate,
             "--seed": seed,
             "--resamples": resamples,
             "--device": device,
@@ -352,7 +358,7 @@ DEFAULTS: dict[str, object] = {
     "--epochs": 400,
     "--lr": 1e-2,
     "--batch-size": "auto",
-    "--calibrate": "ts",
+    "--calibrator": "ts",
     "--seed": 0,
     "--resamples": None,
     "--device": "cpu",

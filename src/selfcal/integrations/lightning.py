@@ -22,10 +22,11 @@ same number).
 
 **What it logs.** At the end of each validation epoch, for each name in ``metrics``,
 ``f"{prefix}{name}"`` (``val_ece``, ``val_mce``, ``val_adaece``, ``val_classwise_ece``,
-``val_brier`` and ``val_nll`` by default; ``val_nll_refinement`` and ``val_nll_calibration``
-when named, which keep every validation score and fit temperature scaling each epoch) with
+``val_brier`` and ``val_nll`` by default; ``val_refinement_loss`` and ``val_calibration_loss``
+when named (the 0.1 names ``nll_refinement`` / ``nll_calibration`` are accepted and logged
+under these), which keep every validation score and fit temperature scaling each epoch) with
 ``LightningModule.log``, so the values reach every logger and ``trainer.callback_metrics``
-(``EarlyStopping`` and ``ModelCheckpoint`` can monitor them: ``monitor="val_nll_refinement"``
+(``EarlyStopping`` and ``ModelCheckpoint`` can monitor them: ``monitor="val_refinement_loss"``
 stops or checkpoints by the NLL after temperature scaling, as Berta et al. (2025) recommend).
 The metrics are those of :mod:`selfcal.integrations.torchmetrics`, whose states are
 synchronised across processes when they are computed, so each value is the metric on the whole
@@ -67,6 +68,7 @@ except ImportError as error:
     raise ImportError(_missing_dependency("selfcal.integrations.lightning", "lightning")) from error
 
 from selfcal._validation import check_choice, check_int, check_optional_int
+from selfcal.evaluation import KEY_ALIASES
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.integrations.torchmetrics import (
     ADAECE_MODES,
@@ -88,7 +90,7 @@ __all__ = ["DEFAULT_METRICS", "METRICS", "CalibrationCallback"]
 DEFAULT_METRICS = ("ece", "mce", "adaece", "classwise_ece", "brier", "nll")
 """The metrics :class:`CalibrationCallback` logs by default: additive states (``adaece``:
 one confidence per sample), nothing refitted."""
-METRICS = (*DEFAULT_METRICS, "nll_refinement", "nll_calibration")
+METRICS = (*DEFAULT_METRICS, "refinement_loss", "calibration_loss")
 """The metrics :class:`CalibrationCallback` can log; the two refinement metrics keep every
 validation score (``N x C`` float64) and fit temperature scaling each validation epoch, so
 they are named when wanted."""
@@ -188,7 +190,9 @@ class CalibrationCallback(Callback):
         super().__init__()
         if isinstance(metrics, str) or not metrics:
             raise ValueError(f"metrics must be a non-empty sequence of names, got {metrics!r}")
-        self.metric_names = tuple(check_choice("metrics", name, METRICS) for name in metrics)
+        self.metric_names = tuple(
+            check_choice("metrics", KEY_ALIASES.get(name, name), METRICS) for name in metrics
+        )
         self.n_bins = check_int("n_bins", n_bins)
         self.adaece_mode = check_choice("adaece_mode", adaece_mode, ADAECE_MODES)
         self.num_classes = check_optional_int("num_classes", num_classes, minimum=2)
@@ -215,8 +219,8 @@ class CalibrationCallback(Callback):
             "classwise_ece": lambda: ClasswiseECE(n_classes, self.n_bins),
             "brier": Brier,
             "nll": NLL,
-            "nll_refinement": RefinementLoss,
-            "nll_calibration": CalibrationLoss,
+            "refinement_loss": RefinementLoss,
+            "calibration_loss": CalibrationLoss,
         }
         self._metrics = {name: factories[name]().to(device) for name in self.metric_names}
         if self.fit_temperature:

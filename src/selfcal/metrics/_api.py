@@ -41,6 +41,7 @@ class Metric:
     takes_bins: bool
     higher_is_better: bool
     __qualname__: str  # the core's, set by functools.update_wrapper (as are the others)
+    __name__: str
     __wrapped__: MetricCore
 
     def __init__(

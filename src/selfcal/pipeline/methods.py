@@ -132,7 +132,7 @@ METHODS: dict[str, Method] = {
             "ce",
             "loss",
             "ce",
-            "cross-entropy, the baseline (with the default --calibrate ts: CE + TS)",
+            "cross-entropy, the baseline (with the default --calibrator ts: CE + TS)",
         ),
         _m("brier", "loss", "brier", "the Brier score as the training loss"),
         _m(

@@ -6,7 +6,7 @@
                        selected hyperparameters and criterion, recipe, seed, feature columns
                        with the standardisation (mean, std), label column and classes
 ``calibrator.json``    the post-hoc calibrator fitted on VAL (the :mod:`selfcal.posthoc` JSON
-                       format); absent with ``--calibrate none``
+                       format); absent with ``--calibrator none``
 ``selective.json``     the abstention thresholds chosen on VAL for the default targets
 ``validation.npz``     VAL's calibrated confidences and correctness (arrays ``confidence``,
                        ``correct``), from which a threshold for any other target is chosen

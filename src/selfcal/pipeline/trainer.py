@@ -99,9 +99,9 @@ class TrainSettings:
         if self.conformal_split is not None and not 0.0 < self.conformal_split < 1.0:
             raise ValueError(f"--conformal-split must be in (0, 1), got {self.conformal_split!r}")
         if self.calibrate is not None:
-            from selfcal.posthoc import calibrator_names
+            from selfcal.posthoc.registry import calibrator_name
 
-            check_choice("calibrate", self.calibrate, calibrator_names())
+            calibrator_name(self.calibrate)  # a registered name or a class's: else ValueError
         try:
             torch.device(self.device)
         except (RuntimeError, TypeError) as err:

@@ -17,9 +17,11 @@ the validation data do not identify returns a stated, bounded result and warns w
 :func:`recorded_degenerate_fits` collects those warnings in a sweep).
 
 Calibrators are built by name from one registry (:mod:`selfcal.posthoc.registry`):
-``build_calibrator("ts")``, ``calibrator_names()``, and :data:`CALIBRATORS`, a read-only view
+``build_calibrator("ts")`` -- or by the class's name in kebab case,
+``build_calibrator("temperature-scaling")`` (:func:`calibrator_aliases`) --
+``calibrator_names()``, and :data:`CALIBRATORS`, a read-only view
 name -> zero-argument factory (``CALIBRATORS[name]()``); the CLI's ``selfcal calibrate
---method`` offers exactly these names, described by the first line of each class docstring.
+--calibrator`` offers exactly these names, described by the first line of each class docstring.
 
 Adding a calibrator means: one file in ``selfcal/posthoc/`` with a :class:`Calibrator` subclass
 registered by ``@register_calibrator("name")`` (a summary line first in its docstring), plus
@@ -45,6 +47,8 @@ from selfcal.posthoc.linear import MatrixScaling, PlattScaling, QuadraticScaling
 from selfcal.posthoc.registry import (
     CALIBRATORS,
     build_calibrator,
+    calibrator_aliases,
+    calibrator_name,
     calibrator_names,
     calibrator_summary,
     register_calibrator,
@@ -72,6 +76,8 @@ __all__ = [
     "Uncalibrated",
     "VectorScaling",
     "build_calibrator",
+    "calibrator_aliases",
+    "calibrator_name",
     "calibrator_names",
     "calibrator_summary",
     "recorded_degenerate_fits",

@@ -14,6 +14,7 @@ of the family that a file names, ``Subclass.load`` only that class.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -202,5 +203,25 @@ class ScoreEstimator:
         return pred
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        """The constructor call that builds this estimator: only the parameters that differ
+        from their defaults, as scikit-learn prints estimators (``TemperatureScaling()``,
+        ``TemperatureScaling(method='grid', criterion='nll')``)."""
+        defaults = {
+            name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()
+        }
+        changed = {
+            k: v
+            for k, v in self.get_params().items()
+            if k not in defaults or not _same(v, defaults[k])
+        }
+        args = ", ".join(f"{k}={v!r}" for k, v in changed.items())
         return f"{type(self).__name__}({args})"
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Whether a parameter equals its default (a value ``==`` cannot compare counts as
+    changed)."""
+    try:
+        return bool(value is default or value == default)
+    except (TypeError, ValueError):  # e.g. arrays
+        return False

@@ -1,4 +1,5 @@
-"""Calibrators by name: ``build_calibrator("ts")``, the names the CLI's ``--method`` offers.
+"""Calibrators by name: ``build_calibrator("ts")``, the names the CLI's ``--calibrator`` offers
+(and each class's own name in kebab case, ``"temperature-scaling"``).
 
 A calibrator joins the registry where it is defined: ``@register_calibrator("ts")`` on its
 class, or ``register_calibrator("ts-grid")(functools.partial(TemperatureScaling,
@@ -12,17 +13,56 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from selfcal._registry import Registry
 from selfcal.posthoc._base import Calibrator
 
+F = TypeVar("F", bound=Callable[..., object])
 CalibratorFactory = Callable[..., Calibrator]
 """A calibrator class, or a ``functools.partial`` of one fixing some hyperparameters."""
 
 _CALIBRATORS: Registry[CalibratorFactory] = Registry("calibrator")
-register_calibrator = _CALIBRATORS.register
-"""Decorator: make a calibrator class (or factory) buildable as ``build_calibrator(name)``."""
+
+
+def register_calibrator(name: str) -> Callable[[F], F]:
+    """Decorator: make a calibrator class (or factory) buildable as ``build_calibrator(name)``;
+    a class is also buildable by its own name in kebab case (``TemperatureScaling`` ->
+    ``"temperature-scaling"``), so the registry, the classes and the command line speak one
+    vocabulary: the short name the papers use, or the class's."""
+    register = _CALIBRATORS.register(name)
+
+    def decorate(factory: F) -> F:
+        register(factory)
+        spelled = kebab_case(factory.__name__) if inspect.isclass(factory) else name
+        if spelled != name:
+            _CALIBRATORS.alias(spelled, name)
+        return factory
+
+    return decorate
+
+
+def kebab_case(class_name: str) -> str:
+    """``"OneVsRestIsotonic"`` -> ``"one-vs-rest-isotonic"``: a hyphen before each capital
+    that starts a word (after a lower-case letter, or before one); a run of capitals such as
+    ``BBQ`` is one word."""
+    out = []
+    for i, ch in enumerate(class_name):
+        after_lower = i > 0 and not class_name[i - 1].isupper()
+        before_lower = i + 1 < len(class_name) and class_name[i + 1].islower()
+        starts = ch.isupper() and i > 0 and (after_lower or before_lower)
+        out.append(("-" if starts else "") + ch.lower())
+    return "".join(out)
+
+
+def calibrator_name(name: str) -> str:
+    """The registered name ``name`` stands for: itself, or the short name of the class it
+    spells (``"temperature-scaling"`` -> ``"ts"``); unknown names raise ``ValueError``."""
+    return _CALIBRATORS.resolve(name)
+
+
+calibrator_aliases = _CALIBRATORS.aliases
+"""Alias -> registered name (each class's kebab-case name), a read-only mapping."""
 calibrator_names = _CALIBRATORS.names
 """Sorted names accepted by :func:`build_calibrator` (a tuple)."""
 CALIBRATORS: Mapping[str, CalibratorFactory] = _CALIBRATORS.view()
