@@ -17,6 +17,7 @@ extension rewrites, in every docstring of the loaded packages:
   written ``name : description`` into ``name`` with the description below it (the text after
   the colon is prose, not a type), and a closing paragraph that is no item moved in front of
   the section, where it belongs;
+* (not a docstring) the value of a public attribute built from a private object is left out;
 * a bibliography key (``[GRA]``, ``[BO4SC]``, ...) into a link to its entry on the
   references page, and a citation of the methods reference (``methods §6.1``) into a link to
   that numbered section -- both through mkdocs-autorefs, so a key or a section number the
@@ -189,9 +190,18 @@ def as_markdown(text: str) -> str:
     return "\n".join(lines)
 
 
+PRIVATE_NAME = re.compile(r"(?<![\w.])_[A-Za-z]\w*")
+"""A private name (``_CALIBRATORS``) in an attribute's value expression."""
+
+
 class SphinxRolesToMarkdown(griffe.Extension):
-    """Rewrite every docstring once the object tree is built (see the module doc)."""
+    """Rewrite every docstring once the object tree is built (see the module doc), and leave
+    out the value of a public attribute whose expression names a private object
+    (``CALIBRATORS = _CALIBRATORS.view()``): the page shows the attribute, its type and its
+    docstring, never the internals it is built from."""
 
     def on_object(self, *, obj: griffe.Object, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
         if obj.docstring is not None:
             obj.docstring.value = as_markdown(obj.docstring.value)
+        if isinstance(obj, griffe.Attribute) and PRIVATE_NAME.search(str(obj.value or "")):
+            obj.value = None

@@ -194,3 +194,6 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "methods" / "bo4sc" / "index.html").exists()
     assert (tmp_path / "studies" / "bo4sc" / "index.html").exists()
+    for page in (tmp_path / "api").rglob("index.html"):  # no internals behind a public name
+        assert "_CALIBRATORS" not in page.read_text(encoding="utf-8"), page
+    assert (tmp_path / "stylesheets" / "extra.css").exists()

@@ -164,8 +164,19 @@ def test_reproduce_fits_the_terminal(tiny_study, tmp_path, monkeypatch, capsys):
     assert max(cell_len(line) for line in plain[1:-1]) <= 80
 
 
-def test_reproduce_piped_prints_the_markdown(tiny_study, tmp_path, monkeypatch, capsys):
+def test_reproduce_piped_draws_the_summary_to_the_columns_given(
+    tiny_study, tmp_path, monkeypatch, capsys
+):
+    """A pipe or a file gets the drawn summary too (no ANSI codes), at ``$COLUMNS`` (80 here)
+    or 100 columns; the Markdown is the report's, named on the last line."""
     out = _reproduce_tiny(tiny_study, tmp_path, monkeypatch, capsys, tty=False)
     lines = out.splitlines()
-    assert lines[2:-2] == _summary()
+    assert "\x1b" not in out and "|---" not in out and "**" not in out
+    assert all(line == line.rstrip() for line in lines)  # no padding to the width
+    assert lines[0].startswith("12 runs done, 0 already stored, 0 failed")
+    assert max(cell_len(line) for line in lines[1:-1]) <= 80
     assert lines[-1] == f"report: {tmp_path / 'report' / 'README.md'}"
+    monkeypatch.delenv("COLUMNS")
+    assert main(quick_args("tiny", tmp_path, json=False)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(cell_len(line) for line in lines[1:-1]) <= 100 < max(map(len, _summary()))

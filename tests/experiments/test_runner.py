@@ -251,3 +251,26 @@ def test_warnings_are_counted_and_summarised_not_printed_per_run(
     assert re.fullmatch(r"6 times in 6 runs: " + example, summary_line)  # its first clause
     assert "run 3" not in capfd.readouterr().err  # nothing printed by the workers
     assert_stored_as_expected(store, specs)
+
+
+def test_the_main_processs_warnings_are_summarized_one_line_per_kind() -> None:
+    """Warnings raised while the report is written (the main process's share of a sweep)
+    come out as one line per kind, the count first, the first clause of the first example,
+    within the summary's width."""
+    import warnings
+
+    from selfcal.experiments._groups import SUMMARY_WIDTH, summarized_warnings
+
+    long = "; fit on more validation rows, stratified, so that " + "x" * 200
+    with pytest.warns(RuntimeWarning) as record:
+        with summarized_warnings("while writing the report"):
+            for n in (27, 30, 27):
+                warnings.warn(
+                    f"fit {n}: all {n} predictions are correct, so T = 1{long}", stacklevel=1
+                )
+    (line,) = [str(w.message) for w in record]
+    assert (
+        line
+        == "3 times while writing the report: UserWarning: fit 27: all 27 predictions are correct"
+    )
+    assert len(line) <= SUMMARY_WIDTH

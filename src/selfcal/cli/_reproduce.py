@@ -3,6 +3,7 @@ study); runs the study's sweep, resuming from the results store, and writes its 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -172,6 +173,7 @@ def _reproduce(
     report names)."""
     from selfcal._validation import check_choice
     from selfcal.experiments import ResultsStore
+    from selfcal.experiments._groups import summarized_warnings
     from selfcal.experiments.report import json_payload, reproduce_command, write_report
     from selfcal.experiments.study import StudyResults, run_study
 
@@ -202,7 +204,9 @@ def _reproduce(
             sets,
         )
         results = StudyResults.load(study, protocol, results_store)
-        path = write_report(results, out, command=command, seconds=seconds)
+        with summarized_warnings("in the report"):
+            path = write_report(results, out, command=command, seconds=seconds)
+            lines = study.summary(results)
         if as_json:
             sys.stdout.write(json.dumps(json_payload(results)) + "\n")
             return
@@ -210,7 +214,7 @@ def _reproduce(
             f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
             f"failed ({seconds:.0f} s); store {store}"
         )
-        print_summary(head, study.summary(results), f"report: {path}")
+        print_summary(head, lines, f"report: {path}")
 
 
 def _use_sets(study: Study, sets: Path, protocol: str | None) -> str:
@@ -228,18 +232,28 @@ def _use_sets(study: Study, sets: Path, protocol: str | None) -> str:
     return SETS_PROTOCOL
 
 
+PIPE_WIDTH = 100
+"""Columns the summary is drawn to when stdout is not a terminal and ``$COLUMNS`` is unset."""
+
+
 def print_summary(head: str, lines: list[str], tail: str) -> None:
-    """``head``, the study's summary ``lines`` (Markdown) and ``tail`` on stdout. On a
-    terminal the summary is drawn to fit its width (:mod:`selfcal.cli._terminal`: tables
-    wrapped or split, never wider than the terminal); otherwise (a pipe, a file) it is written
-    as the Markdown it is. ``head`` and ``tail`` are written as they are either way."""
-    if not sys.stdout.isatty():
-        sys.stdout.write("\n".join([head, "", *lines, "", tail]) + "\n")
-        return
-    from selfcal.cli._common import stdout
+    """``head``, the study's summary ``lines`` (Markdown) and ``tail`` on stdout, the summary
+    drawn to fit (:mod:`selfcal.cli._terminal`: tables wrapped or split, bullets wrapped): the
+    terminal's width, or ``$COLUMNS`` (else :data:`PIPE_WIDTH`) when stdout is a pipe or a
+    file. The Markdown itself is in the report, named by ``tail``; ``head`` and ``tail`` are
+    written as they are."""
+    from rich.console import Console
+
     from selfcal.cli._terminal import print_markdown
 
     sys.stdout.write(head + "\n\n")
-    sys.stdout.flush()
-    print_markdown(stdout(), lines)
+    if sys.stdout.isatty():
+        sys.stdout.flush()
+        print_markdown(Console(file=sys.stdout, highlight=False), lines)
+    else:  # drawn as plain text, without the trailing blanks that pad each line to the width
+        width = int(os.environ.get("COLUMNS") or PIPE_WIDTH)
+        console = Console(file=io.StringIO(), highlight=False, width=width)
+        with console.capture() as drawn:
+            print_markdown(console, lines)
+        sys.stdout.write("\n".join(line.rstrip() for line in drawn.get().splitlines()) + "\n")
     sys.stdout.write(tail + "\n")

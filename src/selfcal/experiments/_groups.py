@@ -16,7 +16,8 @@ import string
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from selfcal._warnings import warn_user
@@ -24,8 +25,9 @@ from selfcal.experiments.spec import RunResult, RunSpec
 
 NUMBER = re.compile(r"[-+]?\d+(\.\d+)?([eE][-+]?\d+)?")
 """A number in a warning's text: warnings that differ only in their numbers are one kind."""
-CLAUSE_END = re.compile(rf"; |\. (?=[{string.ascii_uppercase}])")
-"""Where a warning's first clause ends: a semicolon, or a full stop before a capital."""
+CLAUSE_END = re.compile(rf"; |, so |\. (?=[{string.ascii_uppercase}])")
+"""Where a warning's first clause -- what happened -- ends: a semicolon, ``, so`` (what it
+implies follows), or a full stop before a capital."""
 SUMMARY_WIDTH = 111
 """The most characters of a line of a sweep's warning summary: with the command line's
 ``warning: `` it stays within 120 columns (the report lists the runs in full)."""
@@ -77,19 +79,37 @@ def warn_summary(caught: tuple[tuple[str, int], ...], runs: int) -> None:
     """One warning per kind of warning the sweep's groups raised (the same text but for its
     numbers), with how often it came and its first example -- instead of each one, which a
     sweep of hundreds of runs repeats hundreds of times."""
+    summarize(caught, f"in {runs} runs")
+
+
+def summarize(caught: tuple[tuple[str, int], ...], where: str) -> None:
+    """``warning: N times WHERE: <first clause of the first example>`` once per kind of
+    warning in ``caught`` (``(text, count)`` pairs, :func:`warning_counts`), each line within
+    :data:`SUMMARY_WIDTH` characters."""
     kinds: dict[str, tuple[int, str]] = {}
     for text, count in caught:
         key = NUMBER.sub("#", text)
         seen, example = kinds.get(key, (0, text))
         kinds[key] = (seen + count, example)
     for count, example in kinds.values():
-        lead = f"{'once' if count == 1 else f'{count} times'} in {runs} runs: "
+        lead = f"{'once' if count == 1 else f'{count} times'} {where}: "
         text = lead + gist(example, SUMMARY_WIDTH - len(lead))
         warn_user(text, RuntimeWarning)
 
 
+@contextmanager
+def summarized_warnings(where: str) -> Iterator[None]:
+    """Inside, warnings are caught and, at the end, summarized one line per kind
+    (:func:`summarize`): for the main process's own share of a sweep's work, e.g. writing its
+    report (``where="in the report"``)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    summarize(warning_counts(caught), where)
+
+
 def gist(text: str, width: int) -> str:
-    """The first clause of a warning's text (to its first ``;`` or sentence end), cut to
-    ``width`` characters with an ellipsis."""
+    """The first clause of a warning's text (:data:`CLAUSE_END`), cut to ``width`` characters
+    with an ellipsis."""
     clause = CLAUSE_END.split(text, maxsplit=1)[0]
     return clause if len(clause) <= width else clause[: width - 1].rstrip() + "…"
