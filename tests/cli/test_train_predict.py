@@ -527,3 +527,56 @@ def test_by_default_a_trained_model_stops_by_refinement(capsys, files, tmp_path)
     assert default["model"]["stop_by"] == "refinement"
     by_nll = train_model(capsys, files, tmp_path / "n", "ce", "--stop-by", "nll")
     assert by_nll["model"]["stop_by"] == "nll"
+
+
+def test_a_model_folder_reads_only_its_own_files(capsys, files, trained, tmp_path):
+    """A model folder is untrusted input: a config naming a file outside the folder (a path
+    up, an absolute path, a device), a symbolic link in it, or an oversized JSON is a one-line
+    error naming the file -- before anything is read from there."""
+    import os
+    import shutil
+
+    def folder_with(edit) -> Path:
+        folder = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(trained["ce"], folder)
+        edit(folder)
+        return folder
+
+    def names_calibrator(name):
+        def edit(folder):
+            config = json.loads((folder / "config.json").read_text())
+            config["calibrator"]["file"] = name
+            (folder / "config.json").write_text(json.dumps(config))
+
+        return edit
+
+    def links_calibrator(folder):
+        (folder / "calibrator.json").unlink()
+        os.symlink("/dev/zero", folder / "calibrator.json")
+
+    cases = [
+        (names_calibrator("../calibrator.json"), "names the file '../calibrator.json'"),
+        (names_calibrator("/dev/zero"), "names the file '/dev/zero'"),
+        (names_calibrator("report.json"), "the calibrator's file must be calibrator.json"),
+        (links_calibrator, "calibrator.json: a symbolic link"),
+    ]
+    for edit, message in cases:
+        folder = folder_with(edit)
+        err = one_line_error(capsys, "predict", folder, files["test"], "--out", tmp_path / "p.csv")
+        assert message in err, err
+    assert not (tmp_path / "p.csv").exists()
+
+
+@pytest.mark.parametrize(("key", "value"), [("activation", "tanh"), ("dropout", 0.5)])
+def test_an_architecture_predict_would_not_build_is_refused(
+    capsys, files, trained, tmp_path, key, value
+):
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(trained["ce"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["architecture"][key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    err = one_line_error(capsys, "predict", folder, files["test"], "--out", tmp_path / "p.csv")
+    assert "config.json: architecture 'mlp' with activation" in err and repr(value) in err

@@ -193,3 +193,25 @@ def test_the_command_line_states_the_pipelines_default_patience():
     from selfcal.pipeline.fitting import DEFAULT_PATIENCE
 
     assert CLI == DEFAULT_PATIENCE == 50
+
+
+def test_scratch_folders_of_killed_runs_are_removed_and_live_ones_kept(tmp_path):
+    """``train`` writes into ``.NAME.PID.xxxx`` beside the model folder; the next run for
+    that folder removes those whose process is gone (a ``kill -9`` mid-write), never a live
+    run's, nor another model's."""
+    import os
+    import subprocess
+    import sys
+
+    from selfcal.pipeline.trainer import remove_abandoned_scratch
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    dead = tmp_path / f".model.{gone}.abcd"
+    live = tmp_path / f".model.{os.getpid()}.efgh"
+    other = tmp_path / f".model2.{gone}.ijkl"
+    for path in (dead, live, other):
+        path.mkdir()
+        (path / "config.json").write_text("{}")
+    remove_abandoned_scratch(tmp_path / "model")
+    assert not dead.exists() and live.exists() and other.exists()

@@ -108,6 +108,12 @@ def test_load_rejects_an_unknown_fitted_attribute(tmp_path):
     doc = json.loads(path.read_text())
     doc["fitted"]["scale_"] = 2.0
     path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="does not match the checksum selfcal wrote"):
+        Calibrator.load(path)  # edited by hand: refused as such
+    from selfcal.posthoc._persistence import checksum
+
+    doc["checksum"] = checksum(doc)  # re-signed: the schema still refuses it
+    path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="TemperatureScaling has no fitted attribute 'scale_'"):
         Calibrator.load(path)
     with pytest.raises(ValueError, match="no fitted attribute 'scale_'"):

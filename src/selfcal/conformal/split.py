@@ -30,6 +30,7 @@ from selfcal.conformal.scores import (
 )
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc._estimator import SCORE_KINDS, ScoreEstimator
+from selfcal.posthoc._loading import NON_NEGATIVE, FittedRange, probe_logits
 from selfcal.predictions import ArrayLike, Predictions
 
 __all__ = ["ConformalSetModule", "SplitConformal"]
@@ -90,6 +91,12 @@ class SplitConformal(ScoreEstimator):
         "class_counts_",
     )
     _noun: ClassVar[str] = "conformal predictor"
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
+        "threshold_": NON_NEGATIVE,  # conformity scores are >= 0; +inf: a set holds the label
+        "n_calibration_": FittedRange(1.0),
+        "class_counts_": NON_NEGATIVE,
+    }
+    _may_be_infinite: ClassVar[tuple[str, ...]] = ("threshold_",)
 
     def __init__(
         self,
@@ -153,6 +160,20 @@ class SplitConformal(ScoreEstimator):
         self.class_counts_ = counts.cpu().numpy().astype(np.int64)
         self.n_classes_ = pred.n_classes
         return self
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        self._validated()
+
+    def _check_loaded(self) -> None:
+        """A loaded predictor must give a set per row: tried on one uniform and one
+        confident row per class; thresholds per class (Mondrian) need one per class."""
+        threshold = np.asarray(self.threshold_)
+        if self.mondrian and threshold.shape != (self.n_classes_,):
+            raise ValueError(f"a Mondrian predictor needs {self.n_classes_} thresholds")
+        if not self.mondrian and threshold.size != 1:
+            raise ValueError("a marginal predictor has one threshold")
+        self.predict_set(logits=probe_logits(self.n_classes_))
 
     def predict_set(
         self,

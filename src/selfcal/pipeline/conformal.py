@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from selfcal.pipeline.model_dir import CONFORMAL
+from selfcal.pipeline.model_dir import CONFORMAL, member
 from selfcal.pipeline.tables import FeatureTable
 
 SPLIT_SALT = 0x5E7C0F
@@ -76,8 +76,8 @@ def save_calibration(folder: Path, probs: np.ndarray, labels: np.ndarray) -> Non
 def load_calibration(folder: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """The stored ``(probs, labels)``; a folder trained without ``--conformal-split`` is a
     one-line error saying how to get one."""
-    path = Path(folder) / CONFORMAL
-    if not path.exists():
+    path = member(folder, CONFORMAL)
+    if path is None:
         raise ValueError(
             f"{folder}: no conformal calibration rows; train it again with --conformal-split "
             "(e.g. 0.3) to hold out validation rows for --conformal"

@@ -55,6 +55,42 @@ REPORT_JSON = "report.json"
 CONFORMAL = "conformal.npz"
 FILES = (WEIGHTS, CONFIG, CALIBRATOR, SELECTIVE, VALIDATION, CONFORMAL, REPORT_MD, REPORT_JSON)
 """Every file a model folder may hold."""
+MAX_JSON_BYTES = 1 << 30
+"""The largest JSON file of a model folder read (a 1,000-class matrix calibrator is ~25 MB)."""
+
+
+def member(folder: str | Path, name: str) -> Path | None:
+    """The file ``name`` of a model folder (``None`` when absent). A model folder is untrusted
+    input and reads only its own files: a name that is not one of :data:`FILES` (``../x``, an
+    absolute path), a symbolic link, or something other than a regular file (``/dev/zero``, a
+    folder) is a one-line error naming it."""
+    if name not in FILES:
+        raise ValueError(
+            f"{Path(folder) / CONFIG} names the file {name!r}; a model folder reads only its own "
+            f"files ({', '.join(FILES)})"
+        )
+    path = Path(folder) / name
+    if path.is_symlink():
+        raise ValueError(f"{path}: a symbolic link; a model folder reads only its own files")
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise ValueError(f"{path}: not a regular file")
+    return path
+
+
+def read_json(path: Path) -> Any:
+    """A model folder's JSON file: at most :data:`MAX_JSON_BYTES`, valid JSON, not nested past
+    what Python parses; each failure one line naming the file."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise ValueError(f"{path}: {size:,} bytes, more than a model folder's JSON can hold")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a selfcal file") from None
 
 
 def _safetensors() -> Any:
@@ -80,13 +116,10 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such model folder")
-    path = folder / CONFIG
-    if not path.exists():
+    path = member(folder, CONFIG)
+    if path is None:
         raise ValueError(f"{folder}: not a selfcal model folder (no {CONFIG})")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    doc = read_json(path)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"{path}: not a selfcal model configuration")
     if doc.get("format_version") != FORMAT_VERSION:
@@ -123,8 +156,12 @@ class TrainedModel:
         model = cls.without_calibrator(folder, config)
         spec = config.get("calibrator")
         if spec is not None:
-            path = folder / str(spec["file"])
-            if not path.exists():
+            name = spec.get("file") if isinstance(spec, dict) else None
+            if name != CALIBRATOR:
+                member(folder, str(name))  # outside the folder's files: that error
+                raise ValueError(f"{folder / CONFIG}: the calibrator's file must be {CALIBRATOR}")
+            path = member(folder, CALIBRATOR)
+            if path is None:
                 raise ValueError(f"{folder}: {CALIBRATOR} is missing (config.json names one)")
             model.calibrator = Calibrator.load(path)
         return model
@@ -143,13 +180,20 @@ class TrainedModel:
             label_map = LabelMap.from_json(list(labels["classes"]))
             n_features, n_classes = int(arch["n_features"]), int(arch["n_classes"])
             hidden = tuple(int(h) for h in arch["hidden"])
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{folder / CONFIG}: incomplete configuration ({exc})") from None
+            built = (arch.get("name", "mlp"), arch.get("activation", "relu"), arch["dropout"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{folder / CONFIG}: incomplete configuration ({exc!r})") from None
+        if built != ("mlp", "relu", 0.0):  # what selfcal train builds: never silently another
+            raise ValueError(
+                f"{folder / CONFIG}: architecture {built[0]!r} with activation {built[1]!r} and "
+                f"dropout {built[2]!r}; selfcal predicts with the MLP selfcal train builds "
+                "('mlp', 'relu', 0.0)"
+            )
         if (len(columns), label_map.n_classes) != (n_features, n_classes):
             raise ValueError(f"{folder / CONFIG}: columns or classes disagree with the network")
         network = build_model("mlp", n_features=n_features, n_classes=n_classes, hidden=hidden)
-        weights = folder / WEIGHTS
-        if not weights.exists():
+        weights = member(folder, WEIGHTS)
+        if weights is None:
             raise ValueError(f"{folder}: {WEIGHTS} is missing")
         try:
             network.load_state_dict(_safetensors().load_file(str(weights)), strict=True)
@@ -214,15 +258,18 @@ def save_selective(
 
 def stored_thresholds(folder: str | Path) -> tuple[list[Threshold], tuple[str, float]]:
     """The thresholds stored at training time and the default ``(kind, target)``."""
-    path = Path(folder) / SELECTIVE
-    if not path.exists():
+    path = member(folder, SELECTIVE)
+    if path is None:
         raise ValueError(f"{folder}: {SELECTIVE} is missing")
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    default = doc["default"]
-    return [Threshold.from_json(t) for t in doc["thresholds"]], (
-        str(default["kind"]),
-        float(default["target"]),
-    )
+    doc = read_json(path)
+    try:
+        default = doc["default"]
+        return [Threshold.from_json(t) for t in doc["thresholds"]], (
+            str(default["kind"]),
+            float(default["target"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not the thresholds selfcal train writes ({exc!r})") from None
 
 
 def threshold_for(
@@ -240,8 +287,8 @@ def threshold_for(
     for t in stored:
         if (t.kind, t.target) == (kind, float(target)):
             return t
-    path = Path(folder) / VALIDATION
-    if not path.exists():
+    path = member(folder, VALIDATION)
+    if path is None:
         raise ValueError(f"{folder}: {VALIDATION} is missing")
     with np.load(path, allow_pickle=False) as data:
         confidence, correct = data["confidence"], data["correct"]

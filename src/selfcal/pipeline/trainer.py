@@ -4,6 +4,8 @@ the calibrator and the abstention thresholds on validation, and writes the model
 
 from __future__ import annotations
 
+import glob
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -168,7 +170,8 @@ def train(
         patience=settings.patience,
     )
     folder.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    remove_abandoned_scratch(folder)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.{os.getpid()}.", dir=folder.parent))
     try:
         report = _write_folder(
             scratch,
@@ -186,6 +189,25 @@ def train(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return TrainResult(folder, report, selection)
+
+
+def remove_abandoned_scratch(folder: Path) -> None:
+    """Remove the scratch folders (``.NAME.PID.xxxx`` beside ``folder``) that a ``train``
+    killed while writing left behind: those whose process is gone. A live run's is kept."""
+    for path in folder.parent.glob(f".{glob.escape(folder.name)}.*.*"):
+        pid = path.name[len(folder.name) + 2 :].split(".", 1)[0]
+        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _replace(folder: Path, scratch: Path) -> None:

@@ -41,12 +41,14 @@ from __future__ import annotations
 import warnings
 from typing import Any, ClassVar, Self
 
+import numpy as np
 import torch
 
 from selfcal._validation import check_choice
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc._degenerate import REMEDY, Coverage, recorded_degenerate_fits
 from selfcal.posthoc._estimator import SCORE_KINDS, ScoreEstimator
+from selfcal.posthoc._loading import UNIT, FittedRange, check_probabilities, probe_logits
 from selfcal.posthoc._mixing import check_mix, mix_confidence, mix_uniform, resolve_mix
 from selfcal.posthoc._persistence import FORMAT, FORMAT_VERSION
 from selfcal.posthoc._scores import LARGEST_FITTABLE, check_fittable, scores_as_logits, zero_floor
@@ -87,6 +89,7 @@ class Calibrator(ScoreEstimator):
 
     _noun: ClassVar[str] = "calibrator"
     _abstract: ClassVar[bool] = True
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"mix_": UNIT, "prob_floor_": UNIT}
     _per_class: ClassVar[bool] = False
     """Whether the calibrator fits parameters per class, which a class missing from the
     validation labels leaves unidentified (warned, see :meth:`fit`)."""
@@ -319,6 +322,22 @@ class Calibrator(ScoreEstimator):
 
     def _check_classes(self, n_classes: int) -> None:
         """Hook: refuse class counts a method does not support."""
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if "mix" in self._hyperparameters:
+            check_mix(self._mix_setting())
+        self._validate_hyperparameters()
+        self._check_classes(self.n_classes_)
+
+    def _check_loaded(self) -> None:
+        """A loaded calibrator must map scores to probabilities: it is tried on one uniform
+        and one confident row per class (:func:`~selfcal.posthoc._loading.probe_logits`)."""
+        probe = probe_logits(self.n_classes_)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a probe row is not the user's data
+            p = self.predict_proba(logits=probe)
+        check_probabilities(np.asarray(p))
 
     def _validate_hyperparameters(self) -> None:
         """Hook: raise ``ValueError`` for invalid hyperparameters."""

@@ -15,12 +15,14 @@ of the family that a file names, ``Subclass.load`` only that class.
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from selfcal._validation import check_choice
 from selfcal.exceptions import not_fitted
 from selfcal.posthoc._inputs import resolve_predictions
+from selfcal.posthoc._loading import FittedRange, check_values, field, mapping
 from selfcal.posthoc._persistence import (
     decode,
     encode,
@@ -45,6 +47,11 @@ class ScoreEstimator:
     """What the family is called in error messages (``"calibrator"``)."""
     _abstract: ClassVar[bool] = False
     """Set on a family's base class that a file may not name (only in its own body)."""
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {}
+    """Where each numeric fitted value must lie (checked when a file is loaded; every
+    numeric fitted value must be finite in any case)."""
+    _may_be_infinite: ClassVar[tuple[str, ...]] = ()
+    """Fitted values that may hold infinities (never NaN)."""
 
     def __init__(self, kind: str | None = None) -> None:
         self.kind = kind
@@ -114,11 +121,17 @@ class ScoreEstimator:
 
     @classmethod
     def _from_document(cls, doc: dict[str, Any], path: str | Path) -> Any:
-        """The estimator of a document (:meth:`_document`); ``cls`` is the family's base."""
-        name = doc.get("class")
-        params = {k: decode(v, path, cls) for k, v in doc["params"].items()}
-        obj = cls._resolve(name, path)(**params)
-        fitted = doc["fitted"]
+        """The estimator of a document (:meth:`_document`); ``cls`` is the family's base.
+        Every field is read and checked (:mod:`selfcal.posthoc._loading`): what is wrong is
+        one ``ValueError`` naming the file and the field."""
+        name = doc.get("class") if isinstance(doc, dict) else None
+        target = cls._resolve(name, path)
+        params = {
+            key: field(path, f"params.{key}", partial(decode, value, path, cls))
+            for key, value in mapping(doc, "params", path).items()
+        }
+        obj = field(path, "params", lambda: target(**params))
+        fitted = mapping(doc, "fitted", path)
         unknown = sorted(set(fitted) - set(obj._all_fitted()))
         if unknown:
             raise ValueError(
@@ -126,10 +139,23 @@ class ScoreEstimator:
                 f"{', '.join(obj._all_fitted())})"
             )
         for key, value in fitted.items():
-            setattr(obj, key, decode(value, path, cls))
+            setattr(obj, key, field(path, f"fitted.{key}", partial(decode, value, path, cls)))
         obj._loaded(fitted)
-        obj._check_fitted()
+        missing = [n for n in obj._all_fitted() if not hasattr(obj, n)]
+        if missing:
+            raise ValueError(f"{path}: {name} lacks its fitted {', '.join(missing)}")
+        field(path, "params", obj._validate_params)
+        check_values(obj, path)
+        field(path, "fitted", obj._check_loaded)
         return obj
+
+    def _validate_params(self) -> None:
+        """Hook: the hyperparameter checks ``fit`` makes (run on a loaded estimator too)."""
+        self._check_kind()
+
+    def _check_loaded(self) -> None:
+        """Hook: raise ``ValueError`` when a loaded estimator's fitted values, each valid
+        alone (:data:`_fitted_ranges`), do not make a working estimator together."""
 
     def _loaded(self, fitted: dict[str, Any]) -> None:
         """Hook: complete an estimator read from a file written by an older version."""

@@ -1,14 +1,20 @@
 """The calibrator file: JSON with the class name, the hyperparameters and the fitted values.
 
 ``Calibrator.save`` writes, and ``Calibrator.load`` reads, ``{"format", "format_version",
-"selfcal_version", "class", "params", "fitted"}``: floats written with ``repr`` (which
-round-trips exactly; a non-finite one as the string ``"inf"``, ``"-inf"`` or ``"nan"``),
-arrays as dtype, shape and flat data, a nested calibrator as its own
-document. Nothing is pickled.
+"selfcal_version", "class", "params", "fitted", "checksum"}``: floats written with ``repr``
+(which round-trips exactly; a non-finite one as the string ``"inf"``, ``"-inf"`` or
+``"nan"``), arrays as dtype, shape and flat data, a nested calibrator as its own document.
+Nothing is pickled.
+
+A file is untrusted input. ``checksum`` is the SHA-256 of the document's canonical JSON
+(:func:`checksum`): a file edited by hand or damaged on disk is refused, saying so. Files of
+format version 1 (selfcal 0.1, no checksum) are still read; every file's values are then
+checked against the estimator's schema (:mod:`selfcal.posthoc._loading`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import numbers
@@ -21,7 +27,13 @@ if TYPE_CHECKING:
     from selfcal.posthoc._estimator import ScoreEstimator
 
 FORMAT = "selfcal-calibrator"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS = (1, 2)
+"""The format versions :func:`read_document` reads (1: before the checksum)."""
+MAX_BYTES = 1 << 30
+"""The largest calibrator file read (a 1,000-class matrix calibrator is ~25 MB)."""
+BODY = ("class", "params", "fitted")
+"""The keys the checksum covers."""
 
 
 def write_document(path: str | Path, document: dict[str, Any]) -> None:
@@ -32,22 +44,53 @@ def write_document(path: str | Path, document: dict[str, Any]) -> None:
         "format_version": FORMAT_VERSION,
         "selfcal_version": _version(),
         **document,
+        "checksum": checksum(document),
     }
     Path(path).write_text(json.dumps(doc, indent=1, allow_nan=False))
 
 
+def checksum(document: dict[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of the document's ``class``, ``params`` and
+    ``fitted`` (sorted keys, no spaces): the same text whether computed before writing or
+    after reading, since floats round-trip through ``repr``."""
+    body = {key: document.get(key) for key in BODY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def read_document(path: str | Path) -> dict[str, Any]:
-    """The document of a file written by :func:`write_document`; ``ValueError`` when it is not
-    a calibrator file or has another format version."""
-    doc = json.loads(Path(path).read_text())
+    """The document of a file written by :func:`write_document`; one-line ``ValueError``
+    naming the file when it is not a calibrator file, has another format version, is too
+    large or too deeply nested, or its checksum does not match its content."""
+    size = Path(path).stat().st_size
+    if size > MAX_BYTES:
+        raise ValueError(f"{path}: {size:,} bytes, more than a calibrator file holds")
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a selfcal calibrator file (not JSON: {exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a selfcal calibrator file") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"{path} is not a selfcal calibrator file")
-    if doc.get("format_version") != FORMAT_VERSION:
+    if doc.get("format_version") not in READS:
         raise ValueError(
             f"{path} has calibrator format version {doc.get('format_version')!r}; "
-            f"this selfcal reads version {FORMAT_VERSION}"
+            f"this selfcal reads versions {', '.join(map(str, READS))}"
+        )
+    if doc["format_version"] >= 2 and doc.get("checksum") != _checksum_of(doc, path):
+        raise ValueError(
+            f"{path}: its content does not match the checksum selfcal wrote, so it was edited "
+            "or damaged after saving; fit and save the calibrator again"
         )
     return doc
+
+
+def _checksum_of(doc: dict[str, Any], path: str | Path) -> str:
+    try:
+        return checksum(doc)
+    except (TypeError, ValueError):  # NaN or an object JSON cannot write: not what was saved
+        raise ValueError(f"{path}: holds values selfcal never writes") from None
 
 
 def _version() -> str:

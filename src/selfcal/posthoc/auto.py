@@ -195,6 +195,17 @@ class AutoCalibration(Calibrator):
     _hyperparameters = ("candidates", "criterion", "selection", "n_folds", "seed")
     _fitted_attributes = ("chosen_", "calibrator_", "cv_results_")
 
+    def _check_loaded(self) -> None:
+        """The loaded choice names the calibrator it holds, fitted on as many classes."""
+        inner = self.calibrator_
+        if not isinstance(inner, Calibrator) or not isinstance(self.chosen_, str):
+            raise ValueError("chosen_ must name the calibrator that calibrator_ holds")
+        if type(build_calibrator(self.chosen_)) is not type(inner):
+            raise ValueError(f"chosen_ {self.chosen_!r} is not the {type(inner).__name__} held")
+        if inner.n_classes_ != self.n_classes_:
+            raise ValueError("calibrator_ was fitted on another number of classes")
+        super()._check_loaded()
+
     def __init__(
         self,
         candidates: str | tuple[str, ...] | list[str] | None = None,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 
 from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._loading import UNIT, FittedRange
 from selfcal.posthoc._modules import padded_table, renormalise, score_probs
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
@@ -255,6 +256,10 @@ class BBQ(Calibrator):
 
     _hyperparameters = ("mix",)
     _fitted_attributes = ("cut_points_", "bin_values_", "table_sizes_")
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
+        "bin_values_": UNIT,
+        "table_sizes_": FittedRange(1.0),
+    }
     _per_class = True
 
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:

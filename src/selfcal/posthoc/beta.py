@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
+from selfcal.posthoc._loading import NON_NEGATIVE, FittedRange
 from selfcal.posthoc._modules import log_one_minus, score_log_probs
 from selfcal.posthoc._solvers import Logistic, Solution, newton, warn_not_converged
 from selfcal.posthoc._tensors import as_tensor
@@ -135,6 +136,7 @@ class BetaCalibration(Calibrator):
     _hyperparameters = ("smooth_targets", "max_iter")
     _likelihood_fit = True
     _fitted_attributes = ("a_", "b_", "c_")
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"a_": NON_NEGATIVE, "b_": NON_NEGATIVE}
     _per_class = True
 
     def __init__(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -15,6 +15,7 @@ from selfcal._validation import check_choice
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._inverse_temperature import fit_inverse_temperature
+from selfcal.posthoc._loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._modules import score_logits
 from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc.registry import register_calibrator
@@ -265,6 +266,7 @@ class EnsembleTemperatureScaling(Calibrator):
     _hyperparameters = ("loss",)
     _likelihood_fit = True
     _fitted_attributes = ("temperature_", "weights_")
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "weights_": UNIT}
 
     @classmethod
     def _prepare_fit(cls) -> None:

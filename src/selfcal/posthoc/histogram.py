@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
 from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._loading import NON_NEGATIVE, UNIT, FittedRange
 from selfcal.posthoc._modules import HistogramModule, renormalise
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
@@ -46,6 +49,10 @@ class HistogramBinning(Calibrator):
 
     _hyperparameters = ("n_bins", "mix")
     _fitted_attributes = ("bin_values_", "bin_counts_")
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
+        "bin_values_": UNIT,
+        "bin_counts_": NON_NEGATIVE,
+    }
     _per_class = True
 
     def __init__(

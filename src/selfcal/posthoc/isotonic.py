@@ -7,11 +7,14 @@ constant beyond the ends -- exactly scikit-learn's ``predict`` with ``out_of_bou
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 import torch
 
 from selfcal._optional import require
 from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._loading import UNIT, FittedRange
 from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule, renormalise
 from selfcal.posthoc._tensors import as_tensor, interp
 from selfcal.posthoc.registry import register_calibrator
@@ -34,6 +37,16 @@ def first_isotonic_fit() -> None:
     """A fit of two points: scikit-learn's first fit in a process imports more than
     ``sklearn.isotonic`` (in 1.9, its callback machinery and rich)."""
     fit_isotonic(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0]))
+
+
+def check_knots(x: np.ndarray, y: np.ndarray, counts: Any) -> None:
+    """A loaded file's knots: ``x`` and ``y`` of one length, split by ``counts`` into maps
+    whose ``x`` never decreases (``np.interp`` reads anything else as garbage, silently)."""
+    if np.shape(x) != np.shape(y) or np.ndim(x) != 1 or int(np.sum(counts)) != len(x):
+        raise ValueError("x_thresholds_, y_thresholds_ and the knot counts disagree in length")
+    for segment in np.split(np.asarray(x), np.cumsum(counts)[:-1]):
+        if np.any(np.diff(segment) < 0):
+            raise ValueError("x_thresholds_ must not decrease within a map")
 
 
 @register_calibrator("isotonic")
@@ -73,6 +86,11 @@ class IsotonicCalibration(Calibrator):
 
     _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_")
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"y_thresholds_": UNIT}
+
+    def _check_loaded(self) -> None:
+        check_knots(self.x_thresholds_, self.y_thresholds_, [len(self.x_thresholds_)])
+        super()._check_loaded()
 
     @classmethod
     def _prepare_fit(cls) -> None:
@@ -154,7 +172,18 @@ class OneVsRestIsotonic(Calibrator):
 
     _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_", "knot_counts_")
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
+        "y_thresholds_": UNIT,
+        "knot_counts_": FittedRange(1.0),
+    }
     _per_class = True
+
+    def _check_loaded(self) -> None:
+        maps = 1 if self.n_classes_ == 2 else self.n_classes_
+        if np.shape(self.knot_counts_) != (maps,):
+            raise ValueError(f"knot_counts_ must hold {maps} count(s), one per map")
+        check_knots(self.x_thresholds_, self.y_thresholds_, self.knot_counts_)
+        super()._check_loaded()
 
     @classmethod
     def _prepare_fit(cls) -> None:

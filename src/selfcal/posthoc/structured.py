@@ -13,11 +13,13 @@ so no validation row dominates the fit through a huge negative feature, and the 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from selfcal._validation import check_nonnegative
+from selfcal.posthoc._loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._mixing import check_mix, resolve_mix
 from selfcal.posthoc._modules import (
     AffineModule,
@@ -46,6 +48,7 @@ class _TSMixScaling(_StructuredScaling):
     """SVS and SMS: temperature scaling, TS-mix, then the structured step on its logs."""
 
     _fitted_attributes = ("temperature_", "ts_mix_", "weight_", "bias_")
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "ts_mix_": UNIT}
     ts_mix: float | str
 
     def _validate_hyperparameters(self) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -44,6 +44,7 @@ from selfcal.posthoc._inverse_temperature import (
     solve_inverse_temperature,
     uniform_slopes,
 )
+from selfcal.posthoc._loading import POSITIVE, FittedRange
 from selfcal.posthoc._modules import TemperatureModule
 from selfcal.posthoc._scores import rows_as_logits, scores_as_logits
 from selfcal.posthoc.registry import register_calibrator
@@ -284,6 +285,7 @@ class TemperatureScaling(Calibrator):
     _hyperparameters = ("method", "criterion", "mix")
     _likelihood_fit = True
     _fitted_attributes = ("temperature_",)
+    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE}
 
     def __init__(
         self,
