@@ -113,6 +113,11 @@ class StaleResults(ValueError):
     """A committed report was made by another version of its study or protocol."""
 
 
+class ChangedResults(ValueError):
+    """A stored run no longer matches the checksum written with it: its metrics or arrays
+    were changed after it ran. The message names the run and how to run it again."""
+
+
 class NonFinite(Exception):
     """Internal: something became NaN/inf inside a training epoch. The training loop turns it
     into :class:`TrainingDiverged` with the epoch and the history so far; it never reaches a

@@ -274,3 +274,22 @@ def test_the_main_processs_warnings_are_summarized_one_line_per_kind() -> None:
         == "3 times while writing the report: UserWarning: fit 27: all 27 predictions are correct"
     )
     assert len(line) <= SUMMARY_WIDTH
+
+
+def test_retry_failed_runs_a_changed_run_again(store: ResultsStore) -> None:
+    """A run whose stored metrics were changed by hand is refused when read, naming it; the
+    sweep with ``retry_failed`` runs it again and the store reads clean."""
+    import sqlite3
+    from contextlib import closing
+
+    from selfcal.exceptions import ChangedResults
+
+    specs = make_specs(3)
+    run_sweep(specs, helpers.execute, store=store, progress=False)
+    with closing(sqlite3.connect(store.path)) as db, db:
+        db.execute("UPDATE runs SET metrics = '{\"x\":1}' WHERE key = ?", (specs[0].key,))
+    with pytest.raises(ChangedResults, match=f"run {specs[0].key} "):
+        store.runs()
+    summary = run_sweep(specs, helpers.execute, store=store, progress=False, retry_failed=True)
+    assert summary.done == 1 and summary.skipped == 2
+    assert_stored_as_expected(store, specs)

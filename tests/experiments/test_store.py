@@ -189,10 +189,10 @@ def test_schema_version_pragmas_and_bad_files(tmp_path: Path) -> None:
         db = store._db
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
-    assert raw_rows(path, "SELECT name, value FROM meta") == [("schema_version", "1")]
+    assert raw_rows(path, "SELECT name, value FROM meta") == [("schema_version", "2")]
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute("UPDATE meta SET value = '2'")
-    with pytest.raises(ValueError, match="schema version 2"):
+        db.execute("UPDATE meta SET value = '3'")
+    with pytest.raises(ValueError, match="schema version 3"):
         ResultsStore(path)
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not a database at all" * 100)
@@ -210,13 +210,14 @@ def test_schema_version_pragmas_and_bad_files(tmp_path: Path) -> None:
 def test_rolled_back_on_error_inside_the_transaction(
     store: ResultsStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The second artefact cannot be bound as a BLOB: the error comes after the run row and
+    # The second artefact's digest cannot be bound: the error comes after the run row and
     # the first artefact were inserted, inside the transaction.
     import selfcal.experiments.store as store_module
 
-    real = store_module._to_bytes
+    real = store_module.sha
+    size_of_two = len(store_module._to_bytes(np.ones(2)))
     monkeypatch.setattr(
-        store_module, "_to_bytes", lambda a: real(a) if a.size == 2 else {"unbindable": 1}
+        store_module, "sha", lambda d: real(d) if len(d) == size_of_two else {"unbindable": 1}
     )
     spec = make_specs(1)[0]
     with pytest.raises(sqlite3.Error):
@@ -299,3 +300,65 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
         for i in range(3):
             assert store.completed_keys(f"w{i}") == {s.key for s in make_specs(15, f"w{i}")}
     assert raw_rows(path, "SELECT COUNT(*) FROM artefacts") == [(45 * 3,)]
+
+
+# ----------------------------------------------------------------------------- integrity
+def _flip_metric(path: Path, key: str) -> None:
+    """Change one digit of a stored metric behind the store's back (SQLite's own integrity
+    check still says "ok")."""
+    with closing(sqlite3.connect(path)) as db, db:
+        (metrics,) = db.execute("SELECT metrics FROM runs WHERE key = ?", (key,)).fetchone()
+        changed = metrics.replace("0.", "0.9", 1)
+        assert changed != metrics
+        db.execute("UPDATE runs SET metrics = ? WHERE key = ?", (changed, key))
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_changed_metric_or_artefact_is_caught_naming_the_run(tmp_path: Path) -> None:
+    from selfcal.exceptions import ChangedResults
+
+    path = tmp_path / "r.sqlite"
+    specs = make_specs(3)
+    with ResultsStore(path) as store:
+        for spec in specs:
+            store.record(spec, RunResult({"ece": 0.0123}, {"p": np.arange(4.0)}))
+        assert len(store.runs()) == 3
+    _flip_metric(path, specs[1].key)
+    with ResultsStore(path) as store, pytest.raises(ChangedResults) as caught:
+        store.runs()
+    message = str(caught.value)
+    assert message.startswith(f"{path}: run {specs[1].key} (") and "--retry-failed" in message
+    assert "\n" not in message
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE artefacts SET bytes = ? WHERE run_key = ?",
+            (sqlite3.Binary(b"\x00" * 8), specs[2].key),
+        )
+    with ResultsStore(path) as store:
+        with pytest.raises(ChangedResults, match=f"artefact 'p' of run {specs[2].key}"):
+            store.artefact(specs[2].key, "p")
+        assert set(store.fail_changed()) == {specs[1].key, specs[2].key}
+        assert {r.key for r in store.runs()} == {specs[0].key}  # the rest are failed now
+        assert all("changed after it was stored" in r.reason for r in store.failures())
+        for spec in specs[1:]:  # a retry replaces them
+            assert store.record(spec, RunResult({"ece": 0.0123}, {"p": np.arange(4.0)}))
+        assert len(store.runs()) == 3
+
+
+def test_a_version_1_store_is_upgraded_with_its_runs_as_they_are(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    specs = make_specs(2)
+    with ResultsStore(path) as store:
+        for spec in specs:
+            store.record(spec, RunResult({"ece": 0.5}, {"p": np.ones(3)}))
+    with closing(sqlite3.connect(path)) as db, db:  # as selfcal 0.1 wrote it
+        db.execute("ALTER TABLE runs DROP COLUMN checksum")
+        db.execute("ALTER TABLE artefacts DROP COLUMN digest")
+        db.execute("UPDATE meta SET value = '1'")
+    with ResultsStore(path) as store:
+        assert [r.metrics for r in store.runs()] == [{"ece": 0.5}, {"ece": 0.5}]
+        assert np.array_equal(store.artefact(specs[0].key, "p"), np.ones(3))
+    assert raw_rows(path, "SELECT value FROM meta") == [("2",)]
+    _flip_metric(path, specs[0].key)
+    with ResultsStore(path) as store:
+        assert store.fail_changed() == [specs[0].key]

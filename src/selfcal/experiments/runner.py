@@ -241,9 +241,12 @@ def _unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
 
 def _pending(specs: list[RunSpec], store: ResultsStore, retry_failed: bool) -> list[RunSpec]:
     """Specs whose key is not stored (stored as failed counts as not stored when
-    ``retry_failed``)."""
+    ``retry_failed``, and so does a run changed after it was stored:
+    :meth:`ResultsStore.fail_changed`)."""
     stored: set[str] = set()
     for study in {spec.study for spec in specs}:
+        if retry_failed:
+            store.fail_changed(study)
         stored |= store.keys(study, "done" if retry_failed else None)
     return [spec for spec in specs if spec.key not in stored]
 

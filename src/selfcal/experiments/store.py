@@ -21,6 +21,13 @@ Durability choices:
 * **A completed run is immutable**: recording a run whose key is already stored as done is
   a no-op (so two sweeps racing on the same spec keep the first result); a failed run is
   replaced by a new attempt. Delete a study to recompute it.
+* **A changed run is detected.** Each run row carries a SHA-256 of its content and of its
+  artefacts' digests (each artefact its own SHA-256), written with it; reading a run or an
+  artefact whose bytes no longer match -- a digit flipped by hand, a damaged page SQLite's
+  own integrity check does not see -- raises :class:`~selfcal.exceptions.ChangedResults`
+  naming the run. :meth:`ResultsStore.fail_changed` marks such runs failed, so that a sweep
+  with ``retry_failed`` (``selfcal reproduce NAME --retry-failed``) runs them again. Stores
+  of schema version 1 (no checksums) are upgraded when opened, their runs taken as they are.
 """
 
 from __future__ import annotations
@@ -41,6 +48,20 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from selfcal.exceptions import ChangedResults
+from selfcal.experiments._integrity import (
+    RUN_COLUMNS,
+    SCHEMA_VERSION,
+    UPGRADES,
+    changed_artefacts,
+    changed_message,
+    checked,
+    checked_query,
+    mark_failed,
+    run_checksum,
+    sha,
+    upgrade,
+)
 from selfcal.experiments.environment import environment
 from selfcal.experiments.spec import (
     STATUSES,
@@ -52,7 +73,6 @@ from selfcal.experiments.spec import (
 )
 
 DEFAULT_PATH = "selfcal-results.sqlite"
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
 LOCK_RETRIES = 8
 T = TypeVar("T")
@@ -71,7 +91,8 @@ CREATE TABLE IF NOT EXISTS runs (
     metrics TEXT NOT NULL,
     seconds REAL NOT NULL,
     env TEXT NOT NULL,
-    finished_at TEXT NOT NULL
+    finished_at TEXT NOT NULL,
+    checksum TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_study ON runs (study, status);
 CREATE TABLE IF NOT EXISTS artefacts (
@@ -80,6 +101,7 @@ CREATE TABLE IF NOT EXISTS artefacts (
     dtype TEXT NOT NULL,
     shape TEXT NOT NULL,
     bytes BLOB NOT NULL,
+    digest TEXT,
     PRIMARY KEY (run_key, name)
 );
 """
@@ -200,11 +222,15 @@ class ResultsStore:
             row = db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) != SCHEMA_VERSION:
+                return
+            version = int(row[0])
+            if version not in (*UPGRADES, SCHEMA_VERSION):
                 raise ValueError(
                     f"{self.path} has results-store schema version {row[0]}; this "
-                    f"selfcal reads version {SCHEMA_VERSION}"
+                    f"selfcal reads versions {', '.join(map(str, [*UPGRADES, SCHEMA_VERSION]))}"
                 )
+            if version < SCHEMA_VERSION:
+                upgrade(db, version)
 
     # ------------------------------------------------------------------ writing
     def record(
@@ -234,11 +260,12 @@ class ResultsStore:
             env_json,
             datetime.now(UTC).isoformat(timespec="milliseconds"),
         )
-        blobs = [
-            (spec.key, name, str(a.dtype), json.dumps(list(a.shape)), _to_bytes(a))
-            for name, a in result.artefacts.items()
-        ]
-        return self._retry(lambda: self._write(row, blobs))
+        blobs = []
+        for name, a in result.artefacts.items():
+            data = _to_bytes(a)
+            blobs.append((spec.key, name, str(a.dtype), json.dumps(list(a.shape)), data, sha(data)))
+        checksum = run_checksum(row, [(b[1], b[5]) for b in blobs])
+        return self._retry(lambda: self._write((*row, checksum), blobs))
 
     def _write(self, row: tuple[Any, ...], blobs: list[tuple[Any, ...]]) -> bool:
         with self._transaction() as db:
@@ -246,8 +273,12 @@ class ResultsStore:
             if existing is not None and existing[0] == "done":
                 return False
             db.execute("DELETE FROM runs WHERE key = ?", (row[0],))  # cascades to artefacts
-            db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
-            db.executemany("INSERT INTO artefacts VALUES (?, ?, ?, ?, ?)", blobs)
+            db.execute(f"INSERT INTO runs ({RUN_COLUMNS}, checksum) VALUES ({_marks(13)})", row)
+            db.executemany(
+                "INSERT INTO artefacts (run_key, name, dtype, shape, bytes, digest) "
+                f"VALUES ({_marks(6)})",
+                blobs,
+            )
         return True
 
     def delete(self, study: str) -> int:
@@ -279,15 +310,35 @@ class ResultsStore:
     ) -> list[RunRecord]:
         """Stored runs matching the filters (``status=None``: any status), ordered by
         study, dataset, method, seed, key."""
+        records = []
+        for row in self._checked_rows(study, dataset, method, status):
+            if not row[-1]:
+                raise ChangedResults(changed_message(self.path, row))
+            records.append(_record(row[:-1]))
+        return records
+
+    def _checked_rows(
+        self,
+        study: str | None = None,
+        dataset: str | None = None,
+        method: str | None = None,
+        status: Status | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """The runs' rows, each followed by its artefacts' names and whether the stored
+        checksum matches the content (:func:`~selfcal.experiments._integrity.checked`)."""
         where, args = _filters(study=study, dataset=dataset, method=method, status=status)
-        rows = self._query(
-            "SELECT r.key, r.spec, r.status, r.reason, r.metrics, r.env, r.seconds, "
-            "r.finished_at, (SELECT group_concat(name, char(31)) FROM "
-            "(SELECT name FROM artefacts a WHERE a.run_key = r.key ORDER BY name)) "
-            f"FROM runs r{where} ORDER BY r.study, r.dataset, r.method, r.seed, r.key",
-            args,
-        )
-        return [_record(row) for row in rows]
+        return [checked(row) for row in self._query(checked_query(where), args)]
+
+    def fail_changed(self, study: str | None = None) -> list[str]:
+        """Mark every run whose content or arrays no longer match their checksums as failed
+        (reason ``"changed after it was stored"``; its arrays dropped), so that a sweep with
+        ``retry_failed`` runs it again; returns their keys."""
+        changed = {row[0] for row in self._checked_rows(study) if not row[-1]}
+        where, args = _filters(study=study)
+        changed |= changed_artefacts(self._db, where, args)
+        if changed:
+            self._retry(lambda: mark_failed(self._transaction, sorted(changed)))
+        return sorted(changed)
 
     def failures(self, study: str | None = None) -> list[RunRecord]:
         """Failed runs (their ``reason`` says why)."""
@@ -296,11 +347,17 @@ class ResultsStore:
     def artefact(self, key: str, name: str) -> np.ndarray:
         """The array ``name`` of run ``key`` (``KeyError`` when absent)."""
         rows = self._query(
-            "SELECT bytes FROM artefacts WHERE run_key = ? AND name = ?", (key, name)
+            "SELECT bytes, digest FROM artefacts WHERE run_key = ? AND name = ?", (key, name)
         )
         if not rows:
             raise KeyError(f"no artefact {name!r} for run {key!r} in {self.path}")
-        return np.load(io.BytesIO(rows[0][0]), allow_pickle=False)
+        data, digest = rows[0]
+        if digest is not None and sha(data) != digest:
+            raise ChangedResults(
+                f"{self.path}: artefact {name!r} of run {key} was changed after it was stored "
+                "(checksum mismatch); run it again with --retry-failed"
+            )
+        return np.load(io.BytesIO(data), allow_pickle=False)
 
     def to_rows(
         self, study: str | None = None, status: Status | None = "done"
@@ -332,6 +389,10 @@ def _filters(**equal: Any) -> tuple[str, tuple[Any, ...]]:
     return " WHERE " + where, tuple(chosen.values())
 
 
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
 def _to_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
@@ -344,7 +405,7 @@ def _metrics_json(metrics: Mapping[str, float]) -> str:
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
-    key, spec, status, reason, metrics, env, seconds, finished_at, names = row
+    key, _, _, _, _, spec, status, reason, metrics, seconds, env, finished_at, names = row
     return RunRecord(
         key=key,
         spec=RunSpec.from_json(spec),
