@@ -362,3 +362,35 @@ def test_a_version_1_store_is_upgraded_with_its_runs_as_they_are(tmp_path: Path)
     _flip_metric(path, specs[0].key)
     with ResultsStore(path) as store:
         assert store.fail_changed() == [specs[0].key]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only files")
+def test_a_valid_store_in_a_read_only_folder_says_so(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    with ResultsStore(folder / "r.sqlite") as store:
+        store.record(make_specs(1)[0], RunResult({"e": 1.0}))
+    os.chmod(folder, 0o500)
+    os.chmod(folder / "r.sqlite", 0o400)
+    try:
+        with pytest.raises(ValueError, match="cannot be written here") as caught:
+            ResultsStore(folder / "r.sqlite").runs()
+        assert "not a selfcal results store" not in str(caught.value)
+    finally:
+        os.chmod(folder, 0o700)
+
+
+def test_sqlite_failures_become_one_line_naming_the_store() -> None:
+    from selfcal.experiments._integrity import store_error
+
+    path = Path("/data/r.sqlite")
+    cases = {
+        "attempt to write a readonly database": "cannot be written here",
+        "database or disk is full": "the disk is full",
+        "database disk image is malformed": "is damaged",
+        "Could not decode to UTF-8 column 'metrics'": "is damaged",
+        "file is not a database": "is not a selfcal results store",
+    }
+    for message, expected in cases.items():
+        error = str(store_error(path, sqlite3.OperationalError(message)))
+        assert str(path) in error and expected in error and "\n" not in error, error

@@ -161,3 +161,40 @@ def test_a_missing_class_is_named():
     case = next(c for c in CASES if c.name == "missing-class")
     with pytest.warns(DegenerateCalibration, match=r"hold 3 of the 4 classes \(none of class 3\)"):
         build_calibrator("isotonic-ovr").fit(logits=case.val[0], labels=case.val[1])
+
+
+# ----------------------------------------------------------------------------- audit cases
+def softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_ets_warns_and_keeps_the_scores_when_every_error_is_an_exact_tie():
+    """The reliability audit: 10 confident correct rows and two exact ties, one counted
+    wrong. No row is confidently wrong, so nothing says how sharp to be; ETS returned
+    T = 0.054 silently and took a test NLL from 0.378 to 2.946 (and ``auto`` chose it)."""
+    z = np.array([[2.0, 0.0]] * 5 + [[0.0, 2.0]] * 5 + [[0.0, 0.0]] * 2)
+    y = np.array([0] * 5 + [1] * 5 + [0, 1])
+    with pytest.warns(DegenerateCalibration, match="every validation error is an exact tie"):
+        ets = build_calibrator("ets").fit(logits=z, labels=y)
+    assert ets.temperature_ == 1.0 and list(ets.weights_) == [0.0, 1.0, 0.0]
+    zt = np.random.default_rng(0).normal(size=(50, 2))
+    np.testing.assert_allclose(ets.predict_proba(logits=zt), softmax(zt), atol=1e-12)
+    with pytest.warns(DegenerateCalibration):
+        auto = build_calibrator("auto").fit(logits=z, labels=y)
+    assert auto.chosen_ != "ets" or auto.calibrator_.temperature_ == 1.0
+
+
+def test_auto_on_too_few_rows_to_cross_validate_keeps_the_scores_and_speaks_of_them():
+    """13 binary rows with one row of the minority class: no candidate can be fitted on the
+    folds. ``auto`` refused with a message about a fold's "10 rows"; it now returns the
+    scores unchanged ('none') and says why in terms of the user's 13 rows."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(13, 2))
+    y = np.array([0] * 12 + [1])
+    with pytest.warns(DegenerateCalibration) as record:
+        auto = build_calibrator("auto").fit(logits=z, labels=y)
+    text = " ".join(str(w.message) for w in record)
+    assert "these 13 validation rows" in text and "the smallest class has 1 of them" in text
+    assert auto.chosen_ == "none"
+    np.testing.assert_allclose(auto.predict_proba(logits=z), softmax(z), atol=1e-12)

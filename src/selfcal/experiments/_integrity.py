@@ -1,5 +1,6 @@
-"""Checksums of stored runs (:mod:`selfcal.experiments.store`): what a run row must still hold
-when it is read, and the upgrade that gives a store of schema version 1 its checksums."""
+"""The results store's integrity (:mod:`selfcal.experiments.store`): the checksums a run row
+must still match when it is read, the upgrade that gives a store of schema version 1 its
+checksums, and one-line messages for the file-level failures SQLite reports."""
 
 from __future__ import annotations
 
@@ -115,3 +116,18 @@ def mark_failed(
             db.execute(
                 "UPDATE runs SET checksum = ? WHERE key = ?", (run_checksum(fields, []), key)
             )
+
+
+def store_error(path: Path, err: sqlite3.Error) -> ValueError:
+    """One line naming the store and what to do, for what SQLite reports: a read-only file
+    or folder, a full disk, a damaged file, or a file that is not a store."""
+    message = str(err).lower()
+    if "readonly" in message or "read-only" in message or "unable to open" in message:
+        what = "cannot be written here (a read-only file or folder); copy it somewhere writable"
+    elif "disk is full" in message or "disk i/o" in message:
+        what = "could not be written: the disk is full or failing; free space and rerun"
+    elif "malformed" in message or "decode" in message or "corrupt" in message:
+        what = "is damaged; rebuild it by rerunning into a new --store"
+    else:
+        return ValueError(f"{path} is not a selfcal results store: {err}")
+    return ValueError(f"results store {path} {what} ({err})")

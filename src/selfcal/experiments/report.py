@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -92,10 +93,23 @@ def write_report(
     if written:
         parts += ["## Figures", "", *[f"![{name}]({name})" for name in written], ""]
     path = out / README
-    path.write_text("\n".join(parts).rstrip("\n") + "\n")
+    write_whole(path, "\n".join(parts).rstrip("\n") + "\n")
     provenance = Provenance.of(results, command, seconds)
-    (out / PROVENANCE).write_text(json.dumps(asdict(provenance), indent=2) + "\n")
+    write_whole(out / PROVENANCE, json.dumps(asdict(provenance), indent=2) + "\n")
     return path
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: into a scratch file beside it, then
+    renamed over it (a full disk leaves the previous file, never a truncated one); a failure
+    is one line naming the file."""
+    scratch = path.with_name(f".{path.name}.partial")
+    try:
+        scratch.write_text(text, encoding="utf-8")
+        os.replace(scratch, path)
+    except OSError as err:
+        scratch.unlink(missing_ok=True)
+        raise ValueError(f"cannot write {path}: {err.strerror or err}") from None
 
 
 def header(results: StudyResults, command: str, seconds: float | None) -> list[str]:

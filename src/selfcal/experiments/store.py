@@ -60,6 +60,7 @@ from selfcal.experiments._integrity import (
     mark_failed,
     run_checksum,
     sha,
+    store_error,
     upgrade,
 )
 from selfcal.experiments.environment import environment
@@ -164,7 +165,7 @@ class ResultsStore:
             connection.close()
             if _is_lock_error(err):
                 raise
-            raise ValueError(f"{self.path} is not a selfcal results store: {err}") from err
+            raise store_error(self.path, err) from err
         if mode.lower() != "wal":
             connection.close()
             raise ValueError(f"{self.path}: cannot use WAL journal mode (got {mode!r})")
@@ -208,7 +209,9 @@ class ResultsStore:
             try:
                 return action()
             except sqlite3.OperationalError as err:
-                if not _is_lock_error(err) or attempt == LOCK_RETRIES - 1:
+                if not _is_lock_error(err):
+                    raise store_error(self.path, err) from err
+                if attempt == LOCK_RETRIES - 1:
                     raise
                 self.close()  # a fresh connection clears a stale snapshot
                 time.sleep(0.05 * 2**attempt * (1 + random.random()))

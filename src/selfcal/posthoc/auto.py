@@ -255,14 +255,39 @@ class AutoCalibration(Calibrator):
         with shared_temperature_fits():  # one solve per fold for TS, TS-mix, SVS, SMS
             outcomes = cross_validate(fitted, pred, folds, self.kind, self._kept())
         if all(o.kept is None for o in outcomes):
-            raise ValueError(
-                f"AutoCalibration: no candidate could be fitted ({outcomes[0].name}: "
-                f"{outcomes[0].error})"
-            )
+            self._fall_back(names, outcomes, left_out, pred)
+            return
         warn_single_row_classes(pred)
         self.cv_results_ = self._results(names, outcomes, left_out, pred)
         self.chosen_ = self._choose()
         self.calibrator_ = self._refit(pred)
+
+    def _fall_back(
+        self, names: list[str], outcomes: list[Outcome], left_out: dict[str, str], pred: Predictions
+    ) -> None:
+        """No candidate could be fitted on the folds (a class with too few rows for them):
+        the identity-like choice, ``none``, with a warning about the user's rows."""
+        counts = torch.bincount(pred.require_labels(), minlength=pred.n_classes).cpu()
+        present = counts[counts > 0]
+        by_name = {o.name: o for o in outcomes}
+        self.cv_results_ = {
+            "candidate": names,
+            "score": [float("inf")] * len(names),
+            "fit_seconds": [by_name[n].seconds if n in by_name else 0.0 for n in names],
+            "warnings": [by_name[n].warnings if n in by_name else 0 for n in names],
+            "error": [by_name[n].error if n in by_name else left_out[n] for n in names],
+        }
+        self.chosen_ = "none"
+        self.calibrator_ = build_calibrator("none", kind=self.kind).fit(pred)
+        warnings.warn(
+            f"AutoCalibration: no candidate could be cross-validated on these {pred.n_samples} "
+            f"validation rows (the smallest class has {int(present.min())} of them, too few "
+            f"for {len(folds_for(pred.require_labels(), self.n_folds, self.seed))} folds); "
+            "returned the scores unchanged ('none'). Fit on more validation rows, stratified, "
+            "with several rows of every class.",
+            DegenerateCalibration,
+            stacklevel=4,
+        )
 
     def _kept(self) -> Kept:
         """What the cross-validation keeps of each fold's predictions: the criterion's per-row

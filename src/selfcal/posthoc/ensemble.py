@@ -24,6 +24,10 @@ from selfcal.predictions import Predictions
 TEMPERATURE_BOUNDS = (0.05, 5.0)
 """The temperature's search interval in the authors' code (``bnds = ((0.05, 5.0),)``)."""
 
+BOUND_MARGIN = 1.1
+"""A fitted temperature within this factor of an end of :data:`TEMPERATURE_BOUNDS` is at
+that end (the bounded search stops short of it): the fit warns."""
+
 GRID_POINTS = 64
 """Log-spaced temperatures scanned before the bounded Brent refinement of the MSE fit."""
 
@@ -281,14 +285,22 @@ class EnsembleTemperatureScaling(Calibrator):
 
     def _fit(self, pred: Predictions) -> None:
         z, y = scores_as_logits(pred), pred.require_labels()
-        if bool(pred.correct.all()):  # nothing is identified: the scores unchanged
+        label_on_top = z.gather(1, y.unsqueeze(1)).squeeze(1) == z.amax(dim=1)
+        if bool(label_on_top.all()):  # nothing is identified: the scores unchanged
             self.temperature_, self.weights_ = 1.0, np.array([0.0, 1.0, 0.0])
+            if not bool(pred.correct.all()):  # (all correct: the base class warns)
+                self._warn_degenerate(
+                    "every validation error is an exact tie (its label shares the top score), "
+                    "so the data cannot say how confident to be; returned T = 1 and weights "
+                    "(0, 1, 0): the scores unchanged"
+                )
             return
         temperature = fit_temperature(z, y, self.loss)
-        if any(math.isclose(temperature, end, rel_tol=1e-9) for end in TEMPERATURE_BOUNDS):
+        low, high = TEMPERATURE_BOUNDS
+        if temperature <= low * BOUND_MARGIN or temperature >= high / BOUND_MARGIN:
             self._warn_degenerate(
-                f"the validation {self.loss.upper()} is lowest at T = {temperature:g}, an end of "
-                f"the authors' interval [{TEMPERATURE_BOUNDS[0]:g}, {TEMPERATURE_BOUNDS[1]:g}], "
+                f"the validation {self.loss.upper()} is lowest at T = {temperature:g}, at an end "
+                f"of the authors' interval [{low:g}, {high:g}], "
                 "so its minimum may lie beyond; returned that T"
             )
         self.temperature_ = temperature
