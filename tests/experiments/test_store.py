@@ -391,6 +391,6 @@ def test_sqlite_failures_become_one_line_naming_the_store() -> None:
         "Could not decode to UTF-8 column 'metrics'": "is damaged",
         "file is not a database": "is not a selfcal results store",
     }
-    for message, expected in cases.items():
+    for message, said in cases.items():
         error = str(store_error(path, sqlite3.OperationalError(message)))
-        assert str(path) in error and expected in error and "\n" not in error, error
+        assert str(path) in error and said in error and "\n" not in error, error
