@@ -316,3 +316,46 @@ def test_a_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch) -> 
     monkeypatch.undo()
     assert path.read_text() == "the previous report\n"
     assert [p.name for p in tmp_path.iterdir()] == ["README.md"]
+
+
+def _sweep_in_child(path, specs, ready, flags) -> None:
+    """Child: wait until every sweep is ready, then run the shared specs on the store."""
+    import os
+    import time
+
+    ready.touch()
+    deadline = time.monotonic() + 30
+    while not all(p.exists() for p in flags) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    run_sweep(specs, helpers.counting_execute, store=path, progress=False)
+    os._exit(0)
+
+
+def test_sweeps_sharing_a_store_execute_each_run_once(tmp_path) -> None:
+    """Three sweeps of the same 30 runs started together on one store: every run is stored
+    once and executed once (the audit: 300 runs stored, 900 executions), and a sweep ended
+    early leaves no claim that blocks a later one."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("needs the fork start method")
+    log = tmp_path / "executed.log"
+    specs = make_specs(30, log=str(log), sleep=0.02)
+    path = tmp_path / "shared.sqlite"
+    flags = [tmp_path / f"ready{i}" for i in range(3)]
+    context = multiprocessing.get_context("fork")
+    children = [
+        context.Process(target=_sweep_in_child, args=(path, specs, flags[i], flags))
+        for i in range(3)
+    ]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(120)
+    assert [c.exitcode for c in children] == [0, 0, 0]
+    executed = [line.split()[1] for line in log.read_text().splitlines()]
+    assert sorted(executed) == sorted(s.key for s in specs)  # each once
+    with ResultsStore(path) as store:
+        assert store.completed_keys("s") == {s.key for s in specs}
+        (left,) = store._db.execute("SELECT COUNT(*) FROM claims").fetchone()
+    assert left == 0

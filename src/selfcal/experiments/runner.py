@@ -7,7 +7,9 @@ datasets, models or methods. Choices:
 * **Resumable.** A spec whose key is already stored is skipped (failed ones too, unless
   ``retry_failed=True``), and each group's results are written as soon as the group finishes,
   one transaction per run, by the parent process only. Killing a sweep at any moment and
-  starting it again therefore finishes exactly the missing runs.
+  starting it again therefore finishes exactly the missing runs. Sweeps sharing a store
+  claim their runs and wait for each other's (:mod:`selfcal.experiments._claims`): each run
+  is executed once.
 * **Groups.** ``batch_by(spec)`` maps specs to a hashable group id; one executor call gets a
   whole group (e.g. all seeds of one configuration, to be vmapped). Default: one spec a call.
 * **Failures are data.** An exception inside ``execute`` fails every run of its group with
@@ -62,7 +64,9 @@ from pathlib import Path
 from typing import Any
 
 from selfcal._validation import check_choice, check_int
+from selfcal.experiments._claims import share
 from selfcal.experiments._groups import Executor, Group, OnDone, run_group, warn_summary
+from selfcal.experiments._plan import groups_of, pending_of, unique
 from selfcal.experiments.environment import environment
 from selfcal.experiments.ray_executor import import_ray, run_on_ray
 from selfcal.experiments.spec import RunResult, RunSpec
@@ -146,11 +150,21 @@ def run_sweep(
         else ResultsStore(DEFAULT_PATH if store is None else store)
     )
     try:
-        unique = _unique(specs)
-        pending = _pending(unique, results_store, retry_failed)
-        tally = _run_pending(
-            pending, execute, results_store, workers, batch_by, progress, executor, address
+        once = unique(specs)
+        pending = pending_of(once, results_store, retry_failed)
+        tally: dict[str, Any] = {"done": 0, "failed": 0, "skipped": 0, "warnings": Counter()}
+
+        def run(ours: list[RunSpec]) -> None:
+            got = _run_pending(
+                ours, execute, results_store, workers, batch_by, progress, executor, address
+            )
+            for name, count in got.items():
+                tally[name] += count
+
+        share(
+            results_store, pending, run, lambda left: pending_of(left, results_store, retry_failed)
         )
+        tally["skipped"] += len(pending) - sum(tally[k] for k in ("done", "failed", "skipped"))
     finally:
         if owned:
             results_store.close()
@@ -158,7 +172,7 @@ def run_sweep(
     warn_summary(caught, len(pending))
     return SweepSummary(
         tally["done"],
-        len(unique) - len(pending) + tally["skipped"],
+        len(once) - len(pending) + tally["skipped"],
         tally["failed"],
         time.perf_counter() - start,
         caught,
@@ -182,7 +196,7 @@ def _run_pending(
     tally: dict[str, Any] = {"done": 0, "failed": 0, "skipped": 0, "warnings": caught}
     if not pending:
         return tally
-    groups = _groups(pending, batch_by)
+    groups = groups_of(pending, batch_by)
     env = environment()
     with _progress_bar(progress, len(pending), _title(pending)) as advance:
 
@@ -227,38 +241,6 @@ def _check_arguments(
                 f"execute must be a top-level (picklable) function to run in "
                 f"{where}; {execute!r} is not: {err}"
             ) from err
-
-
-def _unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
-    """Specs in first-appearance order, each key once."""
-    seen: dict[str, RunSpec] = {}
-    for spec in specs:
-        if not isinstance(spec, RunSpec):
-            raise ValueError(f"run_sweep needs RunSpec objects, got {type(spec).__name__}")
-        seen.setdefault(spec.key, spec)
-    return list(seen.values())
-
-
-def _pending(specs: list[RunSpec], store: ResultsStore, retry_failed: bool) -> list[RunSpec]:
-    """Specs whose key is not stored (stored as failed counts as not stored when
-    ``retry_failed``, and so does a run changed after it was stored:
-    :meth:`ResultsStore.fail_changed`)."""
-    stored: set[str] = set()
-    for study in {spec.study for spec in specs}:
-        if retry_failed:
-            store.fail_changed(study)
-        stored |= store.keys(study, "done" if retry_failed else None)
-    return [spec for spec in specs if spec.key not in stored]
-
-
-def _groups(specs: list[RunSpec], batch_by: Callable[[RunSpec], Hashable] | None) -> list[Group]:
-    """Groups in order of first appearance; one spec per group without ``batch_by``."""
-    if batch_by is None:
-        return [[spec] for spec in specs]
-    groups: dict[Hashable, Group] = {}
-    for spec in specs:
-        groups.setdefault(batch_by(spec), []).append(spec)
-    return list(groups.values())
 
 
 def _title(specs: Sequence[RunSpec]) -> str:
