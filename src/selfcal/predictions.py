@@ -88,9 +88,11 @@ def _non_numeric(arr: np.ndarray, name: str) -> ValueError:
 
 def to_tensor(x: ArrayLike, name: str) -> torch.Tensor:
     """Convert ``x`` to a torch tensor without copying where possible (strings and other
-    non-numeric values raise ``ValueError``)."""
+    non-numeric values raise ``ValueError``). A tensor comes out contiguous, so every memory
+    layout of the same values takes the same reductions and gives the same bits (a transposed
+    view once changed AdaECE's equal-mass edges on tied confidences)."""
     if isinstance(x, torch.Tensor):
-        return x
+        return x.contiguous()
     if x is None:
         raise ValueError(f"{name} is required")
     arr = np.asarray(x)

@@ -143,7 +143,7 @@ def test_temperature_stays_in_the_authors_bounds():
     """Pure noise wants ``T -> infinity``: the fit returns the authors' upper bound and warns
     that the minimum may lie beyond it."""
     z, y = make_logits(5, 300, 4, scale=10.0, margin=0.0)
-    with pytest.warns(DegenerateCalibration, match="lowest at T = 5, an end of the authors'"):
+    with pytest.warns(DegenerateCalibration, match="lowest at T = 5, at an end of the authors'"):
         cal = EnsembleTemperatureScaling(loss="ce").fit(logits=z, labels=y)
     assert cal.temperature_ == 5.0
 

@@ -91,6 +91,9 @@ class Calibrator(ScoreEstimator):
     _abstract: ClassVar[bool] = True
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"mix_": UNIT, "prob_floor_": UNIT}
     _per_class: ClassVar[bool] = False
+    _rests_on_each_class: ClassVar[bool] = False
+    """Whether a class's few rows alone shape its map (unregularised per-class or binary
+    fits: Platt, beta, histogram, BBQ, one-vs-rest isotonic): a single row of a class warns."""
     """Whether the calibrator fits parameters per class, which a class missing from the
     validation labels leaves unidentified (warned, see :meth:`fit`)."""
     _likelihood_fit: ClassVar[bool] = False
@@ -272,6 +275,11 @@ class Calibrator(ScoreEstimator):
             )
         if coverage.missing and self._per_class:
             problems.append(f"{coverage.missing_text()}; {self._missing_outcome(coverage)}")
+        if coverage.single and self._rests_on_each_class:
+            problems.append(
+                f"{coverage.single_text()}, so its map rests on one example and the calibrated "
+                "probabilities can be far off"
+            )
         if problems:
             self._warn_degenerate("; also ".join(problems))
 

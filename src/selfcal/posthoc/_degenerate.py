@@ -35,6 +35,8 @@ class Coverage:
     n_classes: int
     missing: tuple[int, ...]
     n_correct: int
+    single: tuple[int, ...] = ()
+    """Classes with exactly one validation row."""
 
     @classmethod
     def of(cls, pred: Predictions) -> Coverage:
@@ -50,11 +52,16 @@ class Coverage:
                 "classes; fit on a validation split with several classes"
             )
         missing = tuple(int(j) for j in torch.nonzero(counts == 0).squeeze(1).tolist())
-        return cls(pred.n_samples, pred.n_classes, missing, int(pred.correct.sum()))
+        single = tuple(int(j) for j in torch.nonzero(counts == 1).squeeze(1).tolist())
+        return cls(pred.n_samples, pred.n_classes, missing, int(pred.correct.sum()), single)
 
     @property
     def all_correct(self) -> bool:
         return self.n_correct == self.n
+
+    def single_text(self) -> str:
+        shown = ", ".join(map(str, self.single[:10])) + (", ..." if len(self.single) > 10 else "")
+        return f"class {shown} has a single validation row"
 
     def missing_text(self) -> str:
         shown = ", ".join(map(str, self.missing[:10])) + (", ..." if len(self.missing) > 10 else "")

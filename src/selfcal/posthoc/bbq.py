@@ -261,6 +261,7 @@ class BBQ(Calibrator):
         "table_sizes_": FittedRange(1.0),
     }
     _per_class = True
+    _rests_on_each_class = True
 
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
         self.mix = mix

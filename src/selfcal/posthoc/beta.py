@@ -138,6 +138,7 @@ class BetaCalibration(Calibrator):
     _fitted_attributes = ("a_", "b_", "c_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"a_": NON_NEGATIVE, "b_": NON_NEGATIVE}
     _per_class = True
+    _rests_on_each_class = True
 
     def __init__(
         self, smooth_targets: bool = True, max_iter: int = MAX_ITER, kind: str | None = None

@@ -288,7 +288,8 @@ class EnsembleTemperatureScaling(Calibrator):
         label_on_top = z.gather(1, y.unsqueeze(1)).squeeze(1) == z.amax(dim=1)
         if bool(label_on_top.all()):  # nothing is identified: the scores unchanged
             self.temperature_, self.weights_ = 1.0, np.array([0.0, 1.0, 0.0])
-            if not bool(pred.correct.all()):  # (all correct: the base class warns)
+            flat = bool((z.amax(dim=1) == z.amin(dim=1)).all())  # constant rows: no map acts
+            if not (bool(pred.correct.all()) or flat):  # (all correct: the base class warns)
                 self._warn_degenerate(
                     "every validation error is an exact tie (its label shares the top score), "
                     "so the data cannot say how confident to be; returned T = 1 and weights "

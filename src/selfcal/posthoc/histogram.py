@@ -54,6 +54,7 @@ class HistogramBinning(Calibrator):
         "bin_counts_": NON_NEGATIVE,
     }
     _per_class = True
+    _rests_on_each_class = True
 
     def __init__(
         self, n_bins: int = 15, mix: float | str = "auto", kind: str | None = None

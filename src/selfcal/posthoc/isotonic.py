@@ -177,6 +177,7 @@ class OneVsRestIsotonic(Calibrator):
         "knot_counts_": FittedRange(1.0),
     }
     _per_class = True
+    _rests_on_each_class = True
 
     def _check_loaded(self) -> None:
         maps = 1 if self.n_classes_ == 2 else self.n_classes_

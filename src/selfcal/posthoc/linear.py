@@ -274,6 +274,7 @@ class PlattScaling(Calibrator):
 
     _hyperparameters = ("smooth_targets",)
     _likelihood_fit = True
+    _rests_on_each_class = True
     _fitted_attributes: ClassVar[tuple[str, ...]] = ("slope_", "intercept_")
 
     def __init__(self, smooth_targets: bool = True, kind: str | None = None) -> None:
