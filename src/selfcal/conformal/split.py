@@ -73,6 +73,10 @@ class SplitConformal(ScoreEstimator):
 
     Fitted: ``threshold_``, ``n_calibration_`` (rows), ``class_counts_`` (``(C,)`` int64 rows
     per true label), ``n_classes_``.
+
+    scikit-learn's model selection (``GridSearchCV``) needs an explicit ``scoring=`` for this
+    estimator: its hyperparameter ``score`` names the conformity score, so it has no
+    ``score`` method to fall back on.
     """
 
     _hyperparameters: ClassVar[tuple[str, ...]] = (
