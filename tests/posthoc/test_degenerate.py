@@ -214,3 +214,19 @@ def test_a_class_with_a_single_row_warns_where_it_alone_shapes_the_map(name):
         warnings.simplefilter("always")
         build_calibrator("ts").fit(logits=z, labels=y)
     assert not any("single validation row" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("name", ["beta", "isotonic-ovr", "platt", "histogram"])
+def test_errors_that_are_all_exact_ties_warn_where_the_map_follows_the_rows(name):
+    """The audit's float32 case: labels from float64 argmaxes, so the only errors are rows
+    whose logits tie in float32. No row is confidently wrong; beta calibration and
+    one-vs-rest isotonic regression fitted silently (test NLL 2.62 -> 9.80 and 8.30)."""
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 60)
+    z = 3.0 * np.eye(2)[y] + 0.1 * rng.normal(size=(60, 2))
+    z[:4] = 1.0  # exact ties, labelled 1: wrong by the first-index rule
+    y[:4] = 1
+    with pytest.warns(
+        DegenerateCalibration, match=r"every validation error \(4 of 60\) is an exact tie"
+    ):
+        build_calibrator(name).fit(logits=z, labels=y)

@@ -275,6 +275,12 @@ class Calibrator(ScoreEstimator):
             )
         if coverage.missing and self._per_class:
             problems.append(f"{coverage.missing_text()}; {self._missing_outcome(coverage)}")
+        if coverage.errors_all_tied and self._rests_on_each_class:
+            problems.append(
+                f"every validation error ({coverage.n - coverage.n_correct} of {coverage.n}) is "
+                "an exact tie (its label shares the top score), so the data cannot say how "
+                "confident to be; the map is fitted as they give it and can be far too sharp"
+            )
         if coverage.single and self._rests_on_each_class:
             problems.append(
                 f"{coverage.single_text()}, so its map rests on one example and the calibrated "

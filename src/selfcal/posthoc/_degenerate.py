@@ -37,6 +37,9 @@ class Coverage:
     n_correct: int
     single: tuple[int, ...] = ()
     """Classes with exactly one validation row."""
+    n_tied_errors: int = 0
+    """Wrong predictions whose label shares the top score (an exact tie, e.g. in float32),
+    counted only when some row's scores differ (constant scores: no map can sharpen)."""
 
     @classmethod
     def of(cls, pred: Predictions) -> Coverage:
@@ -53,11 +56,23 @@ class Coverage:
             )
         missing = tuple(int(j) for j in torch.nonzero(counts == 0).squeeze(1).tolist())
         single = tuple(int(j) for j in torch.nonzero(counts == 1).squeeze(1).tolist())
-        return cls(pred.n_samples, pred.n_classes, missing, int(pred.correct.sum()), single)
+        scores = pred.scores
+        on_top = scores.gather(1, labels.unsqueeze(1)).squeeze(1) == scores.amax(dim=1)
+        correct = pred.correct.bool()
+        spread = bool((scores.amax(dim=1) > scores.amin(dim=1)).any())
+        tied = int((on_top & ~correct).sum()) if spread else 0
+        n_correct = int(correct.sum())
+        return cls(pred.n_samples, pred.n_classes, missing, n_correct, single, tied)
 
     @property
     def all_correct(self) -> bool:
         return self.n_correct == self.n
+
+    @property
+    def errors_all_tied(self) -> bool:
+        """Some prediction is wrong, but every wrong one only by an exact tie: no row is
+        confidently wrong, so (as when all are correct) nothing says how confident to be."""
+        return 0 < self.n_tied_errors == self.n - self.n_correct
 
     def single_text(self) -> str:
         shown = ", ".join(map(str, self.single[:10])) + (", ..." if len(self.single) > 10 else "")
