@@ -22,6 +22,7 @@ from selfcal.cli import main
 from selfcal.data import load_dataset
 from selfcal.io import write_table
 from selfcal.pipeline import method_names, read_table
+from selfcal.pipeline.model_dir import config_checksum
 
 
 @pytest.fixture(scope="module")
@@ -426,7 +427,7 @@ def test_a_folder_from_another_format_version_is_refused(capsys, files, trained,
     config["format_version"] = 0
     (folder / "config.json").write_text(json.dumps(config))
     err = one_line_error(capsys, "predict", folder, files["test"], "--out", tmp_path / "p.csv")
-    assert "model format version 0; this selfcal reads version 1" in err
+    assert "model format version 0; this selfcal reads versions 1, 2" in err
 
 
 def test_the_progress_bar_counts_candidates_and_epochs(files, tmp_path):
@@ -543,9 +544,10 @@ def test_a_model_folder_reads_only_its_own_files(capsys, files, trained, tmp_pat
         return folder
 
     def names_calibrator(name):
-        def edit(folder):
+        def edit(folder):  # re-sealed: what a deliberate editor would do
             config = json.loads((folder / "config.json").read_text())
             config["calibrator"]["file"] = name
+            config["checksum"] = config_checksum(config)
             (folder / "config.json").write_text(json.dumps(config))
 
         return edit
@@ -577,6 +579,32 @@ def test_an_architecture_predict_would_not_build_is_refused(
     shutil.copytree(trained["ce"], folder)
     config = json.loads((folder / "config.json").read_text())
     config["architecture"][key] = value
+    config["checksum"] = config_checksum(config)
     (folder / "config.json").write_text(json.dumps(config))
     err = one_line_error(capsys, "predict", folder, files["test"], "--out", tmp_path / "p.csv")
     assert "config.json: architecture 'mlp' with activation" in err and repr(value) in err
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["config", "calibrator.json", "selective.json", "model.safetensors"],
+)
+def test_a_model_folder_edited_after_training_is_refused(capsys, files, trained, tmp_path, edit):
+    """``config.json`` records the SHA-256 of the files ``predict`` reads and of itself: a
+    folder changed after training (by hand or on disk) says so, naming the file."""
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(trained["ce"], folder)
+    if edit == "config":
+        config = json.loads((folder / "config.json").read_text())
+        config["features"]["mean"][0] += 1.0
+        (folder / "config.json").write_text(json.dumps(config))
+        name = "config.json"
+    else:
+        data = bytearray((folder / edit).read_bytes())
+        data[-3] ^= 1  # one bit
+        (folder / edit).write_bytes(bytes(data))
+        name = edit
+    err = one_line_error(capsys, "predict", folder, files["test"], "--out", tmp_path / "p.csv")
+    assert err.startswith(f"error: {folder / name}: its content does not match the checksum")

@@ -16,16 +16,20 @@
 ``report.md/.json``    the calibration report (:mod:`selfcal.pipeline.report`)
 =====================  ==================================================================
 
-A folder is read only if its ``config.json`` says ``format: selfcal-model`` with
-``format_version`` :data:`FORMAT_VERSION`: a folder of another layout version is refused with
-a message naming both versions (the selfcal and torch versions that wrote it are recorded, not
-checked). Predictions are computed on the CPU: standardise in float64, cast to float32, the
+A folder is read only if its ``config.json`` says ``format: selfcal-model`` with a
+``format_version`` of :data:`READS`: a folder of another layout version is refused with a
+message naming both versions (the selfcal and torch versions that wrote it are recorded, not
+checked). A folder is untrusted input: it reads only its own regular files (:func:`member`),
+and from version 2 ``config.json`` carries the SHA-256 of the files ``predict`` reads and of
+itself (:func:`seal`), so a folder edited or damaged after training is refused, naming the
+file. Predictions are computed on the CPU: standardise in float64, cast to float32, the
 network's logits, in float64 the calibrator's probabilities -- the same code path at training
 time (for the validation confidences, the threshold and the report) as in ``selfcal predict``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +48,18 @@ from selfcal.posthoc import Calibrator
 from selfcal.predictions import Predictions
 
 FORMAT = "selfcal-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS = (1, 2)
+"""The layout versions read: 2 adds the checksums (``config.json``'s ``checksums`` of the files
+``predict`` reads, and ``checksum`` of the configuration itself); 1 has none."""
+CHECKED = (
+    "model.safetensors",
+    "calibrator.json",
+    "selective.json",
+    "validation.npz",
+    "conformal.npz",
+)
+"""The files whose SHA-256 ``config.json`` records."""
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 CALIBRATOR = "calibrator.json"
@@ -122,13 +137,58 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     doc = read_json(path)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"{path}: not a selfcal model configuration")
-    if doc.get("format_version") != FORMAT_VERSION:
+    if doc.get("format_version") not in READS:
         raise ValueError(
             f"{folder} was written by selfcal {doc.get('selfcal_version', '?')} in model format "
-            f"version {doc.get('format_version')!r}; this selfcal reads version {FORMAT_VERSION}: "
-            "train it again"
+            f"version {doc.get('format_version')!r}; this selfcal reads versions "
+            f"{', '.join(map(str, READS))}: train it again"
         )
+    if doc["format_version"] >= 2 and doc.get("checksum") != config_checksum(doc):
+        raise ValueError(f"{path}: {EDITED}")
     return doc
+
+
+EDITED = (
+    "its content does not match the checksum selfcal train wrote, so it was edited or damaged "
+    "after training; train the model again"
+)
+
+
+def sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def config_checksum(config: dict[str, Any]) -> str:
+    """SHA-256 of the configuration's canonical JSON without its own ``checksum``."""
+    body = {k: v for k, v in config.items() if k != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def seal(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the checksums of the folder's files :data:`CHECKED` and its own, as
+    the last step of writing a folder."""
+    sums = {name: sha256(folder / name) for name in CHECKED if (folder / name).is_file()}
+    sealed = {**config, "checksums": sums}
+    return {**sealed, "checksum": config_checksum(sealed)}
+
+
+def check_files(folder: Path, config: dict[str, Any]) -> None:
+    """Each file ``config`` has a checksum for must still match it (layout version 2)."""
+    if config.get("format_version", 1) < 2:
+        return
+    sums = config.get("checksums")
+    if not isinstance(sums, dict):
+        raise ValueError(f"{folder / CONFIG}: no checksums of the folder's files")
+    for name, expected in sums.items():
+        path = member(folder, str(name))
+        if path is None or sha256(path) != expected:
+            raise ValueError(f"{Path(folder) / str(name)}: {EDITED}")
 
 
 @dataclass(eq=False)
@@ -153,6 +213,7 @@ class TrainedModel:
         """Read a model folder written by :func:`selfcal.pipeline.train`."""
         folder = Path(folder)
         config = read_config(folder)
+        check_files(folder, config)
         model = cls.without_calibrator(folder, config)
         spec = config.get("calibrator")
         if spec is not None:

@@ -354,6 +354,7 @@ def _write_folder(
     )
     md.write_json(folder / md.REPORT_JSON, report)
     (folder / md.REPORT_MD).write_text(markdown(report), encoding="utf-8")
+    md.write_json(folder / md.CONFIG, md.seal(folder, config))  # last: the files are final
     return report
 
 
