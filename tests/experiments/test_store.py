@@ -394,3 +394,21 @@ def test_sqlite_failures_become_one_line_naming_the_store() -> None:
     for message, said in cases.items():
         error = str(store_error(path, sqlite3.OperationalError(message)))
         assert str(path) in error and said in error and "\n" not in error, error
+
+
+def test_a_damaged_store_is_one_line_naming_it(tmp_path: Path) -> None:
+    """Pages overwritten on disk: SQLite's "malformed" (a DatabaseError, not an
+    OperationalError) came out raw, without the store's name."""
+    path = tmp_path / "r.sqlite"
+    with ResultsStore(path) as store:
+        for spec in make_specs(40):
+            store.record(spec, result_for(spec), ENV)
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    data[4096 * 2 : 4096 * 6] = b"\xff" * (4096 * 4)  # pages past the header
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError) as caught:
+        with ResultsStore(path) as store:
+            store.runs()
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message

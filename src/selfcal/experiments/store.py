@@ -208,7 +208,9 @@ class ResultsStore:
         for attempt in range(LOCK_RETRIES):
             try:
                 return action()
-            except sqlite3.OperationalError as err:
+            except (sqlite3.ProgrammingError, sqlite3.IntegrityError):
+                raise  # selfcal's own mistake, not the file's
+            except sqlite3.DatabaseError as err:  # OperationalError, or a damaged file's
                 if not _is_lock_error(err):
                     raise store_error(self.path, err) from err
                 if attempt == LOCK_RETRIES - 1:
