@@ -141,7 +141,7 @@ class Calibrator(ScoreEstimator):
             check_fittable(pred, type(self).__name__)
             self.prob_floor_ = zero_floor(pred)
             pred = self._floored(pred)
-        coverage = Coverage.of(pred)
+        coverage = Coverage.of(pred, ties=self._rests_on_each_class)
         self._fit(pred)
         self.n_classes_ = pred.n_classes
         if "mix" in self._hyperparameters:

@@ -39,12 +39,15 @@ class Coverage:
     """Classes with exactly one validation row."""
     n_tied_errors: int = 0
     """Wrong predictions whose label shares the top score (an exact tie, e.g. in float32),
-    counted only when some row's scores differ (constant scores: no map can sharpen)."""
+    counted only when asked (``Coverage.of(pred, ties=True)``) and when some row's scores differ
+    (constant scores: no map can sharpen)."""
 
     @classmethod
-    def of(cls, pred: Predictions) -> Coverage:
+    def of(cls, pred: Predictions, ties: bool = False) -> Coverage:
         """The coverage of validated predictions with labels; ``ValueError`` when the labels
-        hold a single class (nothing about the others can be learned)."""
+        hold a single class (nothing about the others can be learned). ``ties``: also count
+        the errors that are exact ties (a pass over the scores, for the calibrators that
+        warn about them)."""
         labels = pred.require_labels()
         counts = torch.bincount(labels, minlength=pred.n_classes).cpu()
         present = torch.nonzero(counts).squeeze(1).tolist()
@@ -56,12 +59,11 @@ class Coverage:
             )
         missing = tuple(int(j) for j in torch.nonzero(counts == 0).squeeze(1).tolist())
         single = tuple(int(j) for j in torch.nonzero(counts == 1).squeeze(1).tolist())
-        scores = pred.scores
-        on_top = scores.gather(1, labels.unsqueeze(1)).squeeze(1) == scores.amax(dim=1)
         correct = pred.correct.bool()
-        spread = bool((scores.amax(dim=1) > scores.amin(dim=1)).any())
-        tied = int((on_top & ~correct).sum()) if spread else 0
         n_correct = int(correct.sum())
+        tied = (
+            _tied_errors(pred.scores, labels, correct) if ties and n_correct < len(correct) else 0
+        )
         return cls(pred.n_samples, pred.n_classes, missing, n_correct, single, tied)
 
     @property
@@ -84,6 +86,16 @@ class Coverage:
             f"the validation labels hold {self.n_classes - len(self.missing)} of the "
             f"{self.n_classes} classes (none of class {shown})"
         )
+
+
+def _tied_errors(scores: torch.Tensor, labels: torch.Tensor, correct: torch.Tensor) -> int:
+    """Wrong rows whose label shares the top score; 0 when every row's scores are equal
+    (constant scores: no map can sharpen them)."""
+    top = scores.amax(dim=1)
+    if not bool((top > scores.amin(dim=1)).any()):
+        return 0
+    on_top = scores.gather(1, labels.unsqueeze(1)).squeeze(1) == top
+    return int((on_top & ~correct).sum())
 
 
 @contextmanager
