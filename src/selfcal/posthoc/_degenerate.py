@@ -94,8 +94,12 @@ def _tied_errors(scores: torch.Tensor, labels: torch.Tensor, correct: torch.Tens
     top = scores.amax(dim=1)
     if not bool((top > scores.amin(dim=1)).any()):
         return 0
-    on_top = scores.gather(1, labels.unsqueeze(1)).squeeze(1) == top
-    return int((on_top & ~correct).sum())
+    return int((label_on_top(scores, labels) & ~correct).sum())
+
+
+def label_on_top(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` bool: the row's label has the top score (alone, or tied with others)."""
+    return scores.gather(1, labels.unsqueeze(1)).squeeze(1) == scores.amax(dim=1)
 
 
 @contextmanager

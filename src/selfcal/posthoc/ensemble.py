@@ -13,7 +13,7 @@ import torch
 
 from selfcal._validation import check_choice
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._degenerate import Coverage
+from selfcal.posthoc._degenerate import Coverage, label_on_top
 from selfcal.posthoc._inverse_temperature import fit_inverse_temperature
 from selfcal.posthoc._loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._modules import score_logits
@@ -285,8 +285,7 @@ class EnsembleTemperatureScaling(Calibrator):
 
     def _fit(self, pred: Predictions) -> None:
         z, y = scores_as_logits(pred), pred.require_labels()
-        label_on_top = z.gather(1, y.unsqueeze(1)).squeeze(1) == z.amax(dim=1)
-        if bool(label_on_top.all()):  # nothing is identified: the scores unchanged
+        if bool(label_on_top(z, y).all()):  # nothing is identified: the scores unchanged
             self.temperature_, self.weights_ = 1.0, np.array([0.0, 1.0, 0.0])
             flat = bool((z.amax(dim=1) == z.amin(dim=1)).all())  # constant rows: no map acts
             if not (bool(pred.correct.all()) or flat):  # (all correct: the base class warns)
