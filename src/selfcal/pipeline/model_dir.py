@@ -22,9 +22,11 @@ message naming both versions (the selfcal and torch versions that wrote it are r
 checked). A folder is untrusted input: it reads only its own regular files (:func:`member`),
 and from version 2 ``config.json`` carries the SHA-256 of the files ``predict`` reads and of
 itself (:func:`seal`), so a folder edited or damaged after training is refused, naming the
-file. Predictions are computed on the CPU: standardise in float64, cast to float32, the
-network's logits, in float64 the calibrator's probabilities -- the same code path at training
-time (for the validation confidences, the threshold and the report) as in ``selfcal predict``.
+file; every field and tensor it holds is checked as it is read
+(:mod:`selfcal.pipeline.folder_schema`), so a re-sealed edit is refused as well. Predictions
+are computed on the CPU: standardise in float64, cast to float32, the network's logits, in
+float64 the calibrator's probabilities -- the same code path at training time (for the
+validation confidences, the threshold and the report) as in ``selfcal predict``.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from selfcal.models import build_model
 from selfcal.pipeline.fitting import network_logits
+from selfcal.pipeline.folder_schema import folder_parts, load_network, read_validation
 from selfcal.pipeline.prepare import LabelMap, Standardizer, aligned_features
 from selfcal.pipeline.selective import Threshold, choose_threshold
 from selfcal.pipeline.tables import FeatureTable
@@ -216,6 +218,10 @@ class TrainedModel:
         check_files(folder, config)
         model = cls.without_calibrator(folder, config)
         spec = config.get("calibrator")
+        if spec is None and member(folder, CALIBRATOR) is not None:
+            raise ValueError(
+                f"{folder / CONFIG} names no calibrator, but the folder holds {CALIBRATOR}"
+            )
         if spec is not None:
             name = spec.get("file") if isinstance(spec, dict) else None
             if name != CALIBRATOR:
@@ -229,40 +235,15 @@ class TrainedModel:
 
     @classmethod
     def without_calibrator(cls, folder: Path, config: dict[str, Any]) -> TrainedModel:
-        """The folder's network, features and labels (``calibrator`` ``None``)."""
-        try:
-            arch = config["architecture"]
-            features, labels = config["features"], config["labels"]
-            columns = tuple(str(c) for c in features["columns"])
-            standardizer = Standardizer(
-                np.asarray(features["mean"], dtype=np.float64),
-                np.asarray(features["std"], dtype=np.float64),
-            )
-            label_map = LabelMap.from_json(list(labels["classes"]))
-            n_features, n_classes = int(arch["n_features"]), int(arch["n_classes"])
-            hidden = tuple(int(h) for h in arch["hidden"])
-            built = (arch.get("name", "mlp"), arch.get("activation", "relu"), arch["dropout"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{folder / CONFIG}: incomplete configuration ({exc!r})") from None
-        if built != ("mlp", "relu", 0.0):  # what selfcal train builds: never silently another
-            raise ValueError(
-                f"{folder / CONFIG}: architecture {built[0]!r} with activation {built[1]!r} and "
-                f"dropout {built[2]!r}; selfcal predicts with the MLP selfcal train builds "
-                "('mlp', 'relu', 0.0)"
-            )
-        if (len(columns), label_map.n_classes) != (n_features, n_classes):
-            raise ValueError(f"{folder / CONFIG}: columns or classes disagree with the network")
-        network = build_model("mlp", n_features=n_features, n_classes=n_classes, hidden=hidden)
+        """The folder's network, features and labels (``calibrator`` ``None``), every field
+        and tensor checked (:mod:`selfcal.pipeline.folder_schema`)."""
+        parts = folder_parts(folder / CONFIG, config)
         weights = member(folder, WEIGHTS)
         if weights is None:
             raise ValueError(f"{folder}: {WEIGHTS} is missing")
-        try:
-            network.load_state_dict(_safetensors().load_file(str(weights)), strict=True)
-        except (RuntimeError, OSError) as exc:
-            first = str(exc).splitlines()[0]
-            raise ValueError(f"{weights} does not fit the network of {CONFIG}: {first}") from None
+        network = load_network(weights, parts, _safetensors().load_file)
         network.eval()
-        return cls(config, network, columns, standardizer, label_map, None)
+        return cls(config, network, parts.columns, parts.standardizer, parts.labels, None)
 
     # ----------------------------------------------------------------- predictions
     def features(self, table: FeatureTable) -> np.ndarray:
@@ -324,13 +305,10 @@ def stored_thresholds(folder: str | Path) -> tuple[list[Threshold], tuple[str, f
         raise ValueError(f"{folder}: {SELECTIVE} is missing")
     doc = read_json(path)
     try:
-        default = doc["default"]
-        return [Threshold.from_json(t) for t in doc["thresholds"]], (
-            str(default["kind"]),
-            float(default["target"]),
-        )
+        default = Threshold.from_json({**doc["default"], "coverage": 0})
+        return [Threshold.from_json(t) for t in doc["thresholds"]], (default.kind, default.target)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not the thresholds selfcal train writes ({exc!r})") from None
+        raise ValueError(f"{path}: not the thresholds selfcal train writes ({exc})") from None
 
 
 def threshold_for(
@@ -351,6 +329,5 @@ def threshold_for(
     path = member(folder, VALIDATION)
     if path is None:
         raise ValueError(f"{folder}: {VALIDATION} is missing")
-    with np.load(path, allow_pickle=False) as data:
-        confidence, correct = data["confidence"], data["correct"]
+    confidence, correct = read_validation(path)
     return choose_threshold(confidence, correct, kind=kind, target=float(target))

@@ -61,14 +61,16 @@ class Threshold:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Threshold:
-        threshold = doc.get("threshold")
-        accuracy = doc.get("accuracy")
+        """The threshold :meth:`to_json` wrote, every field checked: a known kind, a target
+        in (0, 1], a threshold, coverage and accuracy in [0, 1] (``None`` where allowed)."""
+        kind = target_kind(doc.get("kind"))
+        threshold, accuracy = doc.get("threshold"), doc.get("accuracy")
         return cls(
-            target_kind(doc.get("kind")),
-            float(doc["target"]),
-            None if threshold is None else float(threshold),
-            float(doc["coverage"]),
-            None if accuracy is None else float(accuracy),
+            kind,
+            check_fraction(f"target {kind}", doc.get("target")),
+            None if threshold is None else _unit("threshold", threshold),
+            _unit("coverage", doc.get("coverage")),
+            None if accuracy is None else _unit("accuracy", accuracy),
         )
 
     def abstain(self, confidence: np.ndarray) -> np.ndarray:
@@ -84,6 +86,13 @@ class Threshold:
             f"target {self.kind} {self.target:g}: threshold {t}, validation coverage "
             f"{self.coverage:.4f}, selective accuracy {acc}"
         )
+
+
+def _unit(name: str, value: object) -> float:
+    """``value`` checked to be a number in [0, 1]."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r:.40}")
+    return float(value)
 
 
 def target_kind(value: object) -> TargetKind:
