@@ -108,7 +108,11 @@ def full_sample() -> dict[str, Any]:
 
 
 def sample(name: str, specs: list[Any]) -> list[Any]:
-    """The first seed's first run per (dataset, method, regime) on the study's small datasets."""
+    """The first seed's first run per (dataset, method, regime) on the study's small datasets
+    (none when the protocol has no run here: ``conformal`` builds its runs from the benchmark's
+    store)."""
+    if not specs:
+        return []
     first = min(spec.seed for spec in specs)
     chosen, seen = [], set()
     for spec in specs:
