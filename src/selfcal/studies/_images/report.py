@@ -44,16 +44,18 @@ def curve_figure(
     return fig
 
 
-def intro(results: Any, docs: Sequence[str | None], criterion: Any, cells: str) -> list[str]:
-    """The image reports' opening: the study's own text (``docs``), the recipe and regimes,
+def intro(
+    results: Any, docs: Sequence[str | None], criterion: Any, cells: str, shared: str | None
+) -> list[str]:
+    """The image reports' opening: the study's own text (``docs``), the recipe and regimes
+    (``shared``: the docstring of :mod:`selfcal.studies._images`, less its first paragraph),
     how hyperparameters are selected and the cells and verdicts read, and whether the CIFAR
     rows ran."""
     from selfcal.experiments.report import prose
-    from selfcal.studies import _images as package
 
     parts = [line for doc in docs for line in prose(doc)]
     parts += [
-        *prose(str(package.__doc__).split("\n\n", 1)[1]),
+        *prose(str(shared).split("\n\n", 1)[1]),
         f"Tuned and unstated hyperparameters are selected per seed by the {criterion} "
         "among each method's candidates (listed at the end with every seed's choice). "
         f"Cells: mean ± 95% CI half-width over seeds, {cells}. Ranks and verdicts come "

@@ -100,7 +100,7 @@ def sections(results: StudyResults) -> list[str]:
     from selfcal.studies.bo4sc_images import execute
 
     texts = _images.study_texts(bo4sc_images, execute)
-    parts = _images.intro(results, texts, SELECTION, "in % (NLL, Brier and T raw)")
+    parts = _images.intro(results, texts, SELECTION, "in % (NLL, Brier and T raw)", _images.__doc__)
     parts += _images.regime_sections(results, results.datasets, MODELS, table, verdicts)
     parts += [
         "## BO4SC's weights",

@@ -250,7 +250,9 @@ def published_table() -> list[str]:
 def sections(results: StudyResults) -> list[str]:
     from selfcal.studies import bsce_gra
 
-    parts = _images.intro(results, [bsce_gra.__doc__], SELECTION, "in % (T: the temperature)")
+    parts = _images.intro(
+        results, [bsce_gra.__doc__], SELECTION, "in % (T: the temperature)", _images.__doc__
+    )
     parts += _images.regime_sections(
         results, image_datasets(results), MODELS, loss_table, verdict_lines
     )

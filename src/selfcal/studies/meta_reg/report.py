@@ -220,7 +220,7 @@ def sections(results: StudyResults) -> list[str]:
     from selfcal.studies.meta_reg import execute
 
     texts = _images.study_texts(meta_reg, execute)
-    parts = _images.intro(results, texts, SELECTION, "in % (NLL and T raw)")
+    parts = _images.intro(results, texts, SELECTION, "in % (NLL and T raw)", _images.__doc__)
     datasets = results.datasets
     parts += _images.regime_sections(
         results, datasets, MODELS, table1, verdict_lines, after=published_rows
