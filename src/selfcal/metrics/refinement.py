@@ -77,7 +77,7 @@ def recalibrated(
     """``pred`` after ``recalibrator`` (a registered calibrator name): fitted on every row and
     applied to them (``folds=None``), or cross-fitted -- each fold's rows predicted by the
     calibrator fitted on the others (``folds=K``:
-    :func:`~selfcal.posthoc._cross_validation.stratified_folds` seeded by ``seed``; or the
+    :func:`~selfcal.posthoc.crossfit.stratified_folds` seeded by ``seed``; or the
     held-out indices of each fold, which must cover every row once). The metrics score these
     predictions without forming them whole (:func:`recalibrated_terms`)."""
     labels = pred.require_labels()
@@ -137,7 +137,7 @@ def _fitted(pred: Predictions, recalibrator: str) -> Any:
 def _cross_fitted(
     pred: Predictions, recalibrator: str, folds: int | Sequence[Any], seed: int
 ) -> Predictions:
-    from selfcal.posthoc._cross_validation import out_of_fold_probs, stratified_folds
+    from selfcal.posthoc.crossfit import out_of_fold_probs, stratified_folds
 
     labels = pred.require_labels()
     if isinstance(folds, (int, np.integer)):
