@@ -33,7 +33,7 @@ from bench_calibrators_scale import imagenet_shaped
 from selfcal import Predictions
 from selfcal.metrics.scores import nll_terms
 from selfcal.posthoc import AutoCalibration, auto, build_calibrator
-from selfcal.posthoc._cross_validation import random_folds, stratified_folds
+from selfcal.posthoc.crossfit import random_folds, stratified_folds
 
 SCHEMES = {
     "random": lambda labels, k, seed: random_folds(labels.shape[0], k, seed),

@@ -41,7 +41,7 @@ def test_the_table_maps_each_key_to_its_metric_in_report_order() -> None:
     assert list(METRICS) == KEYS
     for key in KEYS:
         assert isinstance(METRICS[key], Metric) and load_metric(key) is METRICS[key]
-    for key in KEYS:  # one vocabulary: the report key is the metric's name in selfcal.metrics
+    for key in KEYS:  # one vocabulary: the report key is the metric's own name
         assert METRICS[key].__name__ == key
     for old, new in (("smece", "smooth_ece"), ("nll_refinement", "refinement_loss")):
         assert load_metric(old) is METRICS[new]  # 0.1's keys still read

@@ -20,6 +20,9 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
 
 from selfcal._validation import check_choice
 from selfcal.metrics import (
@@ -28,19 +31,18 @@ from selfcal.metrics import (
     adaece,
     aurc,
     brier,
-    calibration_loss,
     classwise_ece,
     debiased_ece,
     ece,
     kde_ece,
     mce,
     nll,
-    refinement_loss,
     sece,
     smooth_ece,
 )
 from selfcal.metrics.bootstrap import Interval, Resamples, bootstrap_ci
 from selfcal.predictions import Predictions
+from selfcal.recalibration import calibration_loss, recalibrated_terms, refinement_loss
 
 METRICS: dict[str, Metric] = {
     m.__name__: m
@@ -62,7 +64,8 @@ METRICS: dict[str, Metric] = {
     )
 }
 """Report key -> metric, in report order: each key is the metric's own name in
-:mod:`selfcal.metrics` (``selfcal evaluate --json`` and ``selfcal.M.<key>`` agree)."""
+:mod:`selfcal.metrics` (``selfcal evaluate --json`` and ``selfcal.M.<key>`` agree), or in
+:mod:`selfcal.recalibration` for the two of :data:`RECALIBRATED`."""
 KEY_ALIASES = {
     "smece": "smooth_ece",
     "nll_refinement": "refinement_loss",
@@ -71,7 +74,9 @@ KEY_ALIASES = {
 """Report keys of selfcal 0.1, still accepted wherever a key is read."""
 RECALIBRATED = ("refinement_loss", "calibration_loss")
 """Keys whose metric fits a recalibrator (scores beyond what its likelihood fit can scale
-cannot be fitted)."""
+cannot be fitted). They share one fit of their default recalibrator: :func:`_options` hands
+each the :func:`~selfcal.recalibration.recalibrated_terms` of ``pred``, fitted on first
+need."""
 MAY_BE_UNDEFINED = (*RECALIBRATED, "kde_ece")
 """Keys whose metric can be undefined on valid scores -- a recalibrator that cannot be fitted,
 KDE-ECE's default bandwidth undefined or below its grid step: the report gives NaN for them
@@ -125,8 +130,18 @@ def load_metric(key: str) -> Metric:
     return METRICS[metric_key(key)]
 
 
-def _options(metric: Metric, n_bins: int) -> dict[str, int]:
-    """``{"n_bins": n_bins}`` for metrics whose core takes a bin count, else ``{}``."""
+def _options(
+    key: str, metric: Metric, n_bins: int, pred: Predictions, fits: dict[str, torch.Tensor]
+) -> dict[str, Any]:
+    """``{"n_bins": n_bins}`` for metrics whose core takes a bin count; ``{"terms": l}`` for
+    those of :data:`RECALIBRATED`, ``l_i = NLL(g(p)_i, y_i)`` the per-row NLL after their
+    default recalibrator ``g`` (temperature scaling fitted on ``pred``), computed once and kept
+    in ``fits`` for the other key, the point estimate and every resample; else ``{}``."""
+    if key in RECALIBRATED:
+        if "nll" not in fits:
+            with torch.no_grad():
+                fits["nll"] = recalibrated_terms(pred, "nll")
+        return {"terms": fits["nll"]}
     return {"n_bins": n_bins} if metric.takes_bins else {}
 
 
@@ -162,6 +177,7 @@ def evaluate(
     resamples = Resamples(pred.n_samples, n_resamples, seed, pred.device)
     chosen = list(METRICS) if keys is None else [metric_key(k) for k in keys]
     out: dict[str, Interval] = {}
+    fits: dict[str, torch.Tensor] = {}  # the recalibrated terms, shared by RECALIBRATED
     for key in chosen:
         metric = load_metric(key)
         try:
@@ -172,7 +188,7 @@ def evaluate(
                 confidence=confidence,
                 method=interval,
                 resamples=resamples,  # drawn once from seed
-                **_options(metric, n_bins),
+                **_options(key, metric, n_bins, pred, fits),
             )
         except ValueError as error:
             if key not in MAY_BE_UNDEFINED:
@@ -189,7 +205,8 @@ def evaluate(
 def point_estimates(pred: Predictions, keys: list[str], *, n_bins: int = 15) -> dict[str, float]:
     """Plain values (no interval) of the metrics ``keys`` -- for before/after comparisons."""
     out: dict[str, float] = {}
+    fits: dict[str, torch.Tensor] = {}  # the recalibrated terms, shared by RECALIBRATED
     for key in keys:
         metric = load_metric(key)
-        out[key] = float(metric.core(pred, **_options(metric, n_bins)))
+        out[key] = float(metric.core(pred, **_options(metric_key(key), metric, n_bins, pred, fits)))
     return out

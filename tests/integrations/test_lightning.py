@@ -17,6 +17,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import selfcal.metrics as M
+import selfcal.recalibration as R
 from selfcal import Predictions
 from selfcal.data import load_dataset
 from selfcal.posthoc import TemperatureScaling
@@ -113,8 +114,8 @@ def expected_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
         "val_classwise_ece": float(M.classwise_ece(pred)),
         "val_brier": float(M.brier(pred)),
         "val_nll": float(M.nll(pred)),
-        "val_refinement_loss": float(M.refinement_loss(pred)),
-        "val_calibration_loss": float(M.calibration_loss(pred)),
+        "val_refinement_loss": float(R.refinement_loss(pred)),
+        "val_calibration_loss": float(R.calibration_loss(pred)),
     }
 
 

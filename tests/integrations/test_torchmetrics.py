@@ -27,6 +27,7 @@ import torch
 from helpers.cases import N_CASES, case_probs, make_case
 
 import selfcal.metrics as M
+import selfcal.recalibration as R
 from selfcal import Predictions
 from selfcal.exceptions import LikelyProbabilities
 from selfcal.metrics.binning import classwise_bins, top_label_bins
@@ -565,7 +566,7 @@ def test_the_refinement_decomposition_over_batches_equals_the_function(part, kin
     """Batches accumulated, then one recalibrator fitted on them all: the selfcal function on
     the concatenation (same rows and cross-fitted)."""
     cls = tm.RefinementLoss if part == "refinement" else tm.CalibrationLoss
-    fn = M.refinement_loss if part == "refinement" else M.calibration_loss
+    fn = R.refinement_loss if part == "refinement" else R.calibration_loss
     rng = np.random.default_rng(0)
     z = torch.from_numpy(rng.normal(size=(300, 4)) * 3)
     y = torch.from_numpy(rng.integers(0, 4, 300))
@@ -588,7 +589,7 @@ def test_the_refinement_metric_takes_one_kind_until_reset():
     metric.reset()
     metric.update(probs=torch.softmax(z, 1), labels=y)
     torch.testing.assert_close(
-        metric.compute(), M.refinement_loss(probs=torch.softmax(z, 1), labels=y)
+        metric.compute(), R.refinement_loss(probs=torch.softmax(z, 1), labels=y)
     )
     with pytest.raises(ValueError, match="loss"):
         tm.RefinementLoss(loss="ece")

@@ -11,10 +11,15 @@ import pytest
 import torch
 
 import selfcal.metrics as M
+import selfcal.recalibration as R
 from selfcal.metrics._api import Metric, metric
 from selfcal.predictions import Predictions
 
-ALL = [getattr(M, name) for name in M.__all__ if isinstance(getattr(M, name), Metric)]
+ALL = [getattr(M, name) for name in M.__all__ if isinstance(getattr(M, name), Metric)] + [
+    R.refinement_loss,
+    R.calibration_loss,
+]
+"""The metrics of :mod:`selfcal.metrics` and the two of :mod:`selfcal.recalibration`."""
 HIGHER_IS_BETTER = {"accuracy", "accuracy_at_coverage", "coverage_at_accuracy"}
 DIFFERENTIABLE = {"nll", "brier", "sece", "dece", "kde_ece", "smooth_ece"}
 

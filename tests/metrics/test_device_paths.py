@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import selfcal.metrics as M
+import selfcal.recalibration as R
 from selfcal import predictions
 from selfcal.metrics import binning
 from selfcal.predictions import Predictions
@@ -193,7 +194,7 @@ def test_cuda_binning_is_deterministic_and_matches_the_cpu():
     [
         *(M.nll, M.brier, M.ece, M.mce, M.adaece, M.classwise_ece),
         *(M.sece, M.kde_ece, M.smooth_ece, M.debiased_ece, M.aurc),
-        *(M.refinement_loss, M.calibration_loss),
+        *(R.refinement_loss, R.calibration_loss),
     ],
 )
 def test_cuda_metrics_take_chunks_not_a_float64_copy(metric):

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import selfcal.metrics as M
+import selfcal.recalibration as R
 from selfcal.evaluation import METRICS
 from selfcal.posthoc import build_calibrator
 
@@ -63,7 +64,7 @@ def test_every_metric_gives_the_same_bits_in_every_layout(case) -> None:
 @given(logits_and_labels())
 def test_fitted_metrics_and_calibrators_give_the_same_bits_in_every_layout(case) -> None:
     z, y = case
-    for metric in (M.refinement_loss, M.kde_ece):
+    for metric in (R.refinement_loss, M.kde_ece):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the recalibrator's degenerate fits, alike
             values = {repr(as_float(metric(logits=s, labels=y))) for s in layouts(z).values()}

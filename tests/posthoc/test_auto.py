@@ -14,8 +14,8 @@ from selfcal import Predictions
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics import brier, nll
 from selfcal.posthoc import AutoCalibration, build_calibrator
-from selfcal.posthoc._cross_validation import random_folds, stratified_folds
 from selfcal.posthoc.auto import CANDIDATES
+from selfcal.posthoc.crossfit import random_folds, stratified_folds
 
 
 def biased_logits(seed: int, n: int, c: int) -> tuple[np.ndarray, np.ndarray]:
@@ -26,22 +26,6 @@ def biased_logits(seed: int, n: int, c: int) -> tuple[np.ndarray, np.ndarray]:
     p = torch.softmax(torch.from_numpy(0.5 * z + bias), 1).numpy()
     y = (p.cumsum(1) > rng.random((n, 1))).argmax(1)
     return z, y
-
-
-def test_stratified_folds_deal_each_class_evenly():
-    y = torch.as_tensor(np.repeat([0, 1, 2], [50, 23, 7]))
-    folds = stratified_folds(y, 5, seed=3)
-    assert sorted(np.concatenate(folds).tolist()) == list(range(80))
-    sizes = [len(f) for f in folds]
-    assert max(sizes) - min(sizes) <= 1
-    for c in range(3):
-        counts = [int((y[f] == c).sum()) for f in folds]
-        assert max(counts) - min(counts) <= 1
-    again = stratified_folds(y, 5, seed=3)
-    assert all(np.array_equal(a, b) for a, b in zip(folds, again, strict=True))
-    assert not all(
-        np.array_equal(a, b) for a, b in zip(folds, stratified_folds(y, 5, 4), strict=True)
-    )
 
 
 @pytest.mark.parametrize("criterion", ["nll", "brier"])
@@ -311,24 +295,15 @@ def test_without_scikit_learn_isotonic_is_skipped_with_its_reason(monkeypatch):
     assert all(e == "" for j, e in enumerate(auto.cv_results_["error"]) if j != i)
 
 
-def test_random_folds_cover_every_row_once_in_near_equal_seeded_folds():
-    folds = random_folds(103, 5, seed=3)
-    assert sorted(np.concatenate(folds).tolist()) == list(range(103))
-    assert {len(f) for f in folds} == {20, 21}
-    assert all(np.array_equal(a, b) for a, b in zip(folds, random_folds(103, 5, 3)))
-    assert not all(np.array_equal(a, b) for a, b in zip(folds, random_folds(103, 5, 4)))
-    assert len(random_folds(3, 5, 0)) == 3
-
-
 def test_held_out_rows_predicted_in_pieces_score_the_same(monkeypatch):
     """The cross-validation predicts each fold's held-out rows a piece at a time (its
     ``(n, C)`` probabilities are never formed whole at scale): the scores and intervals equal
     those of predicting every fold at once, bit for bit."""
-    from selfcal.posthoc import _cross_validation
+    from selfcal.posthoc import crossfit
 
     z, y = biased_logits(7, 500, 6)
     whole = AutoCalibration(candidates=["ts", "svs", "isotonic"]).fit(logits=z, labels=y)
-    monkeypatch.setattr(_cross_validation, "PREDICT_ELEMENTS", 7 * 6)  # 7 rows a piece
+    monkeypatch.setattr(crossfit, "PREDICT_ELEMENTS", 7 * 6)  # 7 rows a piece
     pieces = AutoCalibration(candidates=["ts", "svs", "isotonic"]).fit(logits=z, labels=y)
     for key in ("score", "low", "high", "ts_low", "ts_high"):
         assert pieces.cv_results_[key] == whole.cv_results_[key]

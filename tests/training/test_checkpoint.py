@@ -47,7 +47,7 @@ def test_the_refinement_criterion_keeps_the_lowest_nll_after_temperature_scaling
     """A run whose logits only grow in scale (a temperature) has one refinement loss at every
     epoch after the first sharpening, while its NLL moves: the two criteria keep different
     epochs, each the lowest of its own score, from one forward pass per offer."""
-    from selfcal.metrics import refinement_loss
+    from selfcal.recalibration import refinement_loss
 
     torch.manual_seed(1)
     x, y = torch.randn(300, 2), torch.randint(0, 3, (300,))

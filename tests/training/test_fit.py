@@ -66,10 +66,10 @@ def test_best_by_accuracy_restores_the_first_most_accurate_epoch(same_params):
 def test_best_by_refinement_or_ece_restores_the_first_lowest_epoch(same_params, best_by):
     """With ``best_by="refinement"`` every epoch records the refinement loss (the validation
     NLL after temperature scaling fitted on that epoch's validation predictions,
-    ``selfcal.metrics.refinement_loss``) and the checkpoint is chosen by it (Berta et al.,
+    ``selfcal.recalibration.refinement_loss``) and the checkpoint is chosen by it (Berta et al.,
     2025); other rules do not pay for it. ``"ece"`` chooses by the ECE."""
     from selfcal import Predictions
-    from selfcal.metrics import refinement_loss
+    from selfcal.recalibration import refinement_loss
 
     train, val = overfitting_problem()
     model = build_model("mlp", n_features=2, n_classes=2, hidden=(), seed=0)

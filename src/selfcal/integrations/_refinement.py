@@ -16,11 +16,11 @@ from selfcal.predictions import Predictions, ScoreKind
 
 class RefinementLoss(_CalibrationMetric):
     """Refinement loss ``L(g(p), y)`` of every batch and process together
-    (:func:`selfcal.metrics.refinement_loss`: the ``loss`` after ``recalibrator`` ``g``, fitted
-    on the same rows or cross-fitted over ``folds``; Berta et al., 2025). The recalibrator is
-    fitted on all the data, so every sample's scores (float64, the kind it was given in) and
-    label are kept (list states gathered with ``dist_reduce_fx="cat"``); one kind for all
-    batches. ``compute()`` equals the selfcal function on all the data."""
+    (:func:`selfcal.recalibration.refinement_loss`: the ``loss`` after ``recalibrator`` ``g``,
+    fitted on the same rows or cross-fitted over ``folds``; Berta et al., 2025). The
+    recalibrator is fitted on all the data, so every sample's scores (float64, the kind it was
+    given in) and label are kept (list states gathered with ``dist_reduce_fx="cat"``); one kind
+    for all batches. ``compute()`` equals the selfcal function on all the data."""
 
     scores: list[torch.Tensor]
     labels: list[torch.Tensor]
@@ -36,8 +36,8 @@ class RefinementLoss(_CalibrationMetric):
         kind: ScoreKind | None = None,
         **kwargs: Any,
     ) -> None:
-        from selfcal.metrics.refinement import LOSSES
         from selfcal.posthoc import build_calibrator
+        from selfcal.recalibration import LOSSES
 
         super().__init__(kind=kind, **kwargs)
         self.loss = check_choice("loss", loss, tuple(LOSSES))
@@ -64,7 +64,7 @@ class RefinementLoss(_CalibrationMetric):
         self.scores_kind = None
 
     def compute(self) -> torch.Tensor:
-        from selfcal.metrics.refinement import calibration_loss, refinement_loss
+        from selfcal.recalibration import calibration_loss, refinement_loss
 
         scores, labels = _cat(self.scores), _cat(self.labels)
         _require_samples(torch.tensor(labels.shape[0]))
@@ -80,7 +80,7 @@ class RefinementLoss(_CalibrationMetric):
 
 class CalibrationLoss(RefinementLoss):
     """Calibration loss ``L(p, y) - L(g(p), y)`` of every batch and process together
-    (:func:`selfcal.metrics.calibration_loss`): what the recalibrator takes off the loss.
+    (:func:`selfcal.recalibration.calibration_loss`): what the recalibrator takes off the loss.
     Options and states as :class:`RefinementLoss`."""
 
     _part = "calibration"

@@ -26,7 +26,6 @@ from selfcal.metrics.conformal import (
     worst_class_coverage,
 )
 from selfcal.metrics.debiased import debiased_ece
-from selfcal.metrics.refinement import calibration_loss, recalibrated, refinement_loss
 from selfcal.metrics.scores import accuracy, brier, error, nll
 from selfcal.metrics.selective import (
     RiskCoverage,
@@ -53,7 +52,6 @@ __all__ = [
     "bootstrap_ci",
     "brier",
     "calibration_error",
-    "calibration_loss",
     "class_conditional_coverage",
     "classwise_ece",
     "conformal_summary",
@@ -66,8 +64,6 @@ __all__ = [
     "kde_ece",
     "mce",
     "nll",
-    "recalibrated",
-    "refinement_loss",
     "risk_coverage_curve",
     "sece",
     "set_coverage",

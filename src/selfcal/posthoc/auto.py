@@ -1,7 +1,7 @@
 """A calibrator chosen for the data: stratified K-fold cross-validation over a stated set of
 candidate calibrators on the user's validation predictions, scored by cross-validated NLL
 (Brier score or ECE by option) with paired bootstrap intervals
-(:mod:`selfcal.posthoc._cross_validation`); the first candidate, in an order of preference set
+(:mod:`selfcal.posthoc.crossfit`); the first candidate, in an order of preference set
 by the evidence of large benchmarks, that is not significantly worse than the lowest score is
 refitted on every row. The candidates and the folds are sized to the problem
 (:func:`default_candidates`, :func:`fold_count`, :func:`folds_for`).
@@ -21,7 +21,8 @@ from selfcal.metrics import brier, ece, nll
 from selfcal.metrics._api import weighted_mean
 from selfcal.metrics.scores import brier_terms, nll_terms
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._cross_validation import (
+from selfcal.posthoc._mixing import mix_confidence, mix_uniform
+from selfcal.posthoc.crossfit import (
     Kept,
     Outcome,
     Scorer,
@@ -30,7 +31,6 @@ from selfcal.posthoc._cross_validation import (
     random_folds,
     stratified_folds,
 )
-from selfcal.posthoc._mixing import mix_confidence, mix_uniform
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
 from selfcal.posthoc.temperature import shared_temperature_fits
 from selfcal.predictions import Predictions
@@ -108,7 +108,7 @@ def default_candidates(pred: Predictions) -> tuple[list[str], dict[str, str]]:
 def folds_for(labels: torch.Tensor, n_folds: int | str, seed: int) -> list[np.ndarray]:
     """The held-out rows of each fold: :func:`fold_count` folds, stratified by label up to
     :data:`STRATIFIED_ROWS` rows (every class in every fold, as small sets need), random
-    beyond (:func:`~selfcal.posthoc._cross_validation.random_folds`: stratified folds reward
+    beyond (:func:`~selfcal.posthoc.crossfit.random_folds`: stratified folds reward
     per-class fits for matching the validation set's own class frequencies, which at 1,000
     classes made ``auto`` choose structured vector scaling where the test rows called it worse
     than temperature scaling; ``scripts/auto_folds.py``)."""

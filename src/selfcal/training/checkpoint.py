@@ -13,14 +13,15 @@ import torch
 from torch import nn
 
 from selfcal.exceptions import DegenerateCalibration
-from selfcal.metrics import refinement_loss
 from selfcal.models.inference import PREDICT_BATCH, predict_logits
 from selfcal.predictions import Predictions
+from selfcal.recalibration import refinement_loss
 
 CRITERIA = ("nll", "refinement")
 """What a checkpoint can be selected by: the validation NLL, or the refinement loss -- the
 validation NLL after a temperature fitted on the same predictions
-(:func:`selfcal.metrics.refinement_loss`; Berta et al., 2025, stop there, then recalibrate)."""
+(:func:`selfcal.recalibration.refinement_loss`; Berta et al., 2025, stop there, then
+recalibrate)."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ class History:
     validation data) are computed after the epoch in eval mode: NLL, accuracy and 15-bin ECE
     from :mod:`selfcal.metrics`, and with ``best_by="refinement"`` the refinement loss (the
     NLL after temperature scaling fitted on those validation predictions,
-    :func:`selfcal.metrics.refinement_loss`; empty otherwise: a fit per epoch is not free).
+    :func:`selfcal.recalibration.refinement_loss`; empty otherwise: a fit per epoch is not free).
     ``best_epoch`` is the first epoch of lowest validation NLL -- or, by
     ``TrainConfig(best_by=...)``, of highest accuracy, lowest ECE or lowest refinement loss
     (``None`` without validation data). ``wall_time`` is in seconds.

@@ -41,9 +41,10 @@ from torch import nn
 from selfcal._validation import check_nonnegative
 from selfcal.exceptions import DegenerateCalibration, NonFinite, TrainingDiverged
 from selfcal.losses._checks import labels_checked
-from selfcal.metrics import accuracy, ece, nll, refinement_loss
+from selfcal.metrics import accuracy, ece, nll
 from selfcal.models.inference import as_tensor, predict_logits
 from selfcal.predictions import Predictions
+from selfcal.recalibration import refinement_loss
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History, HistoryRecorder, StopReason
 from selfcal.training.steps import LossFn, LossStep, MixupStep, Pair, Run, TrainStep

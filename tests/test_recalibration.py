@@ -1,6 +1,7 @@
-"""Refinement and calibration loss (Berta et al., 2025): against probmetrics' ``refinement_*`` /
-``calib-err_*`` metrics (same rows and its 5-fold cross-fit, on its own folds), against their
-definitions, and their bootstrap intervals."""
+"""Refinement and calibration loss (Berta et al., 2025; :mod:`selfcal.recalibration`): against
+probmetrics' ``refinement_*`` / ``calib-err_*`` metrics (same rows and its 5-fold cross-fit, on
+its own folds), against their definitions, their bootstrap intervals, and one fit shared
+explicitly (``terms=``), never kept between calls."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ import pytest
 import torch
 from helpers.posthoc import make_logits, softmax
 
+import selfcal.recalibration as recalibration
 from selfcal import Predictions
-from selfcal.metrics import (
-    bootstrap_ci,
-    brier,
+from selfcal.evaluation import evaluate, point_estimates
+from selfcal.metrics import bootstrap_ci, brier, nll
+from selfcal.metrics._api import Metric
+from selfcal.posthoc import build_calibrator
+from selfcal.recalibration import (
+    LOSSES,
+    TERMS,
     calibration_loss,
-    nll,
     recalibrated,
+    recalibrated_terms,
     refinement_loss,
 )
-from selfcal.metrics.refinement import LOSSES, TERMS, recalibrated_terms
-from selfcal.posthoc import build_calibrator
 
 
 def sampled_labels(z: np.ndarray, seed: int) -> np.ndarray:
@@ -139,42 +143,73 @@ def test_bad_options_are_one_line_errors():
         )
 
 
+def counted_fits(monkeypatch) -> list[str]:
+    """The recalibrators fitted on every row from now on, in order."""
+    calls: list[str] = []
+    original = recalibration._fitted
+
+    def counted(pred, recalibrator):
+        calls.append(recalibrator)
+        return original(pred, recalibrator)
+
+    monkeypatch.setattr(recalibration, "_fitted", counted)
+    return calls
+
+
 def test_one_fit_serves_the_point_the_bootstrap_and_the_calibration_loss(monkeypatch):
-    """``selfcal evaluate`` asks for both parts and their intervals: one recalibration of the
-    same ``Predictions`` object serves them all; another object or option refits."""
-    import selfcal.metrics.refinement as refinement
-
-    calls = []
-    original = refinement._recalibrated_terms
-
-    def counted(*args):
-        calls.append(args[1:])
-        return original(*args)
-
-    monkeypatch.setattr(refinement, "_recalibrated_terms", counted)
+    """``selfcal evaluate`` asks for both parts and their intervals: one recalibration of
+    ``pred``, handed to every call as ``terms=``, serves them all, bit for bit as each call's
+    own fit; nothing is kept between calls, so calls without ``terms`` fit anew."""
     z, y = make_logits(8, 200, 3)
     pred = Predictions.from_logits(z, y)
-    bootstrap_ci(refinement_loss, pred, n_resamples=20)
-    bootstrap_ci(calibration_loss, pred, n_resamples=20)
+    own = {f: bootstrap_ci(f, pred, n_resamples=20) for f in (refinement_loss, calibration_loss)}
+    calls = counted_fits(monkeypatch)
+    terms = recalibrated_terms(pred, "nll")
+    for f in (refinement_loss, calibration_loss):
+        assert bootstrap_ci(f, pred, n_resamples=20, terms=terms) == own[f]
     assert len(calls) == 1
-    refinement_loss(pred, folds=5)
-    refinement_loss(Predictions.from_logits(z, y))
+    report = evaluate(pred, keys=["refinement_loss", "calibration_loss"], n_resamples=20)
+    assert len(calls) == 2
+    assert report["refinement_loss"] == own[refinement_loss]
+    assert report["calibration_loss"] == own[calibration_loss]
+    points = point_estimates(pred, ["nll_refinement", "calibration_loss"])
     assert len(calls) == 3
+    assert points["nll_refinement"] == own[refinement_loss].value
+    assert points["calibration_loss"] == own[calibration_loss].value
+    refinement_loss(pred)
+    refinement_loss(pred)
+    assert len(calls) == 5
 
 
-def test_the_kept_fit_goes_with_its_predictions():
-    """The shared fit is kept only while its ``Predictions`` live, and it keeps ``(N,)`` per-row
-    losses: an ``(N, C)`` float64 result held for the process's life would pin that much GPU
-    memory."""
-    import weakref
-
+def test_nothing_outlives_a_call():
+    """The module keeps no fit: no module-level tensor, and a repeated call returns a new
+    result of the same bits."""
     z, y = make_logits(9, 200, 3)
     pred = Predictions.from_logits(z, y)
-    result = weakref.ref(recalibrated_terms(pred, "nll"))
-    assert result().shape == (200,)
-    assert recalibrated_terms(pred, "nll") is result()  # kept while pred lives
-    del pred
-    assert result() is None
+    first, second = recalibrated_terms(pred, "nll"), recalibrated_terms(pred, "nll")
+    assert first.shape == (200,) and first is not second and torch.equal(first, second)
+    kept = [
+        name
+        for name, value in vars(recalibration).items()
+        if isinstance(value, (torch.Tensor, tuple, list)) and not name.startswith("__")
+    ]
+    assert kept == []
+
+
+def test_terms_of_another_shape_are_refused():
+    z, y = make_logits(9, 200, 3)
+    pred = Predictions.from_logits(z, y)
+    with pytest.raises(ValueError, match="terms must be the"):
+        refinement_loss(pred, terms=torch.zeros(199, dtype=torch.float64))
+    with pytest.raises(ValueError, match="terms must be the"):
+        calibration_loss(pred, terms=np.zeros(200))
+
+
+@pytest.mark.parametrize("f", [refinement_loss, calibration_loss], ids=lambda f: f.__name__)
+def test_the_pair_are_metrics_of_this_module(f):
+    assert isinstance(f, Metric)
+    assert f.__module__ == "selfcal.recalibration"
+    assert not (f.differentiable or f.takes_bins or f.higher_is_better)
 
 
 @pytest.mark.parametrize("recalibrator", ["ts", "ts-mix", "sms"])
@@ -184,7 +219,6 @@ def test_the_recalibrated_rows_are_scored_chunk_by_chunk(monkeypatch, recalibrat
     rows at a time (here 64 rows a chunk), never as one ``(N, C)`` array; for temperature
     scaling and TS-mix (row-wise maps) the terms equal the whole array's bit for bit, for SMS
     (a matrix product per chunk) to round-off."""
-    import selfcal.metrics.refinement as refinement
     from selfcal import predictions
 
     z, y = make_logits(10, 300, 7)
@@ -199,7 +233,7 @@ def test_the_recalibrated_rows_are_scored_chunk_by_chunk(monkeypatch, recalibrat
         built.append(len(probs))
         return original(probs, labels)
 
-    monkeypatch.setattr(refinement.Predictions, "from_probs", recorded)
+    monkeypatch.setattr(recalibration.Predictions, "from_probs", recorded)
     chunked = recalibrated_terms(Predictions.from_logits(z, y), loss, recalibrator)
     assert built == [64, 64, 64, 64, 44]
     value = refinement_loss(Predictions.from_logits(z, y), loss=loss, recalibrator=recalibrator)

@@ -27,13 +27,21 @@ leaves it out. ``refit=True`` refits the recalibrator on every resample (its row
 their multiplicities) instead, so the interval covers the fit too, at one fit per resample; a
 resample's degenerate fit (every prediction correct) then keeps its documented bounded result,
 unwarned.
+
+A metric *defined by* a calibrator sits above both :mod:`selfcal.metrics` (the losses it
+applies) and :mod:`selfcal.posthoc` (the recalibrators it fits, and the folds of
+:mod:`selfcal.posthoc.crossfit`), so that :mod:`selfcal.metrics` imports nothing from
+:mod:`selfcal.posthoc`. Nothing is
+kept between calls: each call fits ``g`` once. A caller that wants several values of one fit
+-- the point estimate, the bootstrap resamples, both parts, as
+:func:`selfcal.evaluation.evaluate` does -- computes :func:`recalibrated_terms` once and passes
+them as ``terms=``.
 """
 
 from __future__ import annotations
 
 import warnings
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +52,8 @@ from selfcal.exceptions import CalibrationNotConverged, DegenerateCalibration
 from selfcal.metrics._api import metric, weighted_mean
 from selfcal.metrics.binning import Weights
 from selfcal.metrics.scores import brier, brier_terms, nll, nll_terms
+from selfcal.posthoc import build_calibrator
+from selfcal.posthoc.crossfit import out_of_fold_probs, stratified_folds
 from selfcal.predictions import Predictions
 
 LOSSES = {"nll": nll, "brier": brier}
@@ -57,19 +67,6 @@ of each fold."""
 TERMS = {"nll": nll_terms, "brier": brier_terms}
 """Each loss's per-row terms (its value is their mean)."""
 
-_last_fit: tuple[weakref.ref[Predictions], tuple[Any, ...], torch.Tensor] | None = None
-"""The last :func:`recalibrated_terms` result with its input (held weakly) and options: the
-point estimate, the bootstrap and :func:`calibration_loss` of one ``Predictions`` share one fit.
-It is dropped when its input is (:func:`_forget`), and it holds ``(N,)`` per-row losses, not the
-``(N, C)`` recalibrated probabilities (which at 200,000 x 1,000 took 1,526 MiB of GPU memory)."""
-
-
-def _forget(held: weakref.ref[Predictions]) -> None:
-    """Drop :data:`_last_fit` once its input is gone."""
-    global _last_fit
-    if _last_fit is not None and _last_fit[0] is held:
-        _last_fit = None
-
 
 def recalibrated(
     pred: Predictions, recalibrator: str = "ts", folds: Folds = None, seed: int = 0
@@ -77,7 +74,7 @@ def recalibrated(
     """``pred`` after ``recalibrator`` (a registered calibrator name): fitted on every row and
     applied to them (``folds=None``), or cross-fitted -- each fold's rows predicted by the
     calibrator fitted on the others (``folds=K``:
-    :func:`~selfcal.posthoc._cross_validation.stratified_folds` seeded by ``seed``; or the
+    :func:`~selfcal.posthoc.crossfit.stratified_folds` seeded by ``seed``; or the
     held-out indices of each fold, which must cover every row once). The metrics score these
     predictions without forming them whole (:func:`recalibrated_terms`)."""
     labels = pred.require_labels()
@@ -94,29 +91,10 @@ def recalibrated_terms(
     recalibrated probabilities are formed and scored one chunk of rows at a time
     (:meth:`~selfcal.Predictions.row_chunks`), so the memory is ``O(chunk x C)`` whatever ``N``
     (for a row-wise recalibrator such as ``"ts"`` the terms are those of the whole array, bit for
-    bit); cross-fitted, each fold's predictions are formed whole. A repeated call with the same
-    ``pred`` object and options returns the last result."""
-    global _last_fit
-    explicit = folds is not None and not isinstance(folds, (int, np.integer))
-    key = (loss, recalibrator, None if explicit else folds, seed)
-    if not explicit and _last_fit is not None:
-        held, last_key, result = _last_fit
-        if held() is pred and last_key == key:
-            return result
-    result = _recalibrated_terms(pred, TERMS[loss], recalibrator, folds, seed)
-    if not explicit:
-        _last_fit = (weakref.ref(pred, _forget), key, result)
-    return result
-
-
-def _recalibrated_terms(
-    pred: Predictions,
-    terms: Callable[[Predictions], torch.Tensor],
-    recalibrator: str,
-    folds: Folds,
-    seed: int,
-) -> torch.Tensor:
-    """:func:`recalibrated_terms` without its cache."""
+    bit); cross-fitted, each fold's predictions are formed whole. Every call fits anew; what
+    several values of one fit share is its result (``terms=`` of :func:`refinement_loss` and
+    :func:`calibration_loss`)."""
+    terms = TERMS[loss]
     if folds is not None:
         return terms(_cross_fitted(pred, recalibrator, folds, seed))
     calibrator, labels = _fitted(pred, recalibrator), pred.require_labels()
@@ -129,16 +107,12 @@ def _recalibrated_terms(
 
 
 def _fitted(pred: Predictions, recalibrator: str) -> Any:
-    from selfcal.posthoc import build_calibrator
-
     return build_calibrator(recalibrator).fit(pred)
 
 
 def _cross_fitted(
     pred: Predictions, recalibrator: str, folds: int | Sequence[Any], seed: int
 ) -> Predictions:
-    from selfcal.posthoc._cross_validation import out_of_fold_probs, stratified_folds
-
     labels = pred.require_labels()
     if isinstance(folds, (int, np.integer)):
         held_out = stratified_folds(labels, check_int("folds", folds, minimum=2), seed)
@@ -161,9 +135,15 @@ def _resample_rows(weights: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(n, device=weights.device), weights.long())
 
 
-def _check(loss: str, recalibrator: str, folds: Folds, weights: Weights, refit: bool) -> None:
-    from selfcal.posthoc import build_calibrator
-
+def _check(
+    pred: Predictions,
+    loss: str,
+    recalibrator: str,
+    folds: Folds,
+    weights: Weights,
+    refit: bool,
+    terms: torch.Tensor | None,
+) -> None:
     check_choice("loss", loss, tuple(LOSSES))
     build_calibrator(recalibrator)  # an unknown name is a ValueError naming the known ones
     if not isinstance(refit, bool):
@@ -174,27 +154,37 @@ def _check(loss: str, recalibrator: str, folds: Folds, weights: Weights, refit: 
             "refit=True resamples the rows, so it needs folds=None or a number of folds, not "
             "explicit fold indices"
         )
+    if terms is not None and (
+        not isinstance(terms, torch.Tensor) or tuple(terms.shape) != (pred.n_samples,)
+    ):
+        raise ValueError(
+            f"terms must be the ({pred.n_samples},) tensor recalibrated_terms(pred, ...) returns"
+        )
 
 
-@metric()
-def refinement_loss(
+def _refinement(
     pred: Predictions,
-    weights: Weights = None,
-    *,
-    loss: str = "nll",
-    recalibrator: str = "ts",
-    folds: Folds = None,
-    seed: int = 0,
-    refit: bool = False,
+    weights: Weights,
+    loss: str,
+    recalibrator: str,
+    folds: Folds,
+    seed: int,
+    refit: bool,
+    terms: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Refinement loss ``L(g(p), y)``: the ``loss`` (``"nll"`` or ``"brier"``) of the
-    predictions after ``recalibrator`` ``g`` (default ``"ts"``; any registered calibrator,
-    e.g. ``"ts-mix"`` or ``"sms"``), fitted on the same rows (``folds=None``) or cross-fitted
-    (``folds=K``; see :func:`recalibrated`). Berta et al. (2025) stop training at its minimum.
-    ``refit``: refit ``g`` on every bootstrap resample (see the module docstring)."""
-    _check(loss, recalibrator, folds, weights, refit)
+    """The refinement loss ``L(g(p), y) = (1/N) sum_i l_i``, the mean of the recalibrated
+    per-row terms ``l_i = L(g(p)_i, y_i)`` (:func:`recalibrated_terms`), or
+    ``sum_i w_bi l_i / sum_i w_bi`` under ``(B, N)`` weights: the one computation both
+    :func:`refinement_loss` and :func:`calibration_loss` (``L(p, y)`` minus it) take their
+    values from. ``terms``: the ``l_i``
+    of this fit, when the caller has them (one fit, several values); otherwise fitted here,
+    once. With ``refit`` and weights every resample ``b`` is refitted on its rows (each
+    repeated ``w_bi`` times) and scored by its plain mean, and ``terms`` go unused. Nothing
+    outlives the call."""
     if weights is None or not refit:
-        return weighted_mean(recalibrated_terms(pred, loss, recalibrator, folds, seed), weights)
+        if terms is None:
+            terms = recalibrated_terms(pred, loss, recalibrator, folds, seed)
+        return weighted_mean(terms, weights)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateCalibration)
         warnings.simplefilter("ignore", CalibrationNotConverged)
@@ -209,6 +199,30 @@ def refinement_loss(
 
 
 @metric()
+def refinement_loss(
+    pred: Predictions,
+    weights: Weights = None,
+    *,
+    loss: str = "nll",
+    recalibrator: str = "ts",
+    folds: Folds = None,
+    seed: int = 0,
+    refit: bool = False,
+    terms: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Refinement loss ``L(g(p), y)``: the ``loss`` (``"nll"`` or ``"brier"``) of the
+    predictions after ``recalibrator`` ``g`` (default ``"ts"``; any registered calibrator,
+    e.g. ``"ts-mix"`` or ``"sms"``), fitted on the same rows (``folds=None``) or cross-fitted
+    (``folds=K``; see :func:`recalibrated`). Berta et al. (2025) stop training at its minimum.
+    ``refit``: refit ``g`` on every bootstrap resample (see the module docstring). ``terms``:
+    :func:`recalibrated_terms` ``(pred, loss, recalibrator, folds, seed)`` when already
+    computed, so that several calls on ``pred`` (the point, the bootstrap's resamples,
+    :func:`calibration_loss`) share one fit; without them each call fits ``g``."""
+    _check(pred, loss, recalibrator, folds, weights, refit, terms)
+    return _refinement(pred, weights, loss, recalibrator, folds, seed, refit, terms)
+
+
+@metric()
 def calibration_loss(
     pred: Predictions,
     weights: Weights = None,
@@ -218,12 +232,12 @@ def calibration_loss(
     folds: Folds = None,
     seed: int = 0,
     refit: bool = False,
+    terms: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Calibration loss ``L(p, y) - L(g(p), y)``: what ``recalibrator`` ``g`` takes off the
     ``loss`` (options as :func:`refinement_loss`). At least 0 for a recalibrator fitted on the
     same rows by that loss whose family holds the identity map (TS on the NLL); cross-fitted,
     it is negative where recalibrating would hurt."""
-    refinement = refinement_loss.core(
-        pred, weights, loss=loss, recalibrator=recalibrator, folds=folds, seed=seed, refit=refit
-    )
+    _check(pred, loss, recalibrator, folds, weights, refit, terms)
+    refinement = _refinement(pred, weights, loss, recalibrator, folds, seed, refit, terms)
     return LOSSES[loss].core(pred, weights) - refinement

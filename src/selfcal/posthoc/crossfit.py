@@ -1,7 +1,7 @@
 """Cross-validation of calibrators on one set of validation predictions: stratified folds,
 each candidate fitted on the other folds and predicting its held-out fold, and paired bootstrap
 intervals between candidates' cross-validated scores. What :class:`~selfcal.posthoc.AutoCalibration`
-chooses by, and what the cross-fitted refinement metrics (:mod:`selfcal.metrics.refinement`)
+chooses by, and what the cross-fitted refinement metrics (:mod:`selfcal.recalibration`)
 recalibrate with.
 
 Nothing here is new mathematics: each candidate is fitted on K - 1 folds and predicts the
