@@ -33,7 +33,7 @@ from selfcal.bilevel import (
     update_running_stats,
 )
 from selfcal.bilevel._batches import QUANTILE_LEVELS, EpochSampler
-from selfcal.bilevel.optim import SGD, Adam
+from selfcal.optim import SGD, Adam
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bo4sc_full_batch_e513caa.pt"
 

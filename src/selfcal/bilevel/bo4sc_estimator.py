@@ -31,9 +31,9 @@ from selfcal.bilevel._batches import (
 )
 from selfcal.bilevel.engine import Estimator
 from selfcal.bilevel.estimators import AutogradUnrolled
-from selfcal.bilevel.optim import Adam, Optimizer, Params
 from selfcal.exceptions import NotFittedError
 from selfcal.models.inference import predict_logits
+from selfcal.optim import Adam, Optimizer, Params
 from selfcal.predictions import ArrayLike, validate_labels
 
 
