@@ -4,6 +4,7 @@ case, BatchNorm / dropout / augmentation, Datasets, the weight record and bad in
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from pathlib import Path
 
@@ -32,8 +33,10 @@ from selfcal.bilevel import (
     bo4sc_problem,
     update_running_stats,
 )
-from selfcal.bilevel._batches import QUANTILE_LEVELS, EpochSampler
-from selfcal.bilevel.optim import SGD, Adam
+from selfcal.bilevel._batches import QUANTILE_LEVELS, EpochSampler, as_batch_transform
+from selfcal.data.augment import random_crop_flip
+from selfcal.optim import SGD, Adam
+from selfcal.training.seeding import augmentation_generator
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bo4sc_full_batch_e513caa.pt"
 
@@ -206,6 +209,65 @@ def test_batchnorm_dropout_augmented_fit_is_seeded_and_finite():
     assert int(first.model_.body[1].num_batches_tracked) == 4 * 3
     datasets = fit(3, (TensorDataset(x, y), TensorDataset(x_val, y_val)))
     assert torch.equal(datasets.weights_, first.weights_)
+
+
+def test_the_training_loops_batch_transform_fits_bo4sc_too():
+    """A ``batch_transform(x, generator)`` of :func:`selfcal.training.fit` (here
+    :func:`~selfcal.data.augment.random_crop_flip`) augments BO4SC's batches, drawing from the
+    run's augmentation generator (seeded from ``seed`` as the loop's): seeded fits repeat, the
+    seed changes the draws, and the global generators are left as they were."""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(96, 1, 4, 4, generator=gen), torch.randint(0, 3, (96,), generator=gen)
+    seen: list[int] = []
+
+    def crop_flip(batch: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        seen.append(generator.initial_seed())
+        return random_crop_flip(batch, generator, padding=1)
+
+    def fit(seed: int, transform=crop_flip) -> tuple[BO4SC, torch.Tensor]:
+        """The fit, and the global generator's next draws after it (seeded 5 before it)."""
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+        torch.manual_seed(5)
+        fitted = BO4SC(
+            batch_size=16,
+            inner_steps=2,
+            outer_iterations=3,
+            weight_lr=5.0,
+            batch_transform=transform,
+            seed=seed,
+        ).fit(model, (x, y), (x[:24], y[:24]))
+        return fitted, torch.rand(2)
+
+    (first, after), (again, _), (other, _), (plain, _) = fit(3), fit(3), fit(4), fit(3, None)
+    streams = {augmentation_generator(s, torch.device("cpu")).initial_seed() for s in (3, 4)}
+    assert len(seen) == 3 * 3 * 2 and set(seen) == streams  # the augmented fits' 6 batches each
+    torch.manual_seed(5)
+    assert torch.equal(torch.rand(2), after)  # the global generator is restored after fit
+    assert torch.equal(first.weights_, again.weights_)
+    assert not torch.equal(first.weights_, other.weights_)
+    assert not torch.equal(first.weights_, plain.weights_)
+
+
+def test_a_one_argument_batch_transform_is_the_older_form():
+    """``transform(x)`` (no generator) is still accepted, wrapped to ignore the generator;
+    a two-argument transform (or one whose generator is optional) is taken as it is."""
+    assert as_batch_transform(None) is None
+
+    def two(batch, generator):
+        return batch
+
+    def optional(batch, generator=None):
+        return batch
+
+    assert as_batch_transform(two) is two
+    assert as_batch_transform(optional) is optional
+    crop = functools.partial(random_crop_flip, padding=2)
+    assert as_batch_transform(crop) is crop
+    calls = []
+    wrapped = as_batch_transform(lambda batch: calls.append(batch) or batch + 1)
+    out = wrapped(torch.zeros(2), torch.Generator())
+    assert torch.equal(out, torch.ones(2)) and len(calls) == 1
 
 
 def test_an_interrupted_fit_leaves_the_model_as_it_was():

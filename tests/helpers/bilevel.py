@@ -9,7 +9,7 @@ from torch import nn
 from torch.func import functional_call
 
 from selfcal.bilevel import BilevelProblem
-from selfcal.bilevel.optim import Optimizer
+from selfcal.optim import Optimizer
 
 
 def tanh_net(seed: int = 0, hidden: int = 6, classes: int = 3) -> nn.Module:

@@ -35,6 +35,8 @@ smooth-max confidence fits the correctness of validation predictions; see
 γ-Net meta-regularization and Meta-Calibration's unit-wise L2 learn a regulariser of the
 training loss by a one-step lookahead on a calibration meta-objective; see
 :mod:`selfcal.bilevel.meta` (:func:`fit_meta`, :class:`MetaTrainer`, :class:`MetaStep`).
+The differentiable inner optimizers (:class:`SGD`, :class:`Adam`) live in :mod:`selfcal.optim`,
+below this package and :mod:`selfcal.training`, and are offered here under their names too.
 """
 
 from selfcal.bilevel.bo4sc import (
@@ -77,8 +79,8 @@ from selfcal.bilevel.meta import (
     meta_objective,
     meta_problem,
 )
-from selfcal.bilevel.optim import SGD, Adam, AdamState, Optimizer, SGDState
 from selfcal.bilevel.solvers import ConjugateGradient, Neumann
+from selfcal.optim import SGD, Adam, AdamState, Optimizer, SGDState
 
 __all__ = [
     "BO4SC",

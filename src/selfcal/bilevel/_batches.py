@@ -1,9 +1,12 @@
 """What minibatch BO4SC needs around its functional core: training rows from tensors or a
-map-style ``Dataset``, epochs of shuffled minibatches, and a record of the weight table whose
-size does not grow with the number of rows times the number of iterations."""
+map-style ``Dataset``, epochs of shuffled minibatches, a record of the weight table whose
+size does not grow with the number of rows times the number of iterations, and the
+batch-transform forms it accepts (:func:`as_batch_transform`)."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -12,6 +15,7 @@ from torch.utils.data import Dataset, default_collate
 
 from selfcal.models.inference import predict_logits
 from selfcal.predictions import ArrayLike, to_tensor, validate_labels
+from selfcal.training.seeding import BatchTransform
 
 QUANTILE_LEVELS = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
 """The weight-table quantiles recorded after every outer iteration."""
@@ -167,3 +171,23 @@ def feature_rows(x: ArrayLike, name: str, like: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} contains NaN or infinite values")
     return x
+
+
+def as_batch_transform(transform: Any) -> BatchTransform | None:
+    """``transform`` in the training loop's form ``(x, generator) -> x``
+    (:data:`~selfcal.training.seeding.BatchTransform`). A callable that cannot take two
+    positional arguments is the older one-argument form ``transform(x) -> x``: it is wrapped to
+    ignore the generator, and so draws from the global generators as it always did. ``None``
+    and anything not callable are returned as they are (the binding rejects the latter)."""
+    if transform is None or not callable(transform):
+        return transform
+    try:
+        signature = inspect.signature(transform)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the loop's form
+        return transform
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        one_argument: Callable[[torch.Tensor], torch.Tensor] = transform
+        return lambda x, generator: one_argument(x)
+    return transform

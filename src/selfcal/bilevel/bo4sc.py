@@ -58,7 +58,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from selfcal._validation import check_choice, check_hyper, check_int, check_real
 from selfcal.bilevel.engine import BilevelProblem, Estimator
 from selfcal.bilevel.estimators import Unrolled
-from selfcal.bilevel.optim import Adam, Hyper, Optimizer, Params
+from selfcal.optim import Adam, Hyper, Optimizer, Params
 
 Constraint = Literal["clip", "none"]
 CONSTRAINTS: tuple[str, ...] = ("clip", "none")

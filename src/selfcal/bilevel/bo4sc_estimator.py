@@ -6,6 +6,30 @@ Usage::
     fitted = BO4SC(batch_size=256, inner_steps=10, outer_iterations=2000).fit(
         model, (x_train, y_train), (x_val, y_val))   # or .fit(model, train_dataset, val_dataset)
     fitted.weights_                                   # one weight per training row
+
+Why BO4SC keeps an outer loop of its own instead of being a step strategy
+(:class:`~selfcal.training.steps.TrainStep`) of the training loop :func:`selfcal.training.fit`:
+
+* ``fit`` trains an in-memory ``(x, y)`` pair, validated and moved to the device whole by
+  :func:`~selfcal.training.prepare_run`; BO4SC also trains on a map-style ``Dataset`` read row
+  by row (:class:`~selfcal.bilevel._batches.Rows`), and a ``Dataset`` that draws its items
+  afresh cannot be read once into a pair without changing what is trained on;
+* the loop's unit is an epoch -- one shuffled permutation split into minibatches, each a step
+  of its ``torch.optim`` optimizer under ``MultiStepLR``, then a validation pass on the model;
+  BO4SC's is an outer iteration -- ``T`` inner steps of a differentiable functional optimizer
+  (:mod:`selfcal.optim`) on ``T`` minibatches from epochs that run across iterations, then one
+  update of the weights from the outer loss. A BO4SC step would have to ignore the loop's
+  batches, optimizer, schedule and validation, and hold the parameters itself: they live in the
+  functional state and reach the model only when the fit completes, so that a fit that raises
+  leaves the model as it was;
+* the loop puts the model in training mode every epoch; BO4SC trains in the mode the model
+  came in.
+
+What the two share instead: the random streams (:mod:`selfcal.training.seeding`: the global
+generators seeded inside ``fork_rng``, the CPU shuffling generator seeded with ``seed``, the
+augmentation generator on the model's device), the batch-transform protocol
+``batch_transform(x, generator)`` and its check, and the prediction pass
+(:func:`~selfcal.models.inference.predict_logits`).
 """
 
 from __future__ import annotations
@@ -25,16 +49,24 @@ from selfcal.bilevel._batches import (
     EpochSampler,
     Rows,
     WeightRecord,
+    as_batch_transform,
     as_pair,
     feature_rows,
     model_classes,
 )
 from selfcal.bilevel.engine import Estimator
 from selfcal.bilevel.estimators import AutogradUnrolled
-from selfcal.bilevel.optim import Adam, Optimizer, Params
 from selfcal.exceptions import NotFittedError
 from selfcal.models.inference import predict_logits
+from selfcal.optim import Adam, Optimizer, Params
 from selfcal.predictions import ArrayLike, validate_labels
+from selfcal.training.seeding import (
+    BatchTransform,
+    augmentation_generator,
+    bind_transform,
+    seeded_global_rng,
+    shuffle_generator,
+)
 
 
 class BO4SC:
@@ -53,9 +85,13 @@ class BO4SC:
     for ``estimator=AutogradUnrolled(inner_steps)`` (:class:`~selfcal.bilevel.Unrolled`'s exact
     hypergradient on the regular autograd tape, faster) and ``inner_optimizer=Adam(inner_lr)``; pass
     either the shortcut or the object, not both. ``batch_transform(x) -> x`` augments each
-    training batch (not the validation batch). ``inner_lr_schedule(i)`` multiplies the inner
-    optimizer's learning rate at outer iteration ``i`` (0-based; e.g. a step decay), its state
-    carried over unchanged. ``seed`` fixes the shuffling and the random
+    training batch (not the validation batch); it is called as ``batch_transform(x,
+    generator)`` -- the form :func:`selfcal.training.fit` takes, e.g.
+    :func:`selfcal.data.augment.random_crop_flip` -- with the run's augmentation generator (on
+    the model's device, seeded from ``seed`` as the loop's), unless it takes one argument only
+    (the older form, which draws from the global generators). ``inner_lr_schedule(i)``
+    multiplies the inner optimizer's learning rate at outer iteration ``i`` (0-based; e.g. a
+    step decay), its state carried over unchanged. ``seed`` fixes the shuffling and the random
     number generators during :meth:`fit` (dropout, augmentation; the global generators are
     restored afterwards); without it the shuffling is drawn from torch's global generator.
     The model's parameters are replaced only when the fit completes; a fit that raises (or is
@@ -110,7 +146,7 @@ class BO4SC:
         initial_weight: float = 1.0,
         record_weights: bool = True,
         history_rows: int = 1000,
-        batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        batch_transform: BatchTransform | Callable[[torch.Tensor], torch.Tensor] | None = None,
         inner_lr_schedule: Callable[[int], float] | None = None,
         progress: bool = False,
         seed: int | None = None,
@@ -219,12 +255,13 @@ class BO4SC:
         train, val = self._sources(model, train, val, like)
         batch_size, val_size = self._batch_sizes(len(train), len(val), config.estimator.steps)
         seed = self.seed if self.seed is not None else int(torch.randint(2**62, ()).item())
-        devices = [like.device] if like.device.type == "cuda" else []
+        transform = as_batch_transform(self.batch_transform)
+        augment = bind_transform(transform, augmentation_generator(seed, like.device))
         buffers = {k: b.clone() for k, b in model.named_buffers()}
-        with torch.random.fork_rng(devices=devices), _mode(model, model.training):
-            torch.manual_seed(seed)
-            generator = torch.Generator().manual_seed(seed)
+        with seeded_global_rng(seed, like.device), _mode(model, model.training):
+            generator = shuffle_generator(seed)
             run = _Run(self, model, config, train, val, batch_size, val_size, generator, like)
+            run.augment = augment
             try:
                 state, record, losses = run.loop(core.bo4sc_init(params, len(train), config))
             except BaseException:  # an interrupted fit leaves the model as it found it
@@ -272,6 +309,7 @@ class _Run:
         like: torch.Tensor,
     ) -> None:
         self.owner, self.model, self.config = owner, model, config
+        self.augment: Callable[[torch.Tensor], torch.Tensor] = lambda batch: batch  # fit binds it
         self.train, self.val = train, val
         self.steps = config.estimator.steps
         self.device, self.dtype = like.device, like.dtype
@@ -369,11 +407,10 @@ class _Run:
         return state, info, changed, before
 
     def _augment(self, x: torch.Tensor) -> torch.Tensor:
-        transform = self.owner.batch_transform
-        if transform is None:
-            return x
-        out = transform(x)
-        if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        """The bound ``batch_transform`` (:meth:`BO4SC.fit`) on ``x``, which must keep its
+        shape (the batches are stacked)."""
+        out = self.augment(x)
+        if out.shape != x.shape:
             raise ValueError("batch_transform must return a tensor of the batch's shape")
         return out
 

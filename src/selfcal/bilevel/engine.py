@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch.func import grad
 
-from selfcal.bilevel.optim import Optimizer, Params
+from selfcal.optim import Optimizer, Params
 
 Loss = Callable[[Params, Any], torch.Tensor]
 

@@ -33,8 +33,8 @@ from torch.func import grad, vjp
 from selfcal._validation import check_int
 from selfcal.bilevel._tree import detach, tree_dot, tree_leaves, tree_map
 from selfcal.bilevel.engine import BilevelProblem, Hypergradient
-from selfcal.bilevel.optim import Params
 from selfcal.bilevel.solvers import ConjugateGradient, MatVec, Neumann
+from selfcal.optim import Params
 
 
 def _final_grad(fn: Any, *primals: Any) -> tuple[Any, Any]:

@@ -1,4 +1,4 @@
-"""The one training loop: :class:`TrainConfig` in, :class:`History` out.
+"""The training loop: :class:`TrainConfig` in, :class:`History` out.
 
 ``fit(model, (x, y), (x_val, y_val), config=TrainConfig(epochs=200, lr=1e-2))`` trains in place
 with Adam or SGD, MultiStepLR, optional clipping, early stopping on validation NLL (or
@@ -10,6 +10,9 @@ loss(z, y[pi])``), or a meta-learned regulariser (:class:`selfcal.bilevel.MetaSt
 augmentation) transforms the training minibatches. :func:`fit_batched` trains many
 independent full-batch Adam problems at once with ``torch.func.vmap`` (the same steps).
 :class:`BestCheckpoint` keeps the lowest-validation-NLL parameters beside a run that goes on.
+Every way selfcal trains a network runs :func:`fit` but BO4SC's bilevel outer loop
+(:class:`selfcal.bilevel.BO4SC`), which shares its random streams and batch-transform protocol
+(:mod:`selfcal.training.seeding`).
 """
 
 from selfcal.models.inference import predict_logits  # the one model-over-data function

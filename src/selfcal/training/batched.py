@@ -19,8 +19,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from selfcal._validation import check_int
-
-Params = dict[str, torch.Tensor]
+from selfcal.optim import Adam, AdamState, Params
 
 
 def fit_batched(
@@ -43,8 +42,6 @@ def fit_batched(
     ``mean_i CE(model(x_pi), y_pi)``. Returns the stacked parameters after every ``every``
     epochs (``epochs // every`` snapshots, the last after epoch ``every * (epochs // every)``).
     """
-    from selfcal.bilevel.optim import Adam, AdamState
-
     check_int("epochs", epochs)
     check_int("every", every)
     sizes = {t.shape[0] for t in (*params.values(), x, y, lr)}

@@ -1,9 +1,13 @@
-"""The one training loop: :func:`fit` and the set-up it shares (:func:`prepare_run`); its
+"""The training loop: :func:`fit` and the set-up it shares (:func:`prepare_run`); its
 validation pass runs :func:`selfcal.models.inference.predict_logits`.
 
-Every way selfcal trains a network runs this loop; what differs is the *step strategy*
-(:mod:`selfcal.training.steps`): plain training on a loss (:class:`LossStep`), mixup
-(:class:`MixupStep`), or a meta-learned regulariser (:class:`selfcal.bilevel.MetaStep`).
+Every way selfcal trains a network on a loss runs this loop; what differs is the *step
+strategy* (:mod:`selfcal.training.steps`): plain training on a loss (:class:`LossStep`), mixup
+(:class:`MixupStep`), or a meta-learned regulariser (:class:`selfcal.bilevel.MetaStep`). The
+one exception is BO4SC (:class:`selfcal.bilevel.BO4SC`), whose outer loop of bilevel
+iterations stays its own (:mod:`selfcal.bilevel.bo4sc_estimator` says why); it shares this
+loop's random streams and batch-transform protocol (:mod:`selfcal.training.seeding`) and its
+prediction pass.
 
 One epoch = ``step.start_epoch(epoch)`` (a loss schedule is told the epoch) -> one
 ``step.step`` per minibatch (for :class:`LossStep`: zero grad, forward, loss, backward, optional
@@ -21,7 +25,8 @@ initialisation, e.g. γ-Net's, draws from it first). The training batch pipeline
 ``config.seed`` by :class:`numpy.random.SeedSequence` (``[seed, 1]``): its stream is independent
 of the shuffling stream, and the shuffling is the same with or without augmentation. Per
 minibatch the transform draws first, then mixup draws ``lam`` and then its permutation. On the
-CPU two runs with equal inputs and config give bit-identical parameters.
+CPU two runs with equal inputs and config give bit-identical parameters. The three streams are
+made by :mod:`selfcal.training.seeding`.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -47,10 +51,16 @@ from selfcal.predictions import Predictions
 from selfcal.recalibration import refinement_loss
 from selfcal.training.config import TrainConfig
 from selfcal.training.history import History, HistoryRecorder, StopReason
+from selfcal.training.seeding import (
+    BatchTransform,
+    augmentation_generator,
+    bind_transform,
+    seeded_global_rng,
+    shuffle_generator,
+)
 from selfcal.training.steps import LossFn, LossStep, MixupStep, Pair, Run, TrainStep
 
 EpochCallback = Callable[[int, nn.Module, History], bool | None]
-BatchTransform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Batch = torch.Tensor | slice
 
 
@@ -89,7 +99,7 @@ def fit(
         raise ValueError(f"{type(step).__name__} does not support compile= or autocast=")
     run = prepare_run(model, train, val, config=config, batch_transform=batch_transform)
     with (
-        _seeded_global_rng(config.seed, run.device),
+        seeded_global_rng(config.seed, run.device),
         deterministic_mode(config.deterministic, run.device),
     ):
         step.start(run)
@@ -117,7 +127,7 @@ def prepare_run(
         model.compile()
     if validation is None and (config.early_stopping is not None or config.restore_best):
         raise ValueError("early_stopping and restore_best need validation data (val=...)")
-    generator = _augmentation_generator(config.seed, device)
+    generator = augmentation_generator(config.seed, device)
     return Run(
         model=model,
         optimizer=make_optimizer(model, config),
@@ -126,7 +136,7 @@ def prepare_run(
         train=(x, y),
         validation=validation,
         generator=generator,
-        augment=_bind_transform(batch_transform, generator),
+        augment=bind_transform(batch_transform, generator),
         prepare=lambda data, name: _prepare_pair(model, data, name, device),
     )
 
@@ -149,7 +159,7 @@ def _epochs(run: Run, step: TrainStep, on_epoch: EpochCallback | None) -> Histor
     scheduler = torch.optim.lr_scheduler.MultiStepLR(
         run.optimizer, list(config.milestones), gamma=config.lr_decay
     )
-    shuffle = torch.Generator().manual_seed(config.seed)
+    shuffle = shuffle_generator(config.seed)
     record = HistoryRecorder(best_by=config.best_by)
     best_state: dict[str, torch.Tensor] | None = None
     stop: StopReason = "completed"
@@ -215,35 +225,6 @@ def _train_epoch(
     return mean
 
 
-def _augmentation_generator(seed: int, device: torch.device) -> torch.Generator:
-    """The augmentation stream of a run seeded ``seed`` (see the module doc): a generator on
-    ``device`` seeded from ``SeedSequence([seed, 1])``, independent of the shuffling stream."""
-    derived = int(np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)[0])
-    return torch.Generator(device=device).manual_seed(derived)
-
-
-def _bind_transform(
-    transform: BatchTransform | None, generator: torch.Generator
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Bind ``transform`` (identity if ``None``) to ``generator`` and check what it returns."""
-    if transform is None:
-        return lambda batch: batch
-    if not callable(transform):
-        raise ValueError(f"batch_transform must be callable, got {type(transform).__name__}")
-
-    def augment(batch: torch.Tensor) -> torch.Tensor:
-        out = transform(batch, generator)
-        if not isinstance(out, torch.Tensor) or out.shape[:1] != batch.shape[:1]:
-            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise ValueError(
-                f"batch_transform must return a tensor with the batch's {batch.shape[0]} rows, "
-                f"got {shape}"
-            )
-        return out
-
-    return augment
-
-
 def _epoch_batches(
     n: int, batch_size: int | None, generator: torch.Generator, device: torch.device
 ) -> list[Batch]:
@@ -305,15 +286,6 @@ def _stop_reason(
 
 def _copy_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
-
-
-@contextlib.contextmanager
-def _seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
-    """Seed the global RNG(s) for in-model randomness; restore the caller's state after."""
-    devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
 
 
 @contextlib.contextmanager

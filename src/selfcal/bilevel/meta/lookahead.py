@@ -23,7 +23,7 @@ from selfcal.bilevel.meta.problem import (
     whole_network_problem,
 )
 from selfcal.bilevel.meta.reference_quirks import leaky_head_problem
-from selfcal.bilevel.optim import SGD
+from selfcal.optim import SGD
 
 LOOKAHEADS: tuple[str, ...] = ("head", "all")
 

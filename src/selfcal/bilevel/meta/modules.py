@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from selfcal._validation import check_choice, check_int, check_positive
-from selfcal.bilevel.optim import Params
 from selfcal.losses import focal_loss
+from selfcal.optim import Params
 
 Method = Literal["gamma-net", "unit-l2"]
 METHODS: tuple[str, ...] = ("gamma-net", "unit-l2")

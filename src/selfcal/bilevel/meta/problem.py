@@ -31,7 +31,7 @@ from torch.func import functional_call
 from selfcal.bilevel.engine import BilevelProblem
 from selfcal.bilevel.meta.modules import MetaModule, model_head
 from selfcal.bilevel.meta.objectives import ObjectiveFn
-from selfcal.bilevel.optim import SGD, Params
+from selfcal.optim import SGD, Params
 
 
 class MetaBatch(NamedTuple):

@@ -26,7 +26,7 @@ from selfcal.bilevel.engine import BilevelProblem
 from selfcal.bilevel.meta.modules import MetaModule, model_features
 from selfcal.bilevel.meta.objectives import ObjectiveFn
 from selfcal.bilevel.meta.problem import MetaBatch, frozen_statistics_mode, linear_head
-from selfcal.bilevel.optim import SGD, Params
+from selfcal.optim import SGD, Params
 
 
 class _Features(nn.Module):

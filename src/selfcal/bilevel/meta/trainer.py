@@ -42,10 +42,10 @@ from selfcal.bilevel.meta.reference_quirks import (
     accumulate_leaked_gradient,
     update_batchnorm_statistics,
 )
-from selfcal.bilevel.optim import Params
 from selfcal.exceptions import NonFinite
 from selfcal.losses._checks import gammas_checked
 from selfcal.models.inference import predict_logits
+from selfcal.optim import Params
 from selfcal.training import History, TrainConfig, fit
 from selfcal.training.loop import BatchTransform, EpochCallback
 from selfcal.training.steps import Pair, Run, TrainStep, descend

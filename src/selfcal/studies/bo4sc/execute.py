@@ -311,7 +311,7 @@ def trajectories(
     checkpoint, and the weights after every outer iteration."""
     from selfcal.bilevel.bo4sc import BO4SCConfig, BO4SCData, bo4sc_init, bo4sc_step
     from selfcal.bilevel.estimators import Unrolled
-    from selfcal.bilevel.optim import Adam
+    from selfcal.optim import Adam
 
     x, y = problems.stacked("train")
     xv, yv = problems.stacked("val")

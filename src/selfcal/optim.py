@@ -14,6 +14,11 @@ data-dependent control flow, which ``vmap`` forbids).
 
 The forward trajectories equal ``torch.optim.SGD`` / ``torch.optim.Adam`` (L2 weight decay
 added to the gradient, no Nesterov, no dampening, no AMSGrad).
+
+The module sits below both :mod:`selfcal.training` (:func:`~selfcal.training.fit_batched`'s
+vmapped Adam) and :mod:`selfcal.bilevel` (the inner optimizers of the hypergradient engine and
+BO4SC, which :mod:`selfcal.bilevel` also offers under its own name), so neither package imports
+the other for them.
 """
 
 from __future__ import annotations

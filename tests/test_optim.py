@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.func import jacrev, vmap
 
-from selfcal.bilevel import SGD, Adam
+from selfcal.optim import SGD, Adam
 
 
 def quadratic_problem(dtype=torch.float64, seed: int = 0):
