@@ -110,7 +110,7 @@ def test_load_rejects_an_unknown_fitted_attribute(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="does not match the checksum selfcal wrote"):
         Calibrator.load(path)  # edited by hand: refused as such
-    from selfcal.posthoc._persistence import checksum
+    from selfcal.estimator.persistence import checksum
 
     doc["checksum"] = checksum(doc)  # re-signed: the schema still refuses it
     path.write_text(json.dumps(doc))

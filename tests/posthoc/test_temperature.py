@@ -15,7 +15,7 @@ from hypothesis.extra.numpy import arrays
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc import TemperatureScaling
 from selfcal.posthoc import _inverse_temperature as solver
-from selfcal.posthoc._base import LARGEST_FITTABLE
+from selfcal.posthoc._scores import LARGEST_FITTABLE
 from selfcal.posthoc.temperature import (
     LOG_BETA_BOUNDS,
     grid_search_temperature,

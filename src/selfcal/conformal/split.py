@@ -3,7 +3,7 @@ predict sets of labels that hold the true label with probability at least ``1 - 
 (methods §10).
 
 :class:`SplitConformal` shares the estimator machinery of the post-hoc calibrators
-(:class:`~selfcal.posthoc._estimator.ScoreEstimator`: hyperparameters, ``fit(X, y)`` /
+(:class:`~selfcal.estimator.ScoreEstimator`: hyperparameters, ``fit(X, y)`` /
 ``fit(logits=, labels=)`` / ``fit(probs=, labels=)`` / ``fit(Predictions)``, ``get_params`` /
 ``set_params``, ``save`` / ``load``).
 """
@@ -28,9 +28,9 @@ from selfcal.conformal.scores import (
     scores_given_u,
     uniforms,
 )
+from selfcal.estimator import SCORE_KINDS, ScoreEstimator
+from selfcal.estimator.loading import NON_NEGATIVE, FittedRange, probe_logits
 from selfcal.exceptions import DegenerateCalibration
-from selfcal.posthoc._estimator import SCORE_KINDS, ScoreEstimator
-from selfcal.posthoc._loading import NON_NEGATIVE, FittedRange, probe_logits
 from selfcal.predictions import ArrayLike, Predictions
 
 __all__ = ["ConformalSetModule", "SplitConformal"]

@@ -45,35 +45,13 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
+from selfcal.estimator import SCORE_KINDS, ScoreEstimator
+from selfcal.estimator.loading import UNIT, FittedRange, check_probabilities, probe_logits
 from selfcal.exceptions import DegenerateCalibration
-from selfcal.posthoc._degenerate import REMEDY, Coverage, recorded_degenerate_fits
-from selfcal.posthoc._estimator import SCORE_KINDS, ScoreEstimator
-from selfcal.posthoc._loading import UNIT, FittedRange, check_probabilities, probe_logits
+from selfcal.posthoc._degenerate import REMEDY, Coverage
 from selfcal.posthoc._mixing import check_mix, mix_confidence, mix_uniform, resolve_mix
-from selfcal.posthoc._persistence import FORMAT, FORMAT_VERSION
-from selfcal.posthoc._scores import LARGEST_FITTABLE, check_fittable, scores_as_logits, zero_floor
-from selfcal.posthoc._tensors import as_tensor, interp
+from selfcal.posthoc._scores import check_fittable, zero_floor
 from selfcal.predictions import ArrayLike, Predictions
-
-__all__ = [  # the base class, and the helpers once defined here (now in the modules above)
-    "FORMAT",
-    "FORMAT_VERSION",
-    "LARGEST_FITTABLE",
-    "REMEDY",
-    "SCORE_KINDS",
-    "Calibrator",
-    "Coverage",
-    "as_tensor",
-    "check_fittable",
-    "check_mix",
-    "interp",
-    "mix_confidence",
-    "mix_uniform",
-    "recorded_degenerate_fits",
-    "resolve_mix",
-    "scores_as_logits",
-    "zero_floor",
-]
 
 
 class Calibrator(ScoreEstimator):
@@ -84,7 +62,7 @@ class Calibrator(ScoreEstimator):
     :meth:`to_module` takes (logits when ``None``). Scores passed by name (``logits=``,
     ``probs=``) or as a :class:`~selfcal.Predictions` say what they are themselves, whatever
     ``kind`` is; positional scores without a ``kind`` are a ``ValueError``. The estimator
-    machinery (parameters, inputs, files) is :class:`~selfcal.posthoc._estimator.ScoreEstimator`'s,
+    machinery (parameters, inputs, files) is :class:`~selfcal.estimator.ScoreEstimator`'s,
     shared with the conformal predictors."""
 
     _noun: ClassVar[str] = "calibrator"
@@ -346,7 +324,7 @@ class Calibrator(ScoreEstimator):
 
     def _check_loaded(self) -> None:
         """A loaded calibrator must map scores to probabilities: it is tried on one uniform
-        and one confident row per class (:func:`~selfcal.posthoc._loading.probe_logits`)."""
+        and one confident row per class (:func:`~selfcal.estimator.loading.probe_logits`)."""
         probe = probe_logits(self.n_classes_)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a probe row is not the user's data

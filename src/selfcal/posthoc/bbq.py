@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
+from selfcal.estimator.loading import UNIT, FittedRange
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._loading import UNIT, FittedRange
 from selfcal.posthoc._modules import padded_table, renormalise, score_probs
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
+from selfcal.estimator.loading import NON_NEGATIVE, FittedRange
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
-from selfcal.posthoc._loading import NON_NEGATIVE, FittedRange
 from selfcal.posthoc._modules import log_one_minus, score_log_probs
 from selfcal.posthoc._solvers import Logistic, Solution, newton, warn_not_converged
 from selfcal.posthoc._tensors import as_tensor

@@ -12,10 +12,10 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
+from selfcal.estimator.loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage, label_on_top
 from selfcal.posthoc._inverse_temperature import fit_inverse_temperature
-from selfcal.posthoc._loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._modules import score_logits
 from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc.registry import register_calibrator

@@ -6,9 +6,9 @@ from typing import ClassVar
 
 import torch
 
+from selfcal.estimator.loading import NON_NEGATIVE, UNIT, FittedRange
 from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._loading import NON_NEGATIVE, UNIT, FittedRange
 from selfcal.posthoc._modules import HistogramModule, renormalise
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from selfcal._optional import require
+from selfcal.estimator.loading import UNIT, FittedRange
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._loading import UNIT, FittedRange
 from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule, renormalise
 from selfcal.posthoc._tensors import as_tensor, interp
 from selfcal.posthoc.registry import register_calibrator

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_nonnegative
-from selfcal.posthoc._loading import POSITIVE, UNIT, FittedRange
+from selfcal.estimator.loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._mixing import check_mix, resolve_mix
 from selfcal.posthoc._modules import (
     AffineModule,

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from selfcal._validation import check_choice
+from selfcal.estimator.loading import POSITIVE, FittedRange
 from selfcal.exceptions import CalibrationNotConverged
 from selfcal.metrics import ece, nll
 from selfcal.posthoc._base import Calibrator
@@ -44,7 +45,6 @@ from selfcal.posthoc._inverse_temperature import (
     solve_inverse_temperature,
     uniform_slopes,
 )
-from selfcal.posthoc._loading import POSITIVE, FittedRange
 from selfcal.posthoc._modules import TemperatureModule
 from selfcal.posthoc._scores import rows_as_logits, scores_as_logits
 from selfcal.posthoc.registry import register_calibrator

@@ -7,7 +7,7 @@
 :meth:`~ScoreEstimator.get_params`), ``kind="logits" | "probs" | None`` for scores passed
 positionally, input resolution through :mod:`selfcal.predictions` (never guessing),
 fitted attributes ending in ``_``, and the JSON file of ``save`` / ``load``
-(:mod:`selfcal.posthoc._persistence`). A *family* is the class directly below
+(:mod:`selfcal.estimator.persistence`). A *family* is the class directly below
 :class:`ScoreEstimator` (``Calibrator``, ``SplitConformal``): ``Family.load`` builds any class
 of the family that a file names, ``Subclass.load`` only that class.
 """
@@ -20,17 +20,19 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from selfcal._validation import check_choice
-from selfcal.exceptions import not_fitted
-from selfcal.posthoc._inputs import resolve_predictions
-from selfcal.posthoc._loading import FittedRange, check_values, field, mapping
-from selfcal.posthoc._persistence import (
+from selfcal.estimator.inputs import resolve_predictions
+from selfcal.estimator.loading import FittedRange, check_values, field, mapping
+from selfcal.estimator.persistence import (
     decode,
     encode,
     read_document,
     subclasses,
     write_document,
 )
+from selfcal.exceptions import not_fitted
 from selfcal.predictions import ArrayLike, Predictions
+
+__all__ = ["SCORE_KINDS", "ScoreEstimator"]
 
 SCORE_KINDS = ("logits", "probs")
 """What a positional score array holds (the ``kind`` hyperparameter of every estimator)."""
@@ -122,7 +124,7 @@ class ScoreEstimator:
     @classmethod
     def _from_document(cls, doc: dict[str, Any], path: str | Path) -> Any:
         """The estimator of a document (:meth:`_document`); ``cls`` is the family's base.
-        Every field is read and checked (:mod:`selfcal.posthoc._loading`): what is wrong is
+        Every field is read and checked (:mod:`selfcal.estimator.loading`): what is wrong is
         one ``ValueError`` naming the file and the field."""
         name = doc.get("class") if isinstance(doc, dict) else None
         target = cls._resolve(name, path)
