@@ -284,7 +284,7 @@ print(sorted(m for m in set(sys.modules) - before if not m.startswith("selfcal")
 def test_fit_seconds_time_the_fits_not_first_imports():
     """``fit_seconds`` in a fresh process: every third-party module a fit imports on first use
     (scikit-learn's isotonic regression, scipy's optimisers) is imported by the calibrator's
-    ``_prepare_fit``, before the clock starts."""
+    ``prepare_fit``, before the clock starts."""
     import subprocess
     import sys
 

@@ -81,7 +81,7 @@ class Calibrator(ScoreEstimator):
     probabilities through the floor of :func:`zero_floor` (fitted as ``prob_floor_``)."""
 
     @classmethod
-    def _prepare_fit(cls) -> None:
+    def prepare_fit(cls) -> None:
         """Do now what the first fit in a process does besides fitting -- import scikit-learn
         or scipy's optimisers, and what their own first fit imports, each slower than most
         fits -- so that :class:`~selfcal.posthoc.AutoCalibration`'s ``fit_seconds`` time the
@@ -137,9 +137,7 @@ class Calibrator(ScoreEstimator):
     ) -> Any:
         """Calibrated ``(N, C)`` probabilities (float64) in the caller's form."""
         pred = self._prepare(X, logits, probs)
-        p = self._finite(self._predict(pred), "predict_proba")
-        eps = self._mix_weight()
-        return pred.output(mix_uniform(p, eps) if eps else p)
+        return pred.output(self._finite(self.calibrated(pred), "predict_proba"))
 
     def predict_confidence(
         self,
@@ -153,9 +151,35 @@ class Calibrator(ScoreEstimator):
         prediction thresholds. By default the largest calibrated probability; a calibrator
         that maps the confidence itself (top-label isotonic regression) returns that map."""
         pred = self._prepare(X, logits, probs)
-        conf = self._finite(self._confidence(pred), "predict_confidence")
+        return pred.output(self._finite(self.calibrated_confidence(pred), "predict_confidence"))
+
+    def calibrated(self, pred: Predictions) -> torch.Tensor:
+        """The fitted map's ``(N, C)`` float64 probabilities of validated predictions, as a
+        tensor on their device: the pipeline of :meth:`predict_proba` -- floor (the fitted
+        ``prob_floor_`` of a likelihood fit), map, mix with the uniform distribution (the
+        fitted ``mix_``) -- without its input checks and conversions. What a calibrator
+        holding another (:class:`~selfcal.posthoc.AutoCalibration`) predicts through."""
+        p = self._predict(self._floored(pred))
         eps = self._mix_weight()
-        return pred.output(mix_confidence(conf, eps, pred.n_classes) if eps else conf)
+        return mix_uniform(p, eps) if eps else p
+
+    def calibrated_confidence(self, pred: Predictions) -> torch.Tensor:
+        """The calibrated top-label confidence ``(N,)`` of validated predictions: the pipeline
+        of :meth:`predict_confidence` (floor, map, mix), as :meth:`calibrated` is
+        :meth:`predict_proba`'s."""
+        conf = self._confidence(self._floored(pred))
+        eps = self._mix_weight()
+        return mix_confidence(conf, eps, pred.n_classes) if eps else conf
+
+    def warn_degenerate(self, problem: str) -> None:
+        """Warn :class:`~selfcal.exceptions.DegenerateCalibration` as this calibrator:
+        ``"Name: problem. Remedy."`` (``problem`` says, in one clause, what the validation data
+        leave unidentified and what the fit returned instead). Called from the fit (a fit
+        helper such as :func:`~selfcal.posthoc._temperature_fits.report_fit` calls it on
+        the calibrator it fits), so the warning points at the caller of ``fit``."""
+        warnings.warn(
+            f"{type(self).__name__}: {problem}. {REMEDY}.", DegenerateCalibration, stacklevel=4
+        )
 
     def score(
         self,
@@ -265,14 +289,7 @@ class Calibrator(ScoreEstimator):
                 "probabilities can be far off"
             )
         if problems:
-            self._warn_degenerate("; also ".join(problems))
-
-    def _warn_degenerate(self, problem: str) -> None:
-        """Warn :class:`~selfcal.exceptions.DegenerateCalibration`: ``"Name: problem.
-        Remedy."``"""
-        warnings.warn(
-            f"{type(self).__name__}: {problem}. {REMEDY}.", DegenerateCalibration, stacklevel=4
-        )
+            self.warn_degenerate("; also ".join(problems))
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         """What this calibrator returned when every validation prediction is correct."""
@@ -307,10 +324,11 @@ class Calibrator(ScoreEstimator):
         logits: ArrayLike | None,
         probs: ArrayLike | None,
     ) -> Predictions:
+        """The scores to predict on, validated (not yet floored: :meth:`calibrated` floors)."""
         pred = self._fitted_predictions(X, logits, probs)
         if self._likelihood_fit:
             check_fittable(pred, type(self).__name__)
-        return self._floored(pred)
+        return pred
 
     def _check_classes(self, n_classes: int) -> None:
         """Hook: refuse class counts a method does not support."""

@@ -273,7 +273,7 @@ class EnsembleTemperatureScaling(Calibrator):
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "weights_": UNIT}
 
     @classmethod
-    def _prepare_fit(cls) -> None:
+    def prepare_fit(cls) -> None:
         import scipy.optimize  # noqa: F401
 
     def __init__(self, loss: str = "mse", kind: str | None = None) -> None:
@@ -289,7 +289,7 @@ class EnsembleTemperatureScaling(Calibrator):
             self.temperature_, self.weights_ = 1.0, np.array([0.0, 1.0, 0.0])
             flat = bool((z.amax(dim=1) == z.amin(dim=1)).all())  # constant rows: no map acts
             if not (bool(pred.correct.all()) or flat):  # (all correct: the base class warns)
-                self._warn_degenerate(
+                self.warn_degenerate(
                     "every validation error is an exact tie (its label shares the top score), "
                     "so the data cannot say how confident to be; returned T = 1 and weights "
                     "(0, 1, 0): the scores unchanged"
@@ -298,7 +298,7 @@ class EnsembleTemperatureScaling(Calibrator):
         temperature = fit_temperature(z, y, self.loss)
         low, high = TEMPERATURE_BOUNDS
         if temperature <= low * BOUND_MARGIN or temperature >= high / BOUND_MARGIN:
-            self._warn_degenerate(
+            self.warn_degenerate(
                 f"the validation {self.loss.upper()} is lowest at T = {temperature:g}, at an end "
                 f"of the authors' interval [{low:g}, {high:g}], "
                 "so its minimum may lie beyond; returned that T"

@@ -93,7 +93,7 @@ class IsotonicCalibration(Calibrator):
         super()._check_loaded()
 
     @classmethod
-    def _prepare_fit(cls) -> None:
+    def prepare_fit(cls) -> None:
         first_isotonic_fit()
 
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
@@ -187,7 +187,7 @@ class OneVsRestIsotonic(Calibrator):
         super()._check_loaded()
 
     @classmethod
-    def _prepare_fit(cls) -> None:
+    def prepare_fit(cls) -> None:
         first_isotonic_fit()
 
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:

@@ -210,7 +210,7 @@ def report_fit(calibrator: Calibrator, fit: TemperatureFit) -> None:
     (:class:`~selfcal.exceptions.DegenerateCalibration`), or that it did not converge
     (:class:`~selfcal.exceptions.CalibrationNotConverged`)."""
     if fit.problem is not None:
-        calibrator._warn_degenerate(fit.problem)
+        calibrator.warn_degenerate(fit.problem)
     if not fit.converged:
         warnings.warn(
             f"{type(calibrator).__name__}: the temperature's Newton iteration stopped at its "
