@@ -230,8 +230,8 @@ def test_the_candidates_of_a_fold_share_one_temperature_solve_bit_for_bit(monkey
     refitted map are those of solving it for each, bit for bit, with fewer solves."""
     import contextlib
 
+    from selfcal.posthoc import _temperature_fits as temperature
     from selfcal.posthoc import auto as auto_module
-    from selfcal.posthoc import temperature
 
     z, y = biased_logits(5, 400, 5)
     z = z.astype(dtype)

@@ -30,8 +30,8 @@ from selfcal.posthoc._cross_validation import (
     random_folds,
     stratified_folds,
 )
+from selfcal.posthoc._temperature_fits import shared_temperature_fits
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
-from selfcal.posthoc.temperature import shared_temperature_fits
 from selfcal.predictions import Predictions
 
 CANDIDATES = ("sms", "svs", "ts-mix", "ts", "ets", "isotonic", "none")

@@ -8,13 +8,21 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
+from selfcal._validation import check_flag
 from selfcal.estimator.loading import NON_NEGATIVE, FittedRange
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import log_one_minus, score_log_probs
-from selfcal.posthoc._solvers import Logistic, Solution, newton, warn_not_converged
+from selfcal.posthoc._solvers import (
+    MAX_ITER,
+    Logistic,
+    Solution,
+    check_max_iter,
+    newton,
+    platt_targets,
+    warn_not_converged,
+)
 from selfcal.posthoc._tensors import as_tensor
-from selfcal.posthoc.linear import MAX_ITER, check_flag, check_max_iter, platt_targets
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 

@@ -80,7 +80,7 @@ def fit_temperature(z: torch.Tensor, y: torch.Tensor, loss: str) -> float:
     """The temperature minimising ``loss`` over :data:`TEMPERATURE_BOUNDS`.
 
     * ``"ce"``: the NLL is convex in ``1/T``, hence unimodal in ``T``: the exact unbounded
-      minimiser (:func:`~selfcal.posthoc.temperature.fit_inverse_temperature`) clipped to
+      minimiser (:func:`~selfcal.posthoc._inverse_temperature.fit_inverse_temperature`) clipped to
       the bounds.
     * ``"mse"``: the mean squared error (Brier score / C) need not be unimodal in ``T``: a
       scan of :data:`GRID_POINTS` log-spaced temperatures, then bounded Brent on ``log T``

@@ -8,72 +8,29 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-import numpy as np
 import torch
 
-from selfcal._validation import check_int, check_nonnegative
+from selfcal._validation import check_flag, check_nonnegative
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import AffineModule, PlattModule, VectorScalingModule
 from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc._solvers import (
+    MAX_ITER,
     Logistic,
     Solution,
+    check_max_iter,
     newton,
+    platt_targets,
     warn_not_converged,
 )
 from selfcal.posthoc._structured_scaling import (
-    LBFGS_ITER_FACTOR,
-    NEWTON_BUDGET,
     RIDGE_L2,
     _StructuredScaling,
-    fit_affine,
-    ridge_strength,
-    structured_penalty,
 )
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
-
-__all__ = [  # the calibrators, their helpers, and the structured fits' (_structured_scaling)
-    "LBFGS_ITER_FACTOR",
-    "MAX_ITER",
-    "NEWTON_BUDGET",
-    "RIDGE_L2",
-    "MatrixScaling",
-    "PlattScaling",
-    "QuadraticScaling",
-    "VectorScaling",
-    "_StructuredScaling",
-    "check_flag",
-    "check_max_iter",
-    "fit_affine",
-    "platt_targets",
-    "positive_score",
-    "ridge_strength",
-    "structured_penalty",
-]
-
-MAX_ITER = 100
-"""Default iteration cap of the Newton solver (L-BFGS: ``LBFGS_ITER_FACTOR`` times more)."""
-
-
-def check_max_iter(max_iter: object) -> int:
-    return check_int("max_iter", max_iter)
-
-
-def check_flag(name: str, value: object) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
-def platt_targets(y: torch.Tensor) -> torch.Tensor:
-    """Platt's (1999) out-of-sample targets for 0/1 labels ``y`` (float64):
-    ``(N_+ + 1) / (N_+ + 2)`` for the positives, ``1 / (N_- + 2)`` for the negatives."""
-    n_pos = float(y.sum())
-    n_neg = y.shape[0] - n_pos
-    # float64 targets (a where() of two Python floats would be float32)
-    return torch.full_like(y, 1 / (n_neg + 2)).masked_fill(y > 0, (n_pos + 1) / (n_pos + 2))
 
 
 @register_calibrator("vector")

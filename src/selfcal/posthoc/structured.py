@@ -27,8 +27,9 @@ from selfcal.posthoc._modules import (
     TemperatureModule,
     VectorScalingModule,
 )
+from selfcal.posthoc._solvers import MAX_ITER, check_max_iter
+from selfcal.posthoc._structured_scaling import RIDGE_L2, _StructuredScaling
 from selfcal.posthoc._tensors import as_tensor
-from selfcal.posthoc.linear import MAX_ITER, RIDGE_L2, _StructuredScaling, check_max_iter
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
