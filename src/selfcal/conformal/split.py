@@ -40,6 +40,25 @@ PREDICT_STREAM = 0x5EED
 they never reuse the calibration draws (seeded with ``seed``)."""
 
 
+def deprecated_score(score: str, nonconformity: str | None) -> str:
+    """``SplitConformal(score=...)``, the name of ``nonconformity`` before selfcal 0.3: warns
+    :class:`FutureWarning` and returns it; ``nonconformity`` given too, with another value than
+    ``score`` or its default, is a ``ValueError``."""
+    if nonconformity not in (None, "aps", score):
+        raise ValueError(
+            f"pass the non-conformity score once: nonconformity={nonconformity!r} or the "
+            f"deprecated score={score!r}"
+        )
+    warnings.warn(
+        "SplitConformal(score=...) is deprecated and will be removed in the next release; "
+        f"use SplitConformal(nonconformity={score!r}) (score shadows scikit-learn's score "
+        "method)",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return score
+
+
 def _generator(seed: int, device: torch.device) -> torch.Generator:
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
@@ -51,7 +70,7 @@ class SplitConformal(ScoreEstimator):
 
     ``fit`` on a calibration split (rows the model was not trained on) computes the
     non-conformity score of each row's true label (:func:`~selfcal.conformal.conformity_scores`
-    with ``score``, ``penalty``, ``k_reg``, ``weight``) and sets ``threshold_``, their
+    with ``nonconformity``, ``penalty``, ``k_reg``, ``weight``) and sets ``threshold_``, their
     ``ceil((n + 1)(1 - alpha))``-th smallest value; :meth:`predict_set` then returns, for new
     rows, the ``(N, C)`` boolean mask of the labels whose score is at most ``threshold_``.
     When the calibration and test rows are exchangeable, the set holds the true label with
@@ -74,14 +93,21 @@ class SplitConformal(ScoreEstimator):
     Fitted: ``threshold_``, ``n_calibration_`` (rows), ``class_counts_`` (``(C,)`` int64 rows
     per true label), ``n_classes_``.
 
+    ``nonconformity`` names the non-conformity score (``"lac"``, ``"aps"``, ``"raps"``,
+    ``"saps"``; :data:`~selfcal.conformal.SCORES`). It was called ``score`` up to selfcal
+    0.2, a name that shadows scikit-learn's ``score`` method: ``score=`` is still accepted,
+    with a :class:`FutureWarning`, until the next release, and files keep storing it as
+    ``params.score`` (so a file reads the same in every version).
+
     scikit-learn's model selection (``GridSearchCV``) needs an explicit ``scoring=`` for this
-    estimator: its hyperparameter ``score`` names the conformity score, so it has no
-    ``score`` method to fall back on.
+    estimator: a set predictor has no single quality to maximise (coverage and set size pull
+    against each other), so it has no ``score`` method to fall back on, and scikit-learn says
+    so when ``scoring=`` is missing.
     """
 
     _hyperparameters: ClassVar[tuple[str, ...]] = (
         "alpha",
-        "score",
+        "nonconformity",
         "randomized",
         "mondrian",
         "penalty",
@@ -101,11 +127,12 @@ class SplitConformal(ScoreEstimator):
         "class_counts_": NON_NEGATIVE,
     }
     _may_be_infinite: ClassVar[tuple[str, ...]] = ("threshold_",)
+    _stored_names: ClassVar[dict[str, str]] = {"nonconformity": "score"}
 
     def __init__(
         self,
         alpha: float = 0.1,
-        score: str = "aps",
+        nonconformity: str = "aps",
         randomized: bool = True,
         mondrian: bool = False,
         penalty: float = 0.01,
@@ -113,9 +140,13 @@ class SplitConformal(ScoreEstimator):
         weight: float = 0.2,
         seed: int = 0,
         kind: str | None = None,
+        *,
+        score: str | None = None,
     ) -> None:
+        if score is not None:
+            nonconformity = deprecated_score(score, nonconformity)
         self.alpha = alpha
-        self.score = score
+        self.nonconformity = nonconformity
         self.randomized = randomized
         self.mondrian = mondrian
         self.penalty = penalty
@@ -164,6 +195,14 @@ class SplitConformal(ScoreEstimator):
         self.class_counts_ = counts.cpu().numpy().astype(np.int64)
         self.n_classes_ = pred.n_classes
         return self
+
+    def set_params(self, **params: Any) -> Self:
+        """As :meth:`ScoreEstimator.set_params`; ``score=`` is the deprecated name of
+        ``nonconformity=`` (:class:`FutureWarning`)."""
+        if "score" in params:
+            score = params.pop("score")
+            params["nonconformity"] = deprecated_score(score, params.get("nonconformity"))
+        return super().set_params(**params)
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -232,7 +271,7 @@ class SplitConformal(ScoreEstimator):
         penalty, k_reg, weight = check_score_options(self.penalty, self.k_reg, self.weight)
         return ConformalSetModule(
             self._thresholds(torch.device("cpu")),
-            canonical_score(self.score),
+            canonical_score(self.nonconformity, "nonconformity"),
             from_probs=kind == "probs",
             randomized=bool(self.randomized),
             seed=int(self.seed) ^ PREDICT_STREAM,
@@ -244,7 +283,7 @@ class SplitConformal(ScoreEstimator):
     # ------------------------------------------------------------------ helpers
     def _validated(self) -> float:
         alpha = check_alpha(self.alpha)
-        canonical_score(self.score)
+        canonical_score(self.nonconformity, "nonconformity")
         check_score_options(self.penalty, self.k_reg, self.weight)
         for name in ("randomized", "mondrian"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
@@ -256,7 +295,7 @@ class SplitConformal(ScoreEstimator):
         self, pred: Predictions, gen: torch.Generator, labels: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The scores of ``labels`` (``(N,)``), or of every label (``(N, C)``) without."""
-        score = canonical_score(self.score)
+        score = canonical_score(self.nonconformity, "nonconformity")
         penalty, k_reg, weight = check_score_options(self.penalty, self.k_reg, self.weight)
         p = pred.probs
         u: torch.Tensor | float = 1.0

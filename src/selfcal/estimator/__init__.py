@@ -54,6 +54,10 @@ class ScoreEstimator:
     numeric fitted value must be finite in any case)."""
     _may_be_infinite: ClassVar[tuple[str, ...]] = ()
     """Fitted values that may hold infinities (never NaN)."""
+    _stored_names: ClassVar[dict[str, str]] = {}
+    """Hyperparameters stored in files under another name: the name they had when the file
+    format was set (``{"nonconformity": "score"}``), so that a file's bytes do not change when
+    a hyperparameter is renamed and files of every version read alike."""
 
     def __init__(self, kind: str | None = None) -> None:
         self.kind = kind
@@ -117,7 +121,10 @@ class ScoreEstimator:
         family = self._root()
         return {
             "class": type(self).__name__,
-            "params": {k: encode(v, family) for k, v in self.get_params().items()},
+            "params": {
+                self._stored_names.get(k, k): encode(v, family)
+                for k, v in self.get_params().items()
+            },
             "fitted": {k: encode(v, family) for k, v in self.fitted_attributes().items()},
         }
 
@@ -128,8 +135,9 @@ class ScoreEstimator:
         one ``ValueError`` naming the file and the field."""
         name = doc.get("class") if isinstance(doc, dict) else None
         target = cls._resolve(name, path)
+        names = {stored: name for name, stored in target._stored_names.items()}
         params = {
-            key: field(path, f"params.{key}", partial(decode, value, path, cls))
+            names.get(key, key): field(path, f"params.{key}", partial(decode, value, path, cls))
             for key, value in mapping(doc, "params", path).items()
         }
         obj = field(path, "params", lambda: target(**params))
