@@ -10,6 +10,7 @@ predict sets of labels that hold the true label with probability at least ``1 - 
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any, ClassVar, Self
@@ -17,7 +18,13 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import torch
 
-from selfcal._validation import check_choice, check_int
+from selfcal._validation import (
+    check_choice,
+    check_flag,
+    check_int,
+    check_nonnegative,
+    check_positive,
+)
 from selfcal.conformal.scores import (
     canonical_score,
     check_alpha,
@@ -28,7 +35,7 @@ from selfcal.conformal.scores import (
     scores_given_u,
     uniforms,
 )
-from selfcal.estimator import SCORE_KINDS, ScoreEstimator
+from selfcal.estimator import SCORE_KINDS, Check, ScoreEstimator, checked_value
 from selfcal.estimator.loading import NON_NEGATIVE, FittedRange, probe_logits
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.predictions import ArrayLike, Predictions
@@ -57,6 +64,10 @@ def deprecated_score(score: str, nonconformity: str | None) -> str:
         stacklevel=3,
     )
     return score
+
+
+def _check_nonconformity(name: str, value: Any) -> None:
+    canonical_score(value, name)
 
 
 def _generator(seed: int, device: torch.device) -> torch.Generator:
@@ -105,16 +116,16 @@ class SplitConformal(ScoreEstimator):
     so when ``scoring=`` is missing.
     """
 
-    _hyperparameters: ClassVar[tuple[str, ...]] = (
-        "alpha",
-        "nonconformity",
-        "randomized",
-        "mondrian",
-        "penalty",
-        "k_reg",
-        "weight",
-        "seed",
-    )
+    _parameters: ClassVar[dict[str, Check]] = {
+        "alpha": checked_value(check_alpha),
+        "nonconformity": _check_nonconformity,
+        "randomized": check_flag,
+        "mondrian": check_flag,
+        "penalty": check_nonnegative,
+        "k_reg": functools.partial(check_int, minimum=0),
+        "weight": check_positive,
+        "seed": functools.partial(check_int, minimum=0),
+    }
     _fitted_attributes: ClassVar[tuple[str, ...]] = (
         "threshold_",
         "n_calibration_",
@@ -170,8 +181,8 @@ class SplitConformal(ScoreEstimator):
 
         ``fit(logits=z, labels=y)``, ``fit(probs=p, labels=y)``, ``fit(predictions)`` or
         ``fit(X, y)`` with ``X`` of this estimator's ``kind``."""
-        self._check_kind()
-        alpha = self._validated()
+        self._check_params()
+        alpha = check_alpha(self.alpha)
         pred = self._resolve_inputs(X, y, logits, probs, labels, True)
         labels_ = pred.require_labels()
         gen = _generator(int(self.seed), pred.device)
@@ -203,10 +214,6 @@ class SplitConformal(ScoreEstimator):
             score = params.pop("score")
             params["nonconformity"] = deprecated_score(score, params.get("nonconformity"))
         return super().set_params(**params)
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        self._validated()
 
     def _check_loaded(self) -> None:
         """A loaded predictor must give a set per row: tried on one uniform and one
@@ -281,16 +288,6 @@ class SplitConformal(ScoreEstimator):
         ).eval()
 
     # ------------------------------------------------------------------ helpers
-    def _validated(self) -> float:
-        alpha = check_alpha(self.alpha)
-        canonical_score(self.nonconformity, "nonconformity")
-        check_score_options(self.penalty, self.k_reg, self.weight)
-        for name in ("randomized", "mondrian"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        check_int("seed", self.seed, minimum=0)
-        return alpha
-
     def _scores(
         self, pred: Predictions, gen: torch.Generator, labels: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -306,7 +303,7 @@ class SplitConformal(ScoreEstimator):
         return out if labels is None else out.gather(1, labels.unsqueeze(1)).squeeze(1)
 
     def _predict_scores(self, pred: Predictions) -> torch.Tensor:
-        self._validated()
+        self._check_params()
         return self._scores(pred, _generator(int(self.seed) ^ PREDICT_STREAM, pred.device))
 
     def _thresholds(self, device: torch.device) -> torch.Tensor:

@@ -15,6 +15,7 @@ of the family that a file names, ``Subclass.load`` only that class.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -32,7 +33,11 @@ from selfcal.estimator.persistence import (
 from selfcal.exceptions import not_fitted
 from selfcal.predictions import ArrayLike, Predictions
 
-__all__ = ["SCORE_KINDS", "ScoreEstimator"]
+__all__ = ["SCORE_KINDS", "Check", "ScoreEstimator", "checked_value", "hyperparameter_names"]
+
+Check = Callable[[str, Any], object]
+"""A hyperparameter's check: ``check(name, value)`` raises ``ValueError`` naming ``name`` when
+``value`` is invalid (:data:`ScoreEstimator._parameters`)."""
 
 SCORE_KINDS = ("logits", "probs")
 """What a positional score array holds (the ``kind`` hyperparameter of every estimator)."""
@@ -41,8 +46,16 @@ SCORE_KINDS = ("logits", "probs")
 class ScoreEstimator:
     """Base class of the estimators fitted on held-out scores and labels (module docstring)."""
 
-    _hyperparameters: ClassVar[tuple[str, ...]] = ()
-    """Names of the constructor arguments other than ``kind`` (stored verbatim as attributes)."""
+    _parameters: ClassVar[dict[str, Check]] = {}
+    """Each hyperparameter's check, by name: called as ``check(name, value)`` by :meth:`fit`
+    (and on a loaded estimator), it raises ``ValueError`` naming the hyperparameter. The
+    hyperparameters themselves -- names, order, defaults -- are declared once, by the
+    constructor's signature (its arguments before any keyword-only one, ``kind`` last, stored
+    verbatim as attributes): :meth:`get_params`, ``set_params``, ``repr`` and :meth:`save`
+    read them from there (:func:`hyperparameter_names`). A class's entries add to (and
+    override) its bases', so a check shared by a family is written once, in its base; a name
+    the signature lacks is ignored. Keyword-only arguments are not hyperparameters (a
+    deprecated alias, such as ``SplitConformal(score=...)``)."""
     _fitted_attributes: ClassVar[tuple[str, ...]] = ()
     """Names of the attributes :meth:`fit` sets (besides ``n_classes_``)."""
     _noun: ClassVar[str] = "estimator"
@@ -161,7 +174,25 @@ class ScoreEstimator:
 
     def _validate_params(self) -> None:
         """Hook: the hyperparameter checks ``fit`` makes (run on a loaded estimator too)."""
+        self._check_params()
+
+    def _check_params(self) -> None:
+        """``kind``, then every hyperparameter through its check (:data:`_parameters`)."""
         self._check_kind()
+        checks = self._checks()
+        for name in self._param_names()[:-1]:
+            check = checks.get(name)
+            if check is not None:
+                check(name, getattr(self, name))
+
+    @classmethod
+    def _checks(cls) -> dict[str, Check]:
+        """:data:`_parameters` merged along the class's bases (a subclass's entry wins)."""
+        return {
+            name: check
+            for klass in reversed(cls.__mro__)
+            for name, check in vars(klass).get("_parameters", {}).items()
+        }
 
     def _check_loaded(self) -> None:
         """Hook: raise ``ValueError`` when a loaded estimator's fitted values, each valid
@@ -189,7 +220,7 @@ class ScoreEstimator:
 
     @classmethod
     def _param_names(cls) -> tuple[str, ...]:
-        return (*cls._hyperparameters, "kind")
+        return hyperparameter_names(cls)
 
     def _check_kind(self) -> None:
         if self.kind is not None:
@@ -252,6 +283,36 @@ class ScoreEstimator:
         }
         args = ", ".join(f"{k}={v!r}" for k, v in changed.items())
         return f"{type(self).__name__}({args})"
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+""":func:`hyperparameter_names` by class (a signature is read once)."""
+
+
+def hyperparameter_names(cls: type) -> tuple[str, ...]:
+    """The hyperparameters of an estimator class, ``kind`` last: the arguments of its
+    constructor's signature that can be passed by position (keyword-only ones are deprecated
+    aliases), in their order -- the one place they are declared."""
+    names = _NAMES.get(cls)
+    if names is None:
+        parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
+        own = [
+            p.name
+            for p in parameters
+            if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", "kind")
+        ]
+        names = _NAMES[cls] = (*own, "kind")
+    return names
+
+
+def checked_value(check: Callable[[Any], object]) -> Check:
+    """A check of the value alone (its message names the hyperparameter itself, e.g.
+    :func:`~selfcal.metrics.binning.check_n_bins`) as a :data:`Check`."""
+
+    def named(name: str, value: Any) -> object:
+        return check(value)
+
+    return named
 
 
 def _same(value: Any, default: Any) -> bool:

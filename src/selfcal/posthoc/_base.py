@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
-from selfcal.estimator import SCORE_KINDS, ScoreEstimator
+from selfcal.estimator import SCORE_KINDS, Check, ScoreEstimator, checked_value
 from selfcal.estimator.loading import UNIT, FittedRange, check_probabilities, probe_logits
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc._degenerate import REMEDY, Coverage
@@ -65,6 +65,7 @@ class Calibrator(ScoreEstimator):
     machinery (parameters, inputs, files) is :class:`~selfcal.estimator.ScoreEstimator`'s,
     shared with the conformal predictors."""
 
+    _parameters: ClassVar[dict[str, Check]] = {"mix": checked_value(check_mix)}
     _noun: ClassVar[str] = "calibrator"
     _abstract: ClassVar[bool] = True
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"mix_": UNIT, "prob_floor_": UNIT}
@@ -109,9 +110,7 @@ class Calibrator(ScoreEstimator):
         warns :class:`~selfcal.exceptions.DegenerateCalibration` once, naming the cause, the
         result and the remedy.
         """
-        self._check_kind()
-        if "mix" in self._hyperparameters:
-            check_mix(self._mix_setting())
+        self._check_params()
         self._validate_hyperparameters()
         pred = self._resolve_inputs(X, y, logits, probs, labels, True)
         self._check_classes(pred.n_classes)
@@ -122,7 +121,7 @@ class Calibrator(ScoreEstimator):
         coverage = Coverage.of(pred, ties=self._rests_on_each_class)
         self._fit(pred)
         self.n_classes_ = pred.n_classes
-        if "mix" in self._hyperparameters:
+        if "mix" in self._param_names():
             self.mix_ = resolve_mix(self._mix_setting(), pred.n_samples)
         self._warn_coverage(coverage)
         return self
@@ -314,7 +313,7 @@ class Calibrator(ScoreEstimator):
         return f"those classes' maps are fitted to all-zero targets{mixed}"
 
     def _all_fitted(self) -> tuple[str, ...]:
-        mixed = ("mix_",) if "mix" in self._hyperparameters else ()
+        mixed = ("mix_",) if "mix" in self._param_names() else ()
         floor = ("prob_floor_",) if self._likelihood_fit else ()
         return (*super()._all_fitted(), *mixed, *floor)
 
@@ -335,8 +334,6 @@ class Calibrator(ScoreEstimator):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        if "mix" in self._hyperparameters:
-            check_mix(self._mix_setting())
         self._validate_hyperparameters()
         self._check_classes(self.n_classes_)
 
@@ -350,7 +347,8 @@ class Calibrator(ScoreEstimator):
         check_probabilities(np.asarray(p))
 
     def _validate_hyperparameters(self) -> None:
-        """Hook: raise ``ValueError`` for invalid hyperparameters."""
+        """Hook: raise ``ValueError`` for invalid hyperparameters beyond what each one's own
+        check in :data:`_parameters` says (run after those)."""
 
     def _fit(self, pred: Predictions) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

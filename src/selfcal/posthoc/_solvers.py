@@ -36,7 +36,6 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from selfcal._validation import check_int
 from selfcal.exceptions import CalibrationNotConverged
 
 MAX_ITER = 100
@@ -331,10 +330,6 @@ class Logistic:
 
     def null_directions(self) -> None:
         return None
-
-
-def check_max_iter(max_iter: object) -> int:
-    return check_int("max_iter", max_iter)
 
 
 def platt_targets(y: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from selfcal._validation import check_int, check_nonnegative
+from selfcal.estimator import Check
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._lbfgs import FLOAT32_GTOL, LBFGS_GTOL, lbfgs
@@ -96,6 +98,12 @@ class _StructuredScaling(Calibrator):
     map is the identity, with a :class:`~selfcal.exceptions.DegenerateCalibration`
     warning."""
 
+    _parameters: ClassVar[dict[str, Check]] = {
+        "off_diagonal_l2": check_nonnegative,
+        "diagonal_l2": check_nonnegative,
+        "bias_l2": check_nonnegative,
+        "max_iter": check_int,
+    }
     _per_class = True
     _likelihood_fit = True
     _vector_map: ClassVar[bool] = False

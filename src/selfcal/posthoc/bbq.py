@@ -254,7 +254,6 @@ class BBQ(Calibrator):
     mix_ : float, the mixing weight ``eps``
     """
 
-    _hyperparameters = ("mix",)
     _fitted_attributes = ("cut_points_", "bin_values_", "table_sizes_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
         "bin_values_": UNIT,

@@ -3,6 +3,7 @@ the temperature-scaled, the uncalibrated and the uniform prediction."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
+from selfcal.estimator import Check
 from selfcal.estimator.loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage, label_on_top
@@ -267,7 +269,9 @@ class EnsembleTemperatureScaling(Calibrator):
     weights_ : (3,) float64 array, ``(w_0, w_1, w_2)``
     """
 
-    _hyperparameters = ("loss",)
+    _parameters: ClassVar[dict[str, Check]] = {
+        "loss": functools.partial(check_choice, choices=("mse", "ce"))
+    }
     _likelihood_fit = True
     _fitted_attributes = ("temperature_", "weights_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "weights_": UNIT}
@@ -279,9 +283,6 @@ class EnsembleTemperatureScaling(Calibrator):
     def __init__(self, loss: str = "mse", kind: str | None = None) -> None:
         self.loss = loss
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_choice("loss", self.loss, ("mse", "ce"))
 
     def _fit(self, pred: Predictions) -> None:
         z, y = scores_as_logits(pred), pred.require_labels()

@@ -84,7 +84,6 @@ class IsotonicCalibration(Calibrator):
     mix_ : float, the mixing weight ``eps``
     """
 
-    _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"y_thresholds_": UNIT}
 
@@ -170,7 +169,6 @@ class OneVsRestIsotonic(Calibrator):
     mix_ : float, the mixing weight ``eps``
     """
 
-    _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_", "knot_counts_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
         "y_thresholds_": UNIT,

@@ -10,7 +10,8 @@ from typing import ClassVar
 
 import torch
 
-from selfcal._validation import check_flag, check_nonnegative
+from selfcal._validation import check_flag
+from selfcal.estimator import Check
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import AffineModule, PlattModule, VectorScalingModule
@@ -19,7 +20,6 @@ from selfcal.posthoc._solvers import (
     MAX_ITER,
     Logistic,
     Solution,
-    check_max_iter,
     newton,
     platt_targets,
     warn_not_converged,
@@ -69,7 +69,6 @@ class VectorScaling(_StructuredScaling):
     bias_ : (C,) float64 array
     """
 
-    _hyperparameters = ("diagonal_l2", "bias_l2", "max_iter")
     _fitted_attributes = ("weight_", "bias_")
 
     def __init__(
@@ -83,11 +82,6 @@ class VectorScaling(_StructuredScaling):
         self.bias_l2 = bias_l2
         self.max_iter = max_iter
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_nonnegative("diagonal_l2", self.diagonal_l2)
-        check_nonnegative("bias_l2", self.bias_l2)
-        check_max_iter(self.max_iter)
 
     _vector_map = True
 
@@ -143,7 +137,6 @@ class MatrixScaling(_StructuredScaling):
     bias_ : (C,) float64 array
     """
 
-    _hyperparameters = ("off_diagonal_l2", "diagonal_l2", "bias_l2", "max_iter")
     _fitted_attributes = ("weight_", "bias_")
 
     def __init__(
@@ -159,12 +152,6 @@ class MatrixScaling(_StructuredScaling):
         self.bias_l2 = bias_l2
         self.max_iter = max_iter
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_nonnegative("off_diagonal_l2", self.off_diagonal_l2)
-        check_nonnegative("diagonal_l2", self.diagonal_l2)
-        check_nonnegative("bias_l2", self.bias_l2)
-        check_max_iter(self.max_iter)
 
     def _fit(self, pred: Predictions) -> None:
         beta, identified = self._temperature(pred)
@@ -229,7 +216,7 @@ class PlattScaling(Calibrator):
     slope_, intercept_ : float (``a``, ``b``)
     """
 
-    _hyperparameters = ("smooth_targets",)
+    _parameters: ClassVar[dict[str, Check]] = {"smooth_targets": check_flag}
     _likelihood_fit = True
     _rests_on_each_class = True
     _fitted_attributes: ClassVar[tuple[str, ...]] = ("slope_", "intercept_")
@@ -237,9 +224,6 @@ class PlattScaling(Calibrator):
     def __init__(self, smooth_targets: bool = True, kind: str | None = None) -> None:
         self.smooth_targets = smooth_targets
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_flag("smooth_targets", self.smooth_targets)
 
     def _check_classes(self, n_classes: int) -> None:
         if n_classes != 2:

@@ -18,6 +18,7 @@ from typing import ClassVar
 import torch
 
 from selfcal._validation import check_choice
+from selfcal.estimator import Check
 from selfcal.estimator.loading import POSITIVE, FittedRange
 from selfcal.metrics import ece, nll
 from selfcal.posthoc._base import Calibrator
@@ -130,7 +131,10 @@ class TemperatureScaling(Calibrator):
     [0.75 0.25]
     """
 
-    _hyperparameters = ("method", "criterion", "mix")
+    _parameters: ClassVar[dict[str, Check]] = {
+        "method": functools.partial(check_choice, choices=("nll", "grid")),
+        "criterion": functools.partial(check_choice, choices=("ece", "nll")),
+    }
     _likelihood_fit = True
     _fitted_attributes = ("temperature_",)
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE}
@@ -146,10 +150,6 @@ class TemperatureScaling(Calibrator):
         self.criterion = criterion
         self.mix = mix
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_choice("method", self.method, ("nll", "grid"))
-        check_choice("criterion", self.criterion, ("ece", "nll"))
 
     def _fit(self, pred: Predictions) -> None:
         y = pred.require_labels()
