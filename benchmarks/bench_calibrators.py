@@ -26,7 +26,8 @@ held-out quality on the digits test logits (NLL, 15-bin ECE) of every calibrator
 the validation logits; a third the held-out NLL of vector and matrix scaling and Dirichlet
 calibration over a grid of penalty multipliers ``lambda`` (every ``*_l2``; how much the default
 of 1 matters -- it is probmetrics' default, not chosen on these test logits, see
-``selfcal.posthoc.linear.RIDGE_L2``); a fourth the held-out NLL of every calibrator fitted on
+``selfcal.posthoc._structured_scaling.RIDGE_L2``); a fourth the held-out NLL of every calibrator
+fitted on
 the first 100, 200, 400 and all 718 validation rows (how many rows each needs).
 
 Run: ``python benchmarks/bench_calibrators.py [--repeats 5] [--threads 1] [--skip-large]``;

@@ -27,7 +27,7 @@ import torch
 from _timing import write_report
 
 from selfcal.posthoc import TemperatureScaling
-from selfcal.posthoc.temperature import fit_inverse_temperature
+from selfcal.posthoc._inverse_temperature import fit_inverse_temperature
 
 N_SAMPLES, N_CLASSES = 100_000, 100
 RESULTS = Path(__file__).parent / "results" / "temperature.md"

@@ -1,6 +1,6 @@
 """No module of ``src/selfcal`` is longer than :data:`MAX_LINES` lines: past that a file holds
-more than one concern, and is split along its seam (one concern per module, the old module
-re-exporting what its users import from it)."""
+more than one concern, and is split along its seam (one concern per module; every importer then
+imports each name from the one module that defines it, with no re-export left behind)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ The wordings:
   ``[0, inf)`` or ``(0, 1]``; NaN and infinities are rejected, ``bool`` too.
 * ``check_choice``: ``"{name} must be one of {a, b, c}; got {value!r}"``, with the closest
   choice where one is close.
+* ``check_flag``: ``"{name} must be True or False, got {value!r}"`` (numpy booleans too).
 * ``check_hyper``: as ``check_real``, but a 0-d tensor (a hyperparameter traced by
   ``torch.func.vmap`` or differentiated) is accepted unchecked.
 
@@ -133,3 +134,8 @@ def check_hyper(
             )
         return
     check_real(name, value, low, high, high_open=high_open)
+
+
+def check_flag(name: str, value: object) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")

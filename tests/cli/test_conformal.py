@@ -69,7 +69,7 @@ def test_predict_writes_a_set_per_row_from_the_held_out_rows(capsys, files, mode
     assert text[0][-3:] == ["set", "set_size", "label"]
     # the sets are SplitConformal's, fitted on the stored rows (probabilities and labels)
     with np.load(model / "conformal.npz") as stored:
-        expected = SplitConformal(alpha=0.1, score="aps").fit(
+        expected = SplitConformal(alpha=0.1, nonconformity="aps").fit(
             probs=stored["probs"], labels=stored["labels"]
         )
     code, stdout, _ = run(

@@ -113,7 +113,7 @@ def test_conformal_constants_equal_the_core():
     from selfcal.conformal import SCORES, SplitConformal
     from selfcal.pipeline import conformal
 
-    default = inspect.signature(SplitConformal).parameters["score"].default
+    default = inspect.signature(SplitConformal).parameters["nonconformity"].default
     assert _conformal.CONFORMAL_SCORES == conformal.SCORES == SCORES
     assert _conformal.CONFORMAL_SCORE == _predict.CONFORMAL_SCORE == conformal.DEFAULT_SCORE
     assert conformal.DEFAULT_SCORE == default

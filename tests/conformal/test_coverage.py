@@ -133,7 +133,9 @@ def test_split_conformal_fits_the_thresholds_of_the_order_statistic(pool, splits
     cal, _ = splits
     s = conformity_scores(probs, labels, score=score, randomized=False)
     for i in range(5):
-        model = SplitConformal(alpha=ALPHA, score=score, randomized=False, mondrian=mondrian)
+        model = SplitConformal(
+            alpha=ALPHA, nonconformity=score, randomized=False, mondrian=mondrian
+        )
         model.fit(probs=probs[cal[i]].numpy(), labels=labels[cal[i]].numpy())
         if mondrian:
             expected = mondrian_thresholds(s, labels, cal[i : i + 1].expand(N_SPLITS, -1))[0][0]
@@ -149,7 +151,7 @@ def test_split_conformal_randomised_sets_cover_within_the_bounds(pool, splits):
     cal, test = splits
     coverage = []
     for i in range(200):
-        model = SplitConformal(alpha=ALPHA, score="aps", seed=i)
+        model = SplitConformal(alpha=ALPHA, nonconformity="aps", seed=i)
         model.fit(probs=probs[cal[i]], labels=labels[cal[i]])
         coverage.append(set_coverage(model.predict_set(probs=probs[test[i]]), labels[test[i]]))
     check("SplitConformal aps randomized", torch.stack(coverage), 1 - ALPHA + 1 / (N_CAL + 1))

@@ -192,7 +192,7 @@ def test_lac_threshold_and_sets_equal_mapie():
     p, q = _probs(4).numpy(), _probs(5).numpy()
     y = _labels(torch.as_tensor(p), 4).numpy()
     fitted = _mapie("lac", p, y, 0.1)
-    mine = SplitConformal(alpha=0.1, score="lac", kind="probs").fit(p, y)
+    mine = SplitConformal(alpha=0.1, nonconformity="lac", kind="probs").fit(p, y)
     np.testing.assert_allclose(
         np.ravel(fitted.conformity_scores), 1 - p[np.arange(N), y], rtol=0, atol=1e-15
     )
@@ -278,7 +278,7 @@ def test_mondrian_sets_equal_crepes_class_conditional(score):
     threshold up to the next calibration score (the difference pinned above)."""
     p, q = _probs(12, n=600, c=4), _probs(13, n=200, c=4)
     y = _labels(p, 12).numpy()
-    mine = SplitConformal(alpha=0.1, score=score, mondrian=True, randomized=False)
+    mine = SplitConformal(alpha=0.1, nonconformity=score, mondrian=True, randomized=False)
     mine.fit(probs=p.numpy(), labels=y)
     cal = conformity_scores(p, y, score=score, randomized=False).numpy()
     test = conformity_scores(q, score=score, randomized=False).numpy()

@@ -77,13 +77,13 @@ def test_conformal_quantile_is_the_order_statistic_and_warns_when_too_few():
 # ------------------------------------------------------------------------ the estimator
 def test_fit_forms_agree_and_sets_follow_the_threshold():
     z, y = _data()
-    a = SplitConformal(score="lac").fit(logits=z, labels=y)
-    b = SplitConformal(score="lac", kind="logits").fit(z, y)
-    c = SplitConformal(score="lac").fit(selfcal.Predictions.from_logits(z, y))
+    a = SplitConformal(nonconformity="lac").fit(logits=z, labels=y)
+    b = SplitConformal(nonconformity="lac", kind="logits").fit(z, y)
+    c = SplitConformal(nonconformity="lac").fit(selfcal.Predictions.from_logits(z, y))
     assert a.threshold_ == b.threshold_ == c.threshold_
     assert a.n_calibration_ == 300 and a.n_classes_ == 5 and a.class_counts_.sum() == 300
     p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
-    d = SplitConformal(score="lac", kind="probs").fit(p, y)
+    d = SplitConformal(nonconformity="lac", kind="probs").fit(p, y)
     assert d.threshold_ == pytest.approx(a.threshold_, abs=1e-12)
     sets = a.predict_set(logits=z)
     assert sets.dtype == np.bool_ and sets.shape == (300, 5)
@@ -107,7 +107,9 @@ def test_numpy_in_numpy_out_torch_in_torch_out():
 
 def test_mondrian_thresholds_are_per_class_quantiles():
     z, y = _data(n=600)
-    model = SplitConformal(score="aps", randomized=False, mondrian=True).fit(logits=z, labels=y)
+    model = SplitConformal(nonconformity="aps", randomized=False, mondrian=True).fit(
+        logits=z, labels=y
+    )
     assert model.threshold_.shape == (5,) and model.threshold_.dtype == np.float64
     scores = conformity_scores(torch.softmax(torch.as_tensor(z), 1), y, randomized=False)
     for k in range(5):
@@ -139,14 +141,16 @@ def test_too_few_rows_for_the_marginal_quantile_warns():
 
 def test_clone_params_and_repr():
     sklearn_base = pytest.importorskip("sklearn.base")
-    model = SplitConformal(alpha=0.05, score="raps", penalty=0.1, k_reg=2, seed=3, kind="probs")
+    model = SplitConformal(
+        alpha=0.05, nonconformity="raps", penalty=0.1, k_reg=2, seed=3, kind="probs"
+    )
     copy = sklearn_base.clone(model)
     assert copy.get_params() == model.get_params() and copy is not model
     assert list(model.get_params())[-1] == "kind"
     assert model.set_params(alpha=0.2) is model and model.alpha == 0.2
     with pytest.raises(ValueError, match="has no hyperparameter 'beta'"):
         model.set_params(beta=1)
-    assert repr(copy).startswith("SplitConformal(alpha=0.05, score='raps'")
+    assert repr(copy).startswith("SplitConformal(alpha=0.05, nonconformity='raps'")
 
 
 @pytest.mark.parametrize("mondrian", [False, True])
@@ -155,7 +159,7 @@ def test_save_load_round_trip(tmp_path, mondrian):
     y[:3] = 4
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateCalibration)
-        model = SplitConformal(alpha=0.05, score="saps", mondrian=mondrian, seed=4).fit(
+        model = SplitConformal(alpha=0.05, nonconformity="saps", mondrian=mondrian, seed=4).fit(
             logits=z, labels=y
         )
     model.save(tmp_path / "cp.json")
@@ -170,11 +174,62 @@ def test_save_load_round_trip(tmp_path, mondrian):
         Calibrator.load(tmp_path / "cp.json")
 
 
+def test_score_is_the_deprecated_name_of_nonconformity():
+    """``score=`` (the name up to selfcal 0.2, which shadows scikit-learn's ``score`` method)
+    still sets ``nonconformity``, with a FutureWarning, in the constructor and in
+    ``set_params``; both names with different values is an error."""
+    with pytest.warns(FutureWarning, match=r"use SplitConformal\(nonconformity='lac'\)"):
+        model = SplitConformal(alpha=0.2, score="lac")
+    assert model.nonconformity == "lac" and "score" not in model.get_params()
+    assert not hasattr(model, "score")
+    with pytest.warns(FutureWarning, match="deprecated"):
+        assert model.set_params(score="raps").nonconformity == "raps"
+    with pytest.raises(ValueError, match="pass the non-conformity score once"):
+        SplitConformal(nonconformity="saps", score="lac")
+
+
+def test_files_keep_storing_the_score_name_and_read_without_a_warning(tmp_path):
+    """A file stores ``nonconformity`` as ``params.score``, as every file written before the
+    rename does (the same bytes), and reads back without the deprecation warning."""
+    import json
+
+    z, y = _data(n=100)
+    path = tmp_path / "cp.json"
+    SplitConformal(alpha=0.2, nonconformity="raps").fit(logits=z, labels=y).save(path)
+    params = json.loads(path.read_text())["params"]
+    assert params["score"] == "raps" and "nonconformity" not in params
+    assert list(params)[:2] == ["alpha", "score"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = SplitConformal.load(path)
+    assert back.nonconformity == "raps"
+
+
+def test_grid_search_needs_scoring_and_works_with_it():
+    """``GridSearchCV`` over a set predictor: no ``score`` method (a set predictor has no one
+    quality to maximise), so without ``scoring=`` scikit-learn says so instead of calling the
+    old ``score`` string; with a ``scoring=`` it searches as for any estimator."""
+    model_selection = pytest.importorskip("sklearn.model_selection")
+    z, y = _data(n=200)
+    grid = {"alpha": [0.1, 0.3], "nonconformity": ["lac", "aps"]}
+    with pytest.raises(TypeError, match="should have a 'score' method"):
+        model_selection.GridSearchCV(SplitConformal(kind="logits"), grid, cv=2).fit(z, y)
+
+    def small_sets(estimator, X, labels):
+        return -float(np.asarray(estimator.predict_set(X)).sum(axis=1).mean())
+
+    search = model_selection.GridSearchCV(
+        SplitConformal(kind="logits"), grid, cv=2, scoring=small_sets
+    ).fit(z, y)
+    assert search.best_params_["alpha"] == 0.3
+    assert isinstance(search.best_estimator_, SplitConformal)
+
+
 @pytest.mark.parametrize("score", SCORES)
 @pytest.mark.parametrize("kind", ["logits", "probs"])
 def test_module_equals_predict_set(score, kind):
     z, y = _data()
-    model = SplitConformal(score=score, mondrian=score == "aps").fit(logits=z, labels=y)
+    model = SplitConformal(nonconformity=score, mondrian=score == "aps").fit(logits=z, labels=y)
     x = torch.as_tensor(z) if kind == "logits" else torch.softmax(torch.as_tensor(z), 1)
     module = model.to_module(kind)
     assert torch.equal(module(x), model.predict_set(**{kind: x}))
@@ -189,7 +244,7 @@ def test_module_equals_predict_set(score, kind):
     [
         ({"alpha": 0.0}, "alpha must be a finite number in (0, 1)"),
         ({"alpha": 1.5}, "alpha must be a finite number in (0, 1)"),
-        ({"score": "hinge"}, "score must be one of"),
+        ({"nonconformity": "hinge"}, "nonconformity must be one of"),
         ({"penalty": -1}, "penalty must be"),
         ({"k_reg": -1}, "k_reg must be an integer"),
         ({"weight": 0}, "weight must be"),

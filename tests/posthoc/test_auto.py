@@ -214,8 +214,8 @@ def test_the_candidates_of_a_fold_share_one_temperature_solve_bit_for_bit(monkey
     refitted map are those of solving it for each, bit for bit, with fewer solves."""
     import contextlib
 
+    from selfcal.posthoc import _temperature_fits as temperature
     from selfcal.posthoc import auto as auto_module
-    from selfcal.posthoc import temperature
 
     z, y = biased_logits(5, 400, 5)
     z = z.astype(dtype)
@@ -268,7 +268,7 @@ print(sorted(m for m in set(sys.modules) - before if not m.startswith("selfcal")
 def test_fit_seconds_time_the_fits_not_first_imports():
     """``fit_seconds`` in a fresh process: every third-party module a fit imports on first use
     (scikit-learn's isotonic regression, scipy's optimisers) is imported by the calibrator's
-    ``_prepare_fit``, before the clock starts."""
+    ``prepare_fit``, before the clock starts."""
     import subprocess
     import sys
 

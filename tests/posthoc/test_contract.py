@@ -110,7 +110,7 @@ def test_load_rejects_an_unknown_fitted_attribute(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="does not match the checksum selfcal wrote"):
         Calibrator.load(path)  # edited by hand: refused as such
-    from selfcal.posthoc._persistence import checksum
+    from selfcal.estimator.persistence import checksum
 
     doc["checksum"] = checksum(doc)  # re-signed: the schema still refuses it
     path.write_text(json.dumps(doc))
@@ -174,6 +174,28 @@ def test_calibrated_confidence_is_the_top_calibrated_probability(name):
 
 
 MIXED = [name for name in calibrator_names() if "mix" in build_calibrator(name).get_params()]
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_the_public_pipeline_is_predict_proba_without_its_checks(name):
+    """``calibrated`` / ``calibrated_confidence`` (floor, map, mix on validated predictions) are
+    what ``predict_proba`` / ``predict_confidence`` return, bit for bit."""
+    from selfcal.predictions import Predictions
+
+    z, y, zt = data_for(name)
+    cal = build_calibrator(name).fit(logits=z, labels=y)
+    pred = Predictions.from_logits(torch.as_tensor(zt))
+    np.testing.assert_array_equal(cal.calibrated(pred).numpy(), cal.predict_proba(logits=zt))
+    np.testing.assert_array_equal(
+        cal.calibrated_confidence(pred).numpy(), cal.predict_confidence(logits=zt)
+    )
+
+
+def test_warn_degenerate_warns_as_the_calibrator_with_the_remedy():
+    from selfcal.exceptions import DegenerateCalibration
+
+    with pytest.warns(DegenerateCalibration, match=r"^TemperatureScaling: the cause\. .+\.$"):
+        TemperatureScaling().warn_degenerate("the cause")
 
 
 def test_the_non_parametric_calibrators_and_ts_mix_are_mixed_by_default():

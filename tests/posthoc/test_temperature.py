@@ -15,12 +15,9 @@ from hypothesis.extra.numpy import arrays
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc import TemperatureScaling
 from selfcal.posthoc import _inverse_temperature as solver
-from selfcal.posthoc._base import LARGEST_FITTABLE
-from selfcal.posthoc.temperature import (
-    LOG_BETA_BOUNDS,
-    grid_search_temperature,
-    grid_temperatures,
-)
+from selfcal.posthoc._inverse_temperature import LOG_BETA_BOUNDS
+from selfcal.posthoc._scores import LARGEST_FITTABLE
+from selfcal.posthoc.temperature import grid_search_temperature, grid_temperatures
 
 CASES = [
     (seed, n, c)
@@ -262,7 +259,7 @@ def test_fast_solver_stops_at_the_bounds(anti, bound):
     """The solver returns the bound the NLL falls towards; the calibrator then returns
     ``T = 1`` with a warning."""
     z, y = anti_or_separable(anti)
-    data = solver._Logits.build(torch.from_numpy(z), torch.from_numpy(y))
+    data = solver.LogitData.build(torch.from_numpy(z), torch.from_numpy(y))
     beta, converged = solver.solve_inverse_temperature(data)
     assert converged and 1 / beta == pytest.approx(bound, rel=1e-12)
     match = "keeps falling as T grows" if anti else "all 3000 validation predictions are correct"
@@ -304,7 +301,7 @@ def test_large_fit_takes_one_float64_pass(monkeypatch, dtype):
 
 def test_derivatives_match_finite_differences():
     z, y = make_logits(12, 500, 6)
-    data = solver._Logits.build(torch.from_numpy(z), torch.from_numpy(y))
+    data = solver.LogitData.build(torch.from_numpy(z), torch.from_numpy(y))
     beta, eps = 0.7, 1e-5
     g, h, t, q = solver.nll_derivatives(data, beta)
     assert g == pytest.approx(
@@ -445,37 +442,6 @@ def test_grid_all_correct_keeps_the_reference_choice_and_warns(criterion):
         torch.as_tensor(z), torch.as_tensor(y), criterion
     )
     assert cal.temperature_ == grid_temperatures()[0]
-
-
-def test_shared_fits_reuse_only_live_identical_tensors_and_keep_none_alive():
-    """Inside ``shared_temperature_fits`` a fit is reused for the same score and label tensors
-    only: a tensor that merely took a freed one's id is solved afresh, and the shared fits hold
-    no tensor alive (a float64 copy made for one fit is freed after it)."""
-    import gc
-    import weakref
-
-    from selfcal.posthoc import temperature as T
-
-    gen = torch.Generator().manual_seed(4)
-    z = torch.randn(300, 5, generator=gen, dtype=torch.float64) * 3
-    y = torch.randint(0, 5, (300,), generator=gen)
-    alone = T.solve_temperature(z, y, False)
-    with T.shared_temperature_fits():
-        assert T.solve_temperature(z, y, False) == alone
-        assert T.solve_temperature(z, y, False) is T.solve_temperature(z, y, False)
-        copy = z * 2  # a fresh tensor: its own fit, not kept alive by the shared fits
-        doubled = T.solve_temperature(copy, y, False)
-        assert doubled.temperature == pytest.approx(2 * alone.temperature, rel=1e-9)
-        alive = weakref.ref(copy)
-        del copy
-        gc.collect()
-        assert alive() is None
-        # an entry under another tensor's ids (as after a freed tensor's id is reused)
-        other = z * 1.5  # its own temperature: 1.5 times z's
-        shared = T._SHARED_FITS.get()
-        shared[(id(other), id(y))] = (weakref.ref(z), weakref.ref(y), alone)
-        got = T.solve_temperature(other, y, False)
-        assert got == T._solve_temperature(other, y) and got != alone
 
 
 @pytest.mark.parametrize("kind", ["logits", "probs"])

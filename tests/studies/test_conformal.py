@@ -68,7 +68,7 @@ def test_the_sets_are_split_conformals(name, tied):
     found = conformalise(probs, labels, splits, name, (0.1,))
     sizes, coverage = [], []
     for cal, scored in splits:
-        sets = SplitConformal(alpha=0.1, score="lac", mondrian=name.endswith("mondrian"))
+        sets = SplitConformal(alpha=0.1, nonconformity="lac", mondrian=name.endswith("mondrian"))
         sets = sets.fit(probs=probs[cal], labels=labels[cal]).predict_set(probs=probs[scored])
         sizes.append(float(sets.sum(1).double().mean()))
         coverage.append(float(sets[torch.arange(len(scored)), labels[scored]].double().mean()))

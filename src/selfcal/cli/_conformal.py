@@ -75,7 +75,7 @@ def conformal_scores(
             )
         cal, scored, words = calibration, pred, f"the {calibration.n_samples} rows of the file"
     check_alpha(alpha, cal.n_samples)
-    predictor = SplitConformal(alpha=alpha, score=score, seed=seed)
+    predictor = SplitConformal(alpha=alpha, nonconformity=score, seed=seed)
     predictor.fit(probs=cal.probs, labels=cal.require_labels())
     sets = predictor.predict_set(probs=scored.probs)
     labels = scored.require_labels()

@@ -54,9 +54,10 @@ SCORES = ("lac", "aps", "raps", "saps")
 ALIASES = {"thr": "lac"}
 
 
-def canonical_score(score: str) -> str:
-    """``score`` checked against :data:`SCORES` (aliases resolved)."""
-    check_choice("score", score, (*SCORES, *ALIASES))
+def canonical_score(score: str, name: str = "score") -> str:
+    """``score`` checked against :data:`SCORES` (aliases resolved); ``name`` is the
+    argument's name in the error."""
+    check_choice(name, score, (*SCORES, *ALIASES))
     return ALIASES.get(score, score)
 
 

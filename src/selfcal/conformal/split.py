@@ -3,13 +3,14 @@ predict sets of labels that hold the true label with probability at least ``1 - 
 (methods §10).
 
 :class:`SplitConformal` shares the estimator machinery of the post-hoc calibrators
-(:class:`~selfcal.posthoc._estimator.ScoreEstimator`: hyperparameters, ``fit(X, y)`` /
+(:class:`~selfcal.estimator.ScoreEstimator`: hyperparameters, ``fit(X, y)`` /
 ``fit(logits=, labels=)`` / ``fit(probs=, labels=)`` / ``fit(Predictions)``, ``get_params`` /
 ``set_params``, ``save`` / ``load``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any, ClassVar, Self
@@ -17,7 +18,13 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import torch
 
-from selfcal._validation import check_choice, check_int
+from selfcal._validation import (
+    check_choice,
+    check_flag,
+    check_int,
+    check_nonnegative,
+    check_positive,
+)
 from selfcal.conformal.scores import (
     canonical_score,
     check_alpha,
@@ -28,9 +35,9 @@ from selfcal.conformal.scores import (
     scores_given_u,
     uniforms,
 )
+from selfcal.estimator import SCORE_KINDS, Check, ScoreEstimator, checked_value
+from selfcal.estimator.loading import NON_NEGATIVE, FittedRange, probe_logits
 from selfcal.exceptions import DegenerateCalibration
-from selfcal.posthoc._estimator import SCORE_KINDS, ScoreEstimator
-from selfcal.posthoc._loading import NON_NEGATIVE, FittedRange, probe_logits
 from selfcal.predictions import ArrayLike, Predictions
 
 __all__ = ["ConformalSetModule", "SplitConformal"]
@@ -38,6 +45,29 @@ __all__ = ["ConformalSetModule", "SplitConformal"]
 PREDICT_STREAM = 0x5EED
 """Predictions draw their ``u`` from a generator seeded with ``seed ^ PREDICT_STREAM``, so that
 they never reuse the calibration draws (seeded with ``seed``)."""
+
+
+def deprecated_score(score: str, nonconformity: str | None) -> str:
+    """``SplitConformal(score=...)``, the name of ``nonconformity`` before selfcal 0.3: warns
+    :class:`FutureWarning` and returns it; ``nonconformity`` given too, with another value than
+    ``score`` or its default, is a ``ValueError``."""
+    if nonconformity not in (None, "aps", score):
+        raise ValueError(
+            f"pass the non-conformity score once: nonconformity={nonconformity!r} or the "
+            f"deprecated score={score!r}"
+        )
+    warnings.warn(
+        "SplitConformal(score=...) is deprecated and will be removed in the next release; "
+        f"use SplitConformal(nonconformity={score!r}) (score shadows scikit-learn's score "
+        "method)",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return score
+
+
+def _check_nonconformity(name: str, value: Any) -> None:
+    canonical_score(value, name)
 
 
 def _generator(seed: int, device: torch.device) -> torch.Generator:
@@ -51,7 +81,7 @@ class SplitConformal(ScoreEstimator):
 
     ``fit`` on a calibration split (rows the model was not trained on) computes the
     non-conformity score of each row's true label (:func:`~selfcal.conformal.conformity_scores`
-    with ``score``, ``penalty``, ``k_reg``, ``weight``) and sets ``threshold_``, their
+    with ``nonconformity``, ``penalty``, ``k_reg``, ``weight``) and sets ``threshold_``, their
     ``ceil((n + 1)(1 - alpha))``-th smallest value; :meth:`predict_set` then returns, for new
     rows, the ``(N, C)`` boolean mask of the labels whose score is at most ``threshold_``.
     When the calibration and test rows are exchangeable, the set holds the true label with
@@ -74,21 +104,28 @@ class SplitConformal(ScoreEstimator):
     Fitted: ``threshold_``, ``n_calibration_`` (rows), ``class_counts_`` (``(C,)`` int64 rows
     per true label), ``n_classes_``.
 
+    ``nonconformity`` names the non-conformity score (``"lac"``, ``"aps"``, ``"raps"``,
+    ``"saps"``; :data:`~selfcal.conformal.SCORES`). It was called ``score`` up to selfcal
+    0.2, a name that shadows scikit-learn's ``score`` method: ``score=`` is still accepted,
+    with a :class:`FutureWarning`, until the next release, and files keep storing it as
+    ``params.score`` (so a file reads the same in every version).
+
     scikit-learn's model selection (``GridSearchCV``) needs an explicit ``scoring=`` for this
-    estimator: its hyperparameter ``score`` names the conformity score, so it has no
-    ``score`` method to fall back on.
+    estimator: a set predictor has no single quality to maximise (coverage and set size pull
+    against each other), so it has no ``score`` method to fall back on, and scikit-learn says
+    so when ``scoring=`` is missing.
     """
 
-    _hyperparameters: ClassVar[tuple[str, ...]] = (
-        "alpha",
-        "score",
-        "randomized",
-        "mondrian",
-        "penalty",
-        "k_reg",
-        "weight",
-        "seed",
-    )
+    _parameters: ClassVar[dict[str, Check]] = {
+        "alpha": checked_value(check_alpha),
+        "nonconformity": _check_nonconformity,
+        "randomized": check_flag,
+        "mondrian": check_flag,
+        "penalty": check_nonnegative,
+        "k_reg": functools.partial(check_int, minimum=0),
+        "weight": check_positive,
+        "seed": functools.partial(check_int, minimum=0),
+    }
     _fitted_attributes: ClassVar[tuple[str, ...]] = (
         "threshold_",
         "n_calibration_",
@@ -101,11 +138,12 @@ class SplitConformal(ScoreEstimator):
         "class_counts_": NON_NEGATIVE,
     }
     _may_be_infinite: ClassVar[tuple[str, ...]] = ("threshold_",)
+    _stored_names: ClassVar[dict[str, str]] = {"nonconformity": "score"}
 
     def __init__(
         self,
         alpha: float = 0.1,
-        score: str = "aps",
+        nonconformity: str = "aps",
         randomized: bool = True,
         mondrian: bool = False,
         penalty: float = 0.01,
@@ -113,9 +151,13 @@ class SplitConformal(ScoreEstimator):
         weight: float = 0.2,
         seed: int = 0,
         kind: str | None = None,
+        *,
+        score: str | None = None,
     ) -> None:
+        if score is not None:
+            nonconformity = deprecated_score(score, nonconformity)
         self.alpha = alpha
-        self.score = score
+        self.nonconformity = nonconformity
         self.randomized = randomized
         self.mondrian = mondrian
         self.penalty = penalty
@@ -139,8 +181,8 @@ class SplitConformal(ScoreEstimator):
 
         ``fit(logits=z, labels=y)``, ``fit(probs=p, labels=y)``, ``fit(predictions)`` or
         ``fit(X, y)`` with ``X`` of this estimator's ``kind``."""
-        self._check_kind()
-        alpha = self._validated()
+        self._check_params()
+        alpha = check_alpha(self.alpha)
         pred = self._resolve_inputs(X, y, logits, probs, labels, True)
         labels_ = pred.require_labels()
         gen = _generator(int(self.seed), pred.device)
@@ -165,9 +207,13 @@ class SplitConformal(ScoreEstimator):
         self.n_classes_ = pred.n_classes
         return self
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        self._validated()
+    def set_params(self, **params: Any) -> Self:
+        """As :meth:`ScoreEstimator.set_params`; ``score=`` is the deprecated name of
+        ``nonconformity=`` (:class:`FutureWarning`)."""
+        if "score" in params:
+            score = params.pop("score")
+            params["nonconformity"] = deprecated_score(score, params.get("nonconformity"))
+        return super().set_params(**params)
 
     def _check_loaded(self) -> None:
         """A loaded predictor must give a set per row: tried on one uniform and one
@@ -232,7 +278,7 @@ class SplitConformal(ScoreEstimator):
         penalty, k_reg, weight = check_score_options(self.penalty, self.k_reg, self.weight)
         return ConformalSetModule(
             self._thresholds(torch.device("cpu")),
-            canonical_score(self.score),
+            canonical_score(self.nonconformity, "nonconformity"),
             from_probs=kind == "probs",
             randomized=bool(self.randomized),
             seed=int(self.seed) ^ PREDICT_STREAM,
@@ -242,21 +288,11 @@ class SplitConformal(ScoreEstimator):
         ).eval()
 
     # ------------------------------------------------------------------ helpers
-    def _validated(self) -> float:
-        alpha = check_alpha(self.alpha)
-        canonical_score(self.score)
-        check_score_options(self.penalty, self.k_reg, self.weight)
-        for name in ("randomized", "mondrian"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        check_int("seed", self.seed, minimum=0)
-        return alpha
-
     def _scores(
         self, pred: Predictions, gen: torch.Generator, labels: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The scores of ``labels`` (``(N,)``), or of every label (``(N, C)``) without."""
-        score = canonical_score(self.score)
+        score = canonical_score(self.nonconformity, "nonconformity")
         penalty, k_reg, weight = check_score_options(self.penalty, self.k_reg, self.weight)
         p = pred.probs
         u: torch.Tensor | float = 1.0
@@ -267,7 +303,7 @@ class SplitConformal(ScoreEstimator):
         return out if labels is None else out.gather(1, labels.unsqueeze(1)).squeeze(1)
 
     def _predict_scores(self, pred: Predictions) -> torch.Tensor:
-        self._validated()
+        self._check_params()
         return self._scores(pred, _generator(int(self.seed) ^ PREDICT_STREAM, pred.device))
 
     def _thresholds(self, device: torch.device) -> torch.Tensor:

@@ -144,7 +144,9 @@ def conformal_sets(
     check_choice("--conformal-score", score, SCORES)
     cal_probs, cal_labels = load_calibration(folder)
     check_alpha(alpha, len(cal_labels))
-    predictor = SplitConformal(alpha=alpha, score=score).fit(probs=cal_probs, labels=cal_labels)
+    predictor = SplitConformal(alpha=alpha, nonconformity=score).fit(
+        probs=cal_probs, labels=cal_labels
+    )
     sets = np.asarray(predictor.predict_set(probs=np.asarray(probs, dtype=np.float64)))
     return ConformalSets(
         sets.astype(bool), alpha, score, int(predictor.n_calibration_), float(predictor.threshold_)

@@ -45,35 +45,13 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
+from selfcal.estimator import SCORE_KINDS, Check, ScoreEstimator, checked_value
+from selfcal.estimator.loading import UNIT, FittedRange, check_probabilities, probe_logits
 from selfcal.exceptions import DegenerateCalibration
-from selfcal.posthoc._degenerate import REMEDY, Coverage, recorded_degenerate_fits
-from selfcal.posthoc._estimator import SCORE_KINDS, ScoreEstimator
-from selfcal.posthoc._loading import UNIT, FittedRange, check_probabilities, probe_logits
+from selfcal.posthoc._degenerate import REMEDY, Coverage
 from selfcal.posthoc._mixing import check_mix, mix_confidence, mix_uniform, resolve_mix
-from selfcal.posthoc._persistence import FORMAT, FORMAT_VERSION
-from selfcal.posthoc._scores import LARGEST_FITTABLE, check_fittable, scores_as_logits, zero_floor
-from selfcal.posthoc._tensors import as_tensor, interp
+from selfcal.posthoc._scores import check_fittable, zero_floor
 from selfcal.predictions import ArrayLike, Predictions
-
-__all__ = [  # the base class, and the helpers once defined here (now in the modules above)
-    "FORMAT",
-    "FORMAT_VERSION",
-    "LARGEST_FITTABLE",
-    "REMEDY",
-    "SCORE_KINDS",
-    "Calibrator",
-    "Coverage",
-    "as_tensor",
-    "check_fittable",
-    "check_mix",
-    "interp",
-    "mix_confidence",
-    "mix_uniform",
-    "recorded_degenerate_fits",
-    "resolve_mix",
-    "scores_as_logits",
-    "zero_floor",
-]
 
 
 class Calibrator(ScoreEstimator):
@@ -84,9 +62,10 @@ class Calibrator(ScoreEstimator):
     :meth:`to_module` takes (logits when ``None``). Scores passed by name (``logits=``,
     ``probs=``) or as a :class:`~selfcal.Predictions` say what they are themselves, whatever
     ``kind`` is; positional scores without a ``kind`` are a ``ValueError``. The estimator
-    machinery (parameters, inputs, files) is :class:`~selfcal.posthoc._estimator.ScoreEstimator`'s,
+    machinery (parameters, inputs, files) is :class:`~selfcal.estimator.ScoreEstimator`'s,
     shared with the conformal predictors."""
 
+    _parameters: ClassVar[dict[str, Check]] = {"mix": checked_value(check_mix)}
     _noun: ClassVar[str] = "calibrator"
     _abstract: ClassVar[bool] = True
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"mix_": UNIT, "prob_floor_": UNIT}
@@ -103,7 +82,7 @@ class Calibrator(ScoreEstimator):
     probabilities through the floor of :func:`zero_floor` (fitted as ``prob_floor_``)."""
 
     @classmethod
-    def _prepare_fit(cls) -> None:
+    def prepare_fit(cls) -> None:
         """Do now what the first fit in a process does besides fitting -- import scikit-learn
         or scipy's optimisers, and what their own first fit imports, each slower than most
         fits -- so that :class:`~selfcal.posthoc.AutoCalibration`'s ``fit_seconds`` time the
@@ -131,9 +110,7 @@ class Calibrator(ScoreEstimator):
         warns :class:`~selfcal.exceptions.DegenerateCalibration` once, naming the cause, the
         result and the remedy.
         """
-        self._check_kind()
-        if "mix" in self._hyperparameters:
-            check_mix(self._mix_setting())
+        self._check_params()
         self._validate_hyperparameters()
         pred = self._resolve_inputs(X, y, logits, probs, labels, True)
         self._check_classes(pred.n_classes)
@@ -144,7 +121,7 @@ class Calibrator(ScoreEstimator):
         coverage = Coverage.of(pred, ties=self._rests_on_each_class)
         self._fit(pred)
         self.n_classes_ = pred.n_classes
-        if "mix" in self._hyperparameters:
+        if "mix" in self._param_names():
             self.mix_ = resolve_mix(self._mix_setting(), pred.n_samples)
         self._warn_coverage(coverage)
         return self
@@ -159,9 +136,7 @@ class Calibrator(ScoreEstimator):
     ) -> Any:
         """Calibrated ``(N, C)`` probabilities (float64) in the caller's form."""
         pred = self._prepare(X, logits, probs)
-        p = self._finite(self._predict(pred), "predict_proba")
-        eps = self._mix_weight()
-        return pred.output(mix_uniform(p, eps) if eps else p)
+        return pred.output(self._finite(self.calibrated(pred), "predict_proba"))
 
     def predict_confidence(
         self,
@@ -175,9 +150,35 @@ class Calibrator(ScoreEstimator):
         prediction thresholds. By default the largest calibrated probability; a calibrator
         that maps the confidence itself (top-label isotonic regression) returns that map."""
         pred = self._prepare(X, logits, probs)
-        conf = self._finite(self._confidence(pred), "predict_confidence")
+        return pred.output(self._finite(self.calibrated_confidence(pred), "predict_confidence"))
+
+    def calibrated(self, pred: Predictions) -> torch.Tensor:
+        """The fitted map's ``(N, C)`` float64 probabilities of validated predictions, as a
+        tensor on their device: the pipeline of :meth:`predict_proba` -- floor (the fitted
+        ``prob_floor_`` of a likelihood fit), map, mix with the uniform distribution (the
+        fitted ``mix_``) -- without its input checks and conversions. What a calibrator
+        holding another (:class:`~selfcal.posthoc.AutoCalibration`) predicts through."""
+        p = self._predict(self._floored(pred))
         eps = self._mix_weight()
-        return pred.output(mix_confidence(conf, eps, pred.n_classes) if eps else conf)
+        return mix_uniform(p, eps) if eps else p
+
+    def calibrated_confidence(self, pred: Predictions) -> torch.Tensor:
+        """The calibrated top-label confidence ``(N,)`` of validated predictions: the pipeline
+        of :meth:`predict_confidence` (floor, map, mix), as :meth:`calibrated` is
+        :meth:`predict_proba`'s."""
+        conf = self._confidence(self._floored(pred))
+        eps = self._mix_weight()
+        return mix_confidence(conf, eps, pred.n_classes) if eps else conf
+
+    def warn_degenerate(self, problem: str) -> None:
+        """Warn :class:`~selfcal.exceptions.DegenerateCalibration` as this calibrator:
+        ``"Name: problem. Remedy."`` (``problem`` says, in one clause, what the validation data
+        leave unidentified and what the fit returned instead). Called from the fit (a fit
+        helper such as :func:`~selfcal.posthoc._temperature_fits.report_fit` calls it on
+        the calibrator it fits), so the warning points at the caller of ``fit``."""
+        warnings.warn(
+            f"{type(self).__name__}: {problem}. {REMEDY}.", DegenerateCalibration, stacklevel=4
+        )
 
     def score(
         self,
@@ -287,14 +288,7 @@ class Calibrator(ScoreEstimator):
                 "probabilities can be far off"
             )
         if problems:
-            self._warn_degenerate("; also ".join(problems))
-
-    def _warn_degenerate(self, problem: str) -> None:
-        """Warn :class:`~selfcal.exceptions.DegenerateCalibration`: ``"Name: problem.
-        Remedy."``"""
-        warnings.warn(
-            f"{type(self).__name__}: {problem}. {REMEDY}.", DegenerateCalibration, stacklevel=4
-        )
+            self.warn_degenerate("; also ".join(problems))
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         """What this calibrator returned when every validation prediction is correct."""
@@ -319,7 +313,7 @@ class Calibrator(ScoreEstimator):
         return f"those classes' maps are fitted to all-zero targets{mixed}"
 
     def _all_fitted(self) -> tuple[str, ...]:
-        mixed = ("mix_",) if "mix" in self._hyperparameters else ()
+        mixed = ("mix_",) if "mix" in self._param_names() else ()
         floor = ("prob_floor_",) if self._likelihood_fit else ()
         return (*super()._all_fitted(), *mixed, *floor)
 
@@ -329,24 +323,23 @@ class Calibrator(ScoreEstimator):
         logits: ArrayLike | None,
         probs: ArrayLike | None,
     ) -> Predictions:
+        """The scores to predict on, validated (not yet floored: :meth:`calibrated` floors)."""
         pred = self._fitted_predictions(X, logits, probs)
         if self._likelihood_fit:
             check_fittable(pred, type(self).__name__)
-        return self._floored(pred)
+        return pred
 
     def _check_classes(self, n_classes: int) -> None:
         """Hook: refuse class counts a method does not support."""
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        if "mix" in self._hyperparameters:
-            check_mix(self._mix_setting())
         self._validate_hyperparameters()
         self._check_classes(self.n_classes_)
 
     def _check_loaded(self) -> None:
         """A loaded calibrator must map scores to probabilities: it is tried on one uniform
-        and one confident row per class (:func:`~selfcal.posthoc._loading.probe_logits`)."""
+        and one confident row per class (:func:`~selfcal.estimator.loading.probe_logits`)."""
         probe = probe_logits(self.n_classes_)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a probe row is not the user's data
@@ -354,7 +347,8 @@ class Calibrator(ScoreEstimator):
         check_probabilities(np.asarray(p))
 
     def _validate_hyperparameters(self) -> None:
-        """Hook: raise ``ValueError`` for invalid hyperparameters."""
+        """Hook: raise ``ValueError`` for invalid hyperparameters beyond what each one's own
+        check in :data:`_parameters` says (run after those)."""
 
     def _fit(self, pred: Predictions) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

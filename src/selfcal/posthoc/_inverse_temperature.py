@@ -39,7 +39,7 @@ Derivatives = Callable[[float], tuple[float, float, float, float]]
 
 
 @dataclass(frozen=True)
-class _Logits:
+class LogitData:
     """Logits ``z`` as given (float32 or float64; never copied), their row maxima ``top``
     (float64) and the true-class entry of the row-max-shifted logits,
     ``s_y = z_y - max_k z_k`` (float64). For ``beta > 0`` the row maximum of ``beta z`` is
@@ -50,13 +50,13 @@ class _Logits:
     s_true: torch.Tensor
 
     @classmethod
-    def build(cls, logits: torch.Tensor, labels: torch.Tensor) -> _Logits:
+    def build(cls, logits: torch.Tensor, labels: torch.Tensor) -> LogitData:
         top = logits.amax(1).double()
         s_true = logits.gather(1, labels.unsqueeze(1)).squeeze(1).double() - top
         return cls(logits, top, s_true)
 
-    def rows(self, index: slice) -> _Logits:
-        return _Logits(self.z[index], self.top[index], self.s_true[index])
+    def rows(self, index: slice) -> LogitData:
+        return LogitData(self.z[index], self.top[index], self.s_true[index])
 
 
 def _chunk_buffer(z: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -109,7 +109,7 @@ def _cumulants(sums: torch.Tensor) -> torch.Tensor:
 
 
 def nll_derivatives(
-    data: _Logits, beta: float, dtype: torch.dtype = torch.float64
+    data: LogitData, beta: float, dtype: torch.dtype = torch.float64
 ) -> tuple[float, float, float, float]:
     """First four derivatives in ``beta`` of the mean NLL ``L`` of ``softmax(beta z)``.
 
@@ -217,19 +217,19 @@ def _newton(
 
 
 def _solve(
-    data: _Logits, beta: float, dtype: torch.dtype, rtol: float, max_iter: int
+    data: LogitData, beta: float, dtype: torch.dtype, rtol: float, max_iter: int
 ) -> tuple[float, bool]:
     """:func:`_newton` with :func:`nll_derivatives` in ``dtype``."""
     return _newton(lambda b: nll_derivatives(data, b, dtype), beta, rtol, max_iter)
 
 
-def _coarse(data: _Logits, beta: float, rtol: float) -> float:
+def _coarse(data: LogitData, beta: float, rtol: float) -> float:
     """A float32 stage: its result, or ``beta`` unchanged if it failed (non-finite)."""
     new, _ = _solve(data, beta, torch.float32, rtol, 20)
     return new if math.isfinite(new) else beta
 
 
-def moment_start(data: _Logits) -> float:
+def moment_start(data: LogitData) -> float:
     """One Newton step from ``beta = 0``, where the softmax is uniform (no exponentials):
     ``L'(0) = mean_i (zbar_i - z_iy)`` and ``L''(0) = mean_i Var_k(z_ik)``, so
     ``beta_0 = mean_i (z_iy - zbar_i) / mean_i Var_k(z_ik)``. Returns 1 when every row is
@@ -251,10 +251,10 @@ def moment_start(data: _Logits) -> float:
 
 def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """:func:`solve_inverse_temperature`'s ``beta`` (whether or not it converged)."""
-    return solve_inverse_temperature(_Logits.build(logits, labels))[0]
+    return solve_inverse_temperature(LogitData.build(logits, labels))[0]
 
 
-def solve_inverse_temperature(data: _Logits) -> tuple[float, bool]:
+def solve_inverse_temperature(data: LogitData) -> tuple[float, bool]:
     """``argmin_{beta > 0}`` of the mean NLL of ``softmax(beta z)``, exact in float64.
 
     The NLL is convex in ``beta`` (its second derivative is the mean predictive variance of
@@ -280,7 +280,7 @@ def solve_inverse_temperature(data: _Logits) -> tuple[float, bool]:
     return _solve(data, beta, torch.float64, FINE_RTOL, 200)
 
 
-def uniform_slopes(data: _Logits) -> torch.Tensor:
+def uniform_slopes(data: LogitData) -> torch.Tensor:
     """``(N,)`` float64 ``mean_k z_ik - z_iy``: each row's share of ``N L'(0)``, the NLL's
     slope in ``beta`` at the uniform prediction ``beta = 0``."""
     n = data.z.shape[0]

@@ -38,6 +38,10 @@ import torch
 
 from selfcal.exceptions import CalibrationNotConverged
 
+MAX_ITER = 100
+"""Default iteration cap of the Newton solver (L-BFGS: ``LBFGS_ITER_FACTOR`` times more,
+:mod:`selfcal.posthoc._structured_scaling`)."""
+
 NEWTON_TOL = 1e-20
 """Newton stops once half the squared Newton decrement, ``g^T H^-1 g / 2`` (the predicted
 distance to the minimum), is below ``NEWTON_TOL * L`` -- relative to the loss, so that an
@@ -326,3 +330,12 @@ class Logistic:
 
     def null_directions(self) -> None:
         return None
+
+
+def platt_targets(y: torch.Tensor) -> torch.Tensor:
+    """Platt's (1999) out-of-sample targets for 0/1 labels ``y`` (float64):
+    ``(N_+ + 1) / (N_+ + 2)`` for the positives, ``1 / (N_- + 2)`` for the negatives."""
+    n_pos = float(y.sum())
+    n_neg = y.shape[0] - n_pos
+    # float64 targets (a where() of two Python floats would be float32)
+    return torch.full_like(y, 1 / (n_neg + 2)).masked_fill(y > 0, (n_pos + 1) / (n_pos + 2))

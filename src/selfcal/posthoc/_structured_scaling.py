@@ -12,6 +12,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from selfcal._validation import check_int, check_nonnegative
+from selfcal.estimator import Check
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._lbfgs import FLOAT32_GTOL, LBFGS_GTOL, lbfgs
@@ -24,7 +26,7 @@ from selfcal.posthoc._solvers import (
     newton,
     warn_not_converged,
 )
-from selfcal.posthoc.temperature import TemperatureFit, report_fit, solve_temperature
+from selfcal.posthoc._temperature_fits import TemperatureFit, report_fit, solve_temperature
 from selfcal.predictions import Predictions
 
 LBFGS_ITER_FACTOR = 50
@@ -83,7 +85,7 @@ class _StructuredScaling(Calibrator):
     first, then a ridge-penalised departure from it (methods §2.3).
 
     1. ``beta = 1/T`` by temperature scaling of the scores ``s`` (logits, or ``log p``),
-       with its degenerate cases (:func:`~selfcal.posthoc.temperature.solve_temperature`).
+       with its degenerate cases (:func:`~selfcal.posthoc._temperature_fits.solve_temperature`).
     2. On ``x = beta s``: ``softmax(x + Delta x + b)`` minimising the mean NLL plus the ridge
        penalty of :data:`RIDGE_L2` on ``Delta`` and ``b`` (``Delta`` diagonal for vector
        scaling, full for matrix scaling), by Newton's method from ``Delta = 0, b = 0``.
@@ -96,6 +98,12 @@ class _StructuredScaling(Calibrator):
     map is the identity, with a :class:`~selfcal.exceptions.DegenerateCalibration`
     warning."""
 
+    _parameters: ClassVar[dict[str, Check]] = {
+        "off_diagonal_l2": check_nonnegative,
+        "diagonal_l2": check_nonnegative,
+        "bias_l2": check_nonnegative,
+        "max_iter": check_int,
+    }
     _per_class = True
     _likelihood_fit = True
     _vector_map: ClassVar[bool] = False
@@ -154,7 +162,7 @@ class _StructuredScaling(Calibrator):
         for Newton-sized fits; on the scores in their own dtype (the logits, ``log p``) for
         large ones -- the same ``T`` (``log_softmax`` only shifts rows), no float64 copy, and
         the same scores as :class:`~selfcal.posthoc.TemperatureScaling`, so
-        :func:`~selfcal.posthoc.temperature.shared_temperature_fits` solves them once."""
+        :func:`~selfcal.posthoc._temperature_fits.shared_temperature_fits` solves them once."""
         all_correct = bool(pred.correct.all())
         if self._large(pred):
             s = pred.scores if pred.kind == "logits" else pred.log_probs

@@ -22,6 +22,7 @@ from selfcal.metrics._api import weighted_mean
 from selfcal.metrics.scores import brier_terms, nll_terms
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._mixing import mix_confidence, mix_uniform
+from selfcal.posthoc._temperature_fits import shared_temperature_fits
 from selfcal.posthoc.crossfit import (
     Kept,
     Outcome,
@@ -32,7 +33,6 @@ from selfcal.posthoc.crossfit import (
     stratified_folds,
 )
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
-from selfcal.posthoc.temperature import shared_temperature_fits
 from selfcal.predictions import Predictions
 
 CANDIDATES = ("sms", "svs", "ts-mix", "ts", "ets", "isotonic", "none")
@@ -352,27 +352,21 @@ class AutoCalibration(Calibrator):
         """The chosen calibrator's own fit has warned (re-warned by :meth:`_refit`)."""
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
-        inner = self.calibrator_
-        p = inner._predict(inner._floored(pred))
-        eps = inner._mix_weight()
-        return mix_uniform(p, eps) if eps else p
+        return self.calibrator_.calibrated(pred)
 
     def _confidence(self, pred: Predictions) -> torch.Tensor:
-        inner = self.calibrator_
-        conf = inner._confidence(inner._floored(pred))
-        eps = inner._mix_weight()
-        return mix_confidence(conf, eps, pred.n_classes) if eps else conf
+        return self.calibrator_.calibrated_confidence(pred)
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
         return self.calibrator_.to_module("probs" if from_probs else "logits")
 
 
 def prepare_fits(names: list[str]) -> None:
-    """Each candidate's ``_prepare_fit``, so that ``fit_seconds`` times its fits rather than,
+    """Each candidate's ``prepare_fit``, so that ``fit_seconds`` times its fits rather than,
     in a fresh process, the first import of scikit-learn or scipy's optimisers."""
     for name in names:
         try:
-            type(build_calibrator(name))._prepare_fit()
+            type(build_calibrator(name)).prepare_fit()
         except ImportError:  # an optional package missing: its fold fits record why
             pass
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
+from selfcal.estimator.loading import UNIT, FittedRange
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._loading import UNIT, FittedRange
 from selfcal.posthoc._modules import padded_table, renormalise, score_probs
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
@@ -254,7 +254,6 @@ class BBQ(Calibrator):
     mix_ : float, the mixing weight ``eps``
     """
 
-    _hyperparameters = ("mix",)
     _fitted_attributes = ("cut_points_", "bin_values_", "table_sizes_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
         "bin_values_": UNIT,

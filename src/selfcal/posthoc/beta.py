@@ -8,13 +8,21 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
+from selfcal._validation import check_flag, check_int
+from selfcal.estimator import Check
+from selfcal.estimator.loading import NON_NEGATIVE, FittedRange
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
-from selfcal.posthoc._loading import NON_NEGATIVE, FittedRange
 from selfcal.posthoc._modules import log_one_minus, score_log_probs
-from selfcal.posthoc._solvers import Logistic, Solution, newton, warn_not_converged
+from selfcal.posthoc._solvers import (
+    MAX_ITER,
+    Logistic,
+    Solution,
+    newton,
+    platt_targets,
+    warn_not_converged,
+)
 from selfcal.posthoc._tensors import as_tensor
-from selfcal.posthoc.linear import MAX_ITER, check_flag, check_max_iter, platt_targets
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
@@ -133,7 +141,7 @@ class BetaCalibration(Calibrator):
     a_, b_, c_ : (1,) (binary) or (C,) float64 arrays
     """
 
-    _hyperparameters = ("smooth_targets", "max_iter")
+    _parameters: ClassVar[dict[str, Check]] = {"smooth_targets": check_flag, "max_iter": check_int}
     _likelihood_fit = True
     _fitted_attributes = ("a_", "b_", "c_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"a_": NON_NEGATIVE, "b_": NON_NEGATIVE}
@@ -146,10 +154,6 @@ class BetaCalibration(Calibrator):
         self.smooth_targets = smooth_targets
         self.max_iter = max_iter
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_flag("smooth_targets", self.smooth_targets)
-        check_max_iter(self.max_iter)
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         if self.smooth_targets:

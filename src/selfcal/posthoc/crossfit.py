@@ -100,7 +100,7 @@ def cross_validate(
 ) -> list[Outcome]:
     """Every candidate of ``names`` fitted on each fold's other rows and predicting the fold,
     fold by fold: one fold's training rows at a time, shared by every candidate (so that a
-    temperature solved within :func:`~selfcal.posthoc.temperature.shared_temperature_fits` is
+    temperature solved within :func:`~selfcal.posthoc._temperature_fits.shared_temperature_fits` is
     solved once a fold), and the held-out rows predicted in pieces (:func:`held_out_chunks`);
     ``keep`` of those predictions is assembled over the rows. A candidate that fails on a fold
     (a ``ValueError``, e.g. a binary calibrator on three classes, or an ``ImportError``, e.g.

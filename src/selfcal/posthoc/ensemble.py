@@ -3,6 +3,7 @@ the temperature-scaled, the uncalibrated and the uniform prediction."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -12,10 +13,11 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
+from selfcal.estimator import Check
+from selfcal.estimator.loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage, label_on_top
 from selfcal.posthoc._inverse_temperature import fit_inverse_temperature
-from selfcal.posthoc._loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._modules import score_logits
 from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc.registry import register_calibrator
@@ -80,7 +82,7 @@ def fit_temperature(z: torch.Tensor, y: torch.Tensor, loss: str) -> float:
     """The temperature minimising ``loss`` over :data:`TEMPERATURE_BOUNDS`.
 
     * ``"ce"``: the NLL is convex in ``1/T``, hence unimodal in ``T``: the exact unbounded
-      minimiser (:func:`~selfcal.posthoc.temperature.fit_inverse_temperature`) clipped to
+      minimiser (:func:`~selfcal.posthoc._inverse_temperature.fit_inverse_temperature`) clipped to
       the bounds.
     * ``"mse"``: the mean squared error (Brier score / C) need not be unimodal in ``T``: a
       scan of :data:`GRID_POINTS` log-spaced temperatures, then bounded Brent on ``log T``
@@ -267,21 +269,20 @@ class EnsembleTemperatureScaling(Calibrator):
     weights_ : (3,) float64 array, ``(w_0, w_1, w_2)``
     """
 
-    _hyperparameters = ("loss",)
+    _parameters: ClassVar[dict[str, Check]] = {
+        "loss": functools.partial(check_choice, choices=("mse", "ce"))
+    }
     _likelihood_fit = True
     _fitted_attributes = ("temperature_", "weights_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "weights_": UNIT}
 
     @classmethod
-    def _prepare_fit(cls) -> None:
+    def prepare_fit(cls) -> None:
         import scipy.optimize  # noqa: F401
 
     def __init__(self, loss: str = "mse", kind: str | None = None) -> None:
         self.loss = loss
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_choice("loss", self.loss, ("mse", "ce"))
 
     def _fit(self, pred: Predictions) -> None:
         z, y = scores_as_logits(pred), pred.require_labels()
@@ -289,7 +290,7 @@ class EnsembleTemperatureScaling(Calibrator):
             self.temperature_, self.weights_ = 1.0, np.array([0.0, 1.0, 0.0])
             flat = bool((z.amax(dim=1) == z.amin(dim=1)).all())  # constant rows: no map acts
             if not (bool(pred.correct.all()) or flat):  # (all correct: the base class warns)
-                self._warn_degenerate(
+                self.warn_degenerate(
                     "every validation error is an exact tie (its label shares the top score), "
                     "so the data cannot say how confident to be; returned T = 1 and weights "
                     "(0, 1, 0): the scores unchanged"
@@ -298,7 +299,7 @@ class EnsembleTemperatureScaling(Calibrator):
         temperature = fit_temperature(z, y, self.loss)
         low, high = TEMPERATURE_BOUNDS
         if temperature <= low * BOUND_MARGIN or temperature >= high / BOUND_MARGIN:
-            self._warn_degenerate(
+            self.warn_degenerate(
                 f"the validation {self.loss.upper()} is lowest at T = {temperature:g}, at an end "
                 f"of the authors' interval [{low:g}, {high:g}], "
                 "so its minimum may lie beyond; returned that T"

@@ -6,9 +6,10 @@ from typing import ClassVar
 
 import torch
 
+from selfcal.estimator import Check, checked_value
+from selfcal.estimator.loading import NON_NEGATIVE, UNIT, FittedRange
 from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._loading import NON_NEGATIVE, UNIT, FittedRange
 from selfcal.posthoc._modules import HistogramModule, renormalise
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
@@ -47,7 +48,7 @@ class HistogramBinning(Calibrator):
     mix_ : float, the mixing weight ``eps``
     """
 
-    _hyperparameters = ("n_bins", "mix")
+    _parameters: ClassVar[dict[str, Check]] = {"n_bins": checked_value(check_n_bins)}
     _fitted_attributes = ("bin_values_", "bin_counts_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
         "bin_values_": UNIT,
@@ -62,9 +63,6 @@ class HistogramBinning(Calibrator):
         self.n_bins = n_bins
         self.mix = mix
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_n_bins(self.n_bins)
 
     def _fit(self, pred: Predictions) -> None:
         edges = uniform_edges(self.n_bins, pred.device)

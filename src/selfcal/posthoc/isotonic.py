@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from selfcal._optional import require
+from selfcal.estimator.loading import UNIT, FittedRange
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._loading import UNIT, FittedRange
 from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule, renormalise
 from selfcal.posthoc._tensors import as_tensor, interp
 from selfcal.posthoc.registry import register_calibrator
@@ -84,7 +84,6 @@ class IsotonicCalibration(Calibrator):
     mix_ : float, the mixing weight ``eps``
     """
 
-    _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"y_thresholds_": UNIT}
 
@@ -93,7 +92,7 @@ class IsotonicCalibration(Calibrator):
         super()._check_loaded()
 
     @classmethod
-    def _prepare_fit(cls) -> None:
+    def prepare_fit(cls) -> None:
         first_isotonic_fit()
 
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
@@ -170,7 +169,6 @@ class OneVsRestIsotonic(Calibrator):
     mix_ : float, the mixing weight ``eps``
     """
 
-    _hyperparameters = ("mix",)
     _fitted_attributes = ("x_thresholds_", "y_thresholds_", "knot_counts_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
         "y_thresholds_": UNIT,
@@ -187,7 +185,7 @@ class OneVsRestIsotonic(Calibrator):
         super()._check_loaded()
 
     @classmethod
-    def _prepare_fit(cls) -> None:
+    def prepare_fit(cls) -> None:
         first_isotonic_fit()
 
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:

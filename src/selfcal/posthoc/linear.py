@@ -8,72 +8,29 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-import numpy as np
 import torch
 
-from selfcal._validation import check_int, check_nonnegative
+from selfcal._validation import check_flag
+from selfcal.estimator import Check
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import AffineModule, PlattModule, VectorScalingModule
 from selfcal.posthoc._scores import scores_as_logits
 from selfcal.posthoc._solvers import (
+    MAX_ITER,
     Logistic,
     Solution,
     newton,
+    platt_targets,
     warn_not_converged,
 )
 from selfcal.posthoc._structured_scaling import (
-    LBFGS_ITER_FACTOR,
-    NEWTON_BUDGET,
     RIDGE_L2,
     _StructuredScaling,
-    fit_affine,
-    ridge_strength,
-    structured_penalty,
 )
 from selfcal.posthoc._tensors import as_tensor
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
-
-__all__ = [  # the calibrators, their helpers, and the structured fits' (_structured_scaling)
-    "LBFGS_ITER_FACTOR",
-    "MAX_ITER",
-    "NEWTON_BUDGET",
-    "RIDGE_L2",
-    "MatrixScaling",
-    "PlattScaling",
-    "QuadraticScaling",
-    "VectorScaling",
-    "_StructuredScaling",
-    "check_flag",
-    "check_max_iter",
-    "fit_affine",
-    "platt_targets",
-    "positive_score",
-    "ridge_strength",
-    "structured_penalty",
-]
-
-MAX_ITER = 100
-"""Default iteration cap of the Newton solver (L-BFGS: ``LBFGS_ITER_FACTOR`` times more)."""
-
-
-def check_max_iter(max_iter: object) -> int:
-    return check_int("max_iter", max_iter)
-
-
-def check_flag(name: str, value: object) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
-def platt_targets(y: torch.Tensor) -> torch.Tensor:
-    """Platt's (1999) out-of-sample targets for 0/1 labels ``y`` (float64):
-    ``(N_+ + 1) / (N_+ + 2)`` for the positives, ``1 / (N_- + 2)`` for the negatives."""
-    n_pos = float(y.sum())
-    n_neg = y.shape[0] - n_pos
-    # float64 targets (a where() of two Python floats would be float32)
-    return torch.full_like(y, 1 / (n_neg + 2)).masked_fill(y > 0, (n_pos + 1) / (n_pos + 2))
 
 
 @register_calibrator("vector")
@@ -112,7 +69,6 @@ class VectorScaling(_StructuredScaling):
     bias_ : (C,) float64 array
     """
 
-    _hyperparameters = ("diagonal_l2", "bias_l2", "max_iter")
     _fitted_attributes = ("weight_", "bias_")
 
     def __init__(
@@ -126,11 +82,6 @@ class VectorScaling(_StructuredScaling):
         self.bias_l2 = bias_l2
         self.max_iter = max_iter
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_nonnegative("diagonal_l2", self.diagonal_l2)
-        check_nonnegative("bias_l2", self.bias_l2)
-        check_max_iter(self.max_iter)
 
     _vector_map = True
 
@@ -186,7 +137,6 @@ class MatrixScaling(_StructuredScaling):
     bias_ : (C,) float64 array
     """
 
-    _hyperparameters = ("off_diagonal_l2", "diagonal_l2", "bias_l2", "max_iter")
     _fitted_attributes = ("weight_", "bias_")
 
     def __init__(
@@ -202,12 +152,6 @@ class MatrixScaling(_StructuredScaling):
         self.bias_l2 = bias_l2
         self.max_iter = max_iter
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_nonnegative("off_diagonal_l2", self.off_diagonal_l2)
-        check_nonnegative("diagonal_l2", self.diagonal_l2)
-        check_nonnegative("bias_l2", self.bias_l2)
-        check_max_iter(self.max_iter)
 
     def _fit(self, pred: Predictions) -> None:
         beta, identified = self._temperature(pred)
@@ -272,7 +216,7 @@ class PlattScaling(Calibrator):
     slope_, intercept_ : float (``a``, ``b``)
     """
 
-    _hyperparameters = ("smooth_targets",)
+    _parameters: ClassVar[dict[str, Check]] = {"smooth_targets": check_flag}
     _likelihood_fit = True
     _rests_on_each_class = True
     _fitted_attributes: ClassVar[tuple[str, ...]] = ("slope_", "intercept_")
@@ -280,9 +224,6 @@ class PlattScaling(Calibrator):
     def __init__(self, smooth_targets: bool = True, kind: str | None = None) -> None:
         self.smooth_targets = smooth_targets
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_flag("smooth_targets", self.smooth_targets)
 
     def _check_classes(self, n_classes: int) -> None:
         if n_classes != 2:

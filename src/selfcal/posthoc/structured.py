@@ -18,8 +18,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from selfcal._validation import check_nonnegative
-from selfcal.posthoc._loading import POSITIVE, UNIT, FittedRange
+from selfcal.estimator import Check, checked_value
+from selfcal.estimator.loading import POSITIVE, UNIT, FittedRange
 from selfcal.posthoc._mixing import check_mix, resolve_mix
 from selfcal.posthoc._modules import (
     AffineModule,
@@ -27,8 +27,9 @@ from selfcal.posthoc._modules import (
     TemperatureModule,
     VectorScalingModule,
 )
+from selfcal.posthoc._solvers import MAX_ITER
+from selfcal.posthoc._structured_scaling import RIDGE_L2, _StructuredScaling
 from selfcal.posthoc._tensors import as_tensor
-from selfcal.posthoc.linear import MAX_ITER, RIDGE_L2, _StructuredScaling, check_max_iter
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
 
@@ -47,15 +48,10 @@ def ts_mix_log_probs(z: torch.Tensor, temperature: float, eps: float) -> torch.T
 class _TSMixScaling(_StructuredScaling):
     """SVS and SMS: temperature scaling, TS-mix, then the structured step on its logs."""
 
+    _parameters: ClassVar[dict[str, Check]] = {"ts_mix": checked_value(check_mix)}
     _fitted_attributes = ("temperature_", "ts_mix_", "weight_", "bias_")
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "ts_mix_": UNIT}
     ts_mix: float | str
-
-    def _validate_hyperparameters(self) -> None:
-        check_mix(self.ts_mix)
-        check_nonnegative("diagonal_l2", self.diagonal_l2)
-        check_nonnegative("bias_l2", self.bias_l2)
-        check_max_iter(self.max_iter)
 
     def _ts_mix(self, z: torch.Tensor) -> torch.Tensor:
         """``x``: the log of the fitted TS-mix probabilities of logits ``z`` (float64)."""
@@ -115,7 +111,6 @@ class StructuredVectorScaling(_TSMixScaling):
     bias_ : (C,) float64 array
     """
 
-    _hyperparameters = ("ts_mix", "diagonal_l2", "bias_l2", "max_iter")
     _vector_map = True
 
     def __init__(
@@ -185,8 +180,6 @@ class StructuredMatrixScaling(_TSMixScaling):
     bias_ : (C,) float64 array
     """
 
-    _hyperparameters = ("ts_mix", "off_diagonal_l2", "diagonal_l2", "bias_l2", "max_iter")
-
     def __init__(
         self,
         ts_mix: float | str = "auto",
@@ -202,10 +195,6 @@ class StructuredMatrixScaling(_TSMixScaling):
         self.bias_l2 = bias_l2
         self.max_iter = max_iter
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        super()._validate_hyperparameters()
-        check_nonnegative("off_diagonal_l2", self.off_diagonal_l2)
 
     def _step(
         self, x: torch.Tensor, y: torch.Tensor, identified: bool

@@ -3,7 +3,8 @@
 Two fitting rules:
 
 * ``method="nll"`` -- the exact minimiser of the validation NLL, by a safeguarded Newton
-  iteration on the inverse temperature ``beta = 1/T`` (see :func:`fit_inverse_temperature`).
+  iteration on the inverse temperature ``beta = 1/T`` (see
+  :func:`~selfcal.posthoc._inverse_temperature.fit_inverse_temperature`).
 * ``method="grid"`` -- the grid search of the [FLC]/[MC]/[GRA] reference code:
   ``T = 0.1, 0.2, ..., 10.0`` built by repeated ``+= 0.1``, keeping the first ``T`` with the
   lowest validation 15-bin ECE (``criterion="ece"``) or NLL (``criterion="nll"``).
@@ -12,163 +13,26 @@ Two fitting rules:
 from __future__ import annotations
 
 import functools
-import math
-import warnings
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
 from selfcal._validation import check_choice
-from selfcal.exceptions import CalibrationNotConverged
+from selfcal.estimator import Check
+from selfcal.estimator.loading import POSITIVE, FittedRange
 from selfcal.metrics import ece, nll
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
-from selfcal.posthoc._inverse_temperature import (
-    CHUNK_BYTES,
-    COARSE_RTOL,
-    FINE_RTOL,
-    LOG_BETA_BOUNDS,
-    MIN_CHUNK_ROWS,
-    SUBSAMPLE_RTOL,
-    WARM_START_ROWS,
-    Derivatives,
-    _Logits,
-    fit_inverse_temperature,
-    moment_start,
-    nll_derivatives,
-    solve_inverse_temperature,
-    uniform_slopes,
-)
-from selfcal.posthoc._loading import POSITIVE, FittedRange
 from selfcal.posthoc._modules import TemperatureModule
 from selfcal.posthoc._scores import rows_as_logits, scores_as_logits
+from selfcal.posthoc._temperature_fits import (
+    IDENTITY,
+    TemperatureFit,
+    report_fit,
+    solve_temperature,
+)
 from selfcal.posthoc.registry import register_calibrator
 from selfcal.predictions import Predictions
-
-__all__ = [  # the calibrator, its fits, and the NLL solver's names (from _inverse_temperature)
-    "CHUNK_BYTES",
-    "COARSE_RTOL",
-    "FINE_RTOL",
-    "IDENTITY",
-    "LOG_BETA_BOUNDS",
-    "MIN_CHUNK_ROWS",
-    "SUBSAMPLE_RTOL",
-    "WARM_START_ROWS",
-    "Derivatives",
-    "TemperatureFit",
-    "TemperatureScaling",
-    "fit_inverse_temperature",
-    "grid_fit",
-    "grid_search_temperature",
-    "grid_temperatures",
-    "moment_start",
-    "nll_derivatives",
-    "report_fit",
-    "solve_inverse_temperature",
-    "solve_temperature",
-    "uniform_slopes",
-]
-
-
-@dataclass(frozen=True)
-class TemperatureFit:
-    """A fitted temperature; ``problem`` says (in one clause) why the validation data did not
-    identify it and what was returned instead, ``converged`` whether the solver met its
-    tolerance."""
-
-    temperature: float
-    problem: str | None = None
-    converged: bool = True
-
-
-IDENTITY = "returned T = 1 (the scores unchanged)"
-"""What temperature scaling returns when the validation data do not identify ``T``."""
-
-
-def _at_bound_problem(data: _Logits, beta: float) -> str | None:
-    """Why the NLL's minimiser over ``beta`` lies at a bound of :data:`LOG_BETA_BOUNDS`, if it
-    does: the NLL falls all the way to ``T = e^10`` when the true class's logit is on
-    average no higher than its row's mean (the row that outweighs all others is named), and
-    to ``T = e^-10`` only when almost every prediction is correct by a tiny margin."""
-    lo, hi = (math.exp(b) for b in LOG_BETA_BOUNDS)
-    if lo < beta < hi:
-        return None
-    if beta >= hi:
-        return (
-            "the validation NLL keeps falling as T shrinks to its bound e^-10, every "
-            f"confidence towards 1; {IDENTITY}"
-        )
-    slopes = uniform_slopes(data)
-    positive = slopes.clamp_min(0)
-    worst = int(positive.argmax())
-    dominant = ""
-    if float(positive[worst]) > 0.5 * float(positive.sum()):
-        span = float(data.z[worst].double().abs().max())
-        dominant = (
-            f"; row {worst} alone outweighs all others (a logit of magnitude {span:.3g}: not "
-            "the scores of a trained model?)"
-        )
-    return (
-        "the validation NLL keeps falling as T grows to its bound e^10, every probability "
-        "towards 1/C: on average the true class's logit is no higher than its row's mean "
-        f"(by {float(slopes.mean()):.3g}){dominant}; {IDENTITY}"
-    )
-
-
-_SHARED_FITS: ContextVar[dict[tuple[int, int], tuple[Any, Any, TemperatureFit]] | None] = (
-    ContextVar("_SHARED_FITS", default=None)
-)
-
-
-@contextmanager
-def shared_temperature_fits() -> Iterator[None]:
-    """Within the block, :func:`solve_temperature` solves once per pair of score and label
-    tensors (the same objects) and hands the same fit to every later call: the calibrators
-    that begin with temperature scaling (TS, TS-mix, and SVS / SMS on float64 scores), fitted
-    by :class:`~selfcal.posthoc.AutoCalibration` on one fold, solve the same problem, to the
-    same bits. The tensors are only weakly referenced: a fit is reused while both still
-    live (a freed tensor's id taken by another is a miss), and no copy is kept alive."""
-    token = _SHARED_FITS.set({})
-    try:
-        yield
-    finally:
-        _SHARED_FITS.reset(token)
-
-
-def solve_temperature(
-    logits: torch.Tensor, labels: torch.Tensor, all_correct: bool
-) -> TemperatureFit:
-    """Temperature scaling's fit, with its degenerate cases (methods §2.1): the exact NLL
-    minimiser (:func:`solve_inverse_temperature`) when it lies inside
-    :data:`LOG_BETA_BOUNDS`; otherwise the validation data do not identify ``T`` and it is
-    1, the scores unchanged -- when every prediction is correct (the NLL falls without limit
-    as ``T -> 0``; the caller warns) or when the minimiser lies at a bound (``problem``
-    says why). Inside :func:`shared_temperature_fits`, solved once per pair of tensors."""
-    if all_correct:
-        return TemperatureFit(1.0)
-    shared = _SHARED_FITS.get()
-    if shared is None:
-        return _solve_temperature(logits, labels)
-    key = (id(logits), id(labels))
-    entry = shared.get(key)
-    if entry is not None and entry[0]() is logits and entry[1]() is labels:
-        return entry[2]
-    fit = _solve_temperature(logits, labels)
-    shared[key] = (weakref.ref(logits), weakref.ref(labels), fit)
-    return fit
-
-
-def _solve_temperature(logits: torch.Tensor, labels: torch.Tensor) -> TemperatureFit:
-    """:func:`solve_temperature` when not every prediction is correct."""
-    data = _Logits.build(logits, labels)
-    beta, converged = solve_inverse_temperature(data)
-    problem = _at_bound_problem(data, beta)
-    return TemperatureFit(1.0 if problem else 1.0 / beta, problem, converged)
 
 
 def grid_temperatures() -> list[float]:
@@ -203,21 +67,6 @@ def grid_fit(
         f"T = {t:.3g}, so its minimum may lie beyond the grid; returned T = {t:.3g} "
         "(method='nll' searches [e^-10, e^10])",
     )
-
-
-def report_fit(calibrator: Calibrator, fit: TemperatureFit) -> None:
-    """Warn what a temperature fit's ``problem`` says
-    (:class:`~selfcal.exceptions.DegenerateCalibration`), or that it did not converge
-    (:class:`~selfcal.exceptions.CalibrationNotConverged`)."""
-    if fit.problem is not None:
-        calibrator._warn_degenerate(fit.problem)
-    if not fit.converged:
-        warnings.warn(
-            f"{type(calibrator).__name__}: the temperature's Newton iteration stopped at its "
-            f"cap before its tolerance (T = {fit.temperature:.6g})",
-            CalibrationNotConverged,
-            stacklevel=4,
-        )
 
 
 def _grid_criterion(z: torch.Tensor, labels: torch.Tensor, criterion: str, t: float) -> float:
@@ -282,7 +131,10 @@ class TemperatureScaling(Calibrator):
     [0.75 0.25]
     """
 
-    _hyperparameters = ("method", "criterion", "mix")
+    _parameters: ClassVar[dict[str, Check]] = {
+        "method": functools.partial(check_choice, choices=("nll", "grid")),
+        "criterion": functools.partial(check_choice, choices=("ece", "nll")),
+    }
     _likelihood_fit = True
     _fitted_attributes = ("temperature_",)
     _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE}
@@ -298,10 +150,6 @@ class TemperatureScaling(Calibrator):
         self.criterion = criterion
         self.mix = mix
         self.kind = kind
-
-    def _validate_hyperparameters(self) -> None:
-        check_choice("method", self.method, ("nll", "grid"))
-        check_choice("criterion", self.criterion, ("ece", "nll"))
 
     def _fit(self, pred: Predictions) -> None:
         y = pred.require_labels()

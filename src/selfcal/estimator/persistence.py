@@ -9,7 +9,7 @@ Nothing is pickled.
 A file is untrusted input. ``checksum`` is the SHA-256 of the document's canonical JSON
 (:func:`checksum`): a file edited by hand or damaged on disk is refused, saying so. Files of
 format version 1 (selfcal 0.1, no checksum) are still read; every file's values are then
-checked against the estimator's schema (:mod:`selfcal.posthoc._loading`).
+checked against the estimator's schema (:mod:`selfcal.estimator.loading`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from selfcal.posthoc._estimator import ScoreEstimator
+    from selfcal.estimator import ScoreEstimator
 
 FORMAT = "selfcal-calibrator"
 FORMAT_VERSION = 2

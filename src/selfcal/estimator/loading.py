@@ -1,6 +1,6 @@
 """Reading an estimator back from its file: every field named when it is wrong.
 
-A calibrator or conformal file is untrusted input (:mod:`selfcal.posthoc._persistence` checks
+A calibrator or conformal file is untrusted input (:mod:`selfcal.estimator.persistence` checks
 its format and checksum). :func:`build` turns its document into the estimator field by field,
 so that a wrong type or a missing key is a one-line ``ValueError`` naming the file and the
 field (``params.mix``, ``fitted.temperature_``) instead of a ``KeyError`` from deep inside.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 if TYPE_CHECKING:
-    from selfcal.posthoc._estimator import ScoreEstimator
+    from selfcal.estimator import ScoreEstimator
 
 T = TypeVar("T")
 

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from selfcal.conformal import SplitConformal
+from selfcal.estimator.persistence import checksum
 from selfcal.posthoc import CALIBRATORS, Calibrator
-from selfcal.posthoc._persistence import checksum
 
 RNG = np.random.default_rng(0)
 MUTATIONS: list[Any] = [
@@ -179,7 +179,7 @@ def test_a_file_nested_past_parsing_or_too_large_is_one_line(tmp_path, monkeypat
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ValueError, match="nested too deeply"):
         Calibrator.load(path)
-    from selfcal.posthoc import _persistence
+    from selfcal.estimator import persistence as _persistence
 
     monkeypatch.setattr(_persistence, "MAX_BYTES", 10)
     path.write_text("{}" * 10)

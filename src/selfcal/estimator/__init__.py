@@ -7,7 +7,7 @@
 :meth:`~ScoreEstimator.get_params`), ``kind="logits" | "probs" | None`` for scores passed
 positionally, input resolution through :mod:`selfcal.predictions` (never guessing),
 fitted attributes ending in ``_``, and the JSON file of ``save`` / ``load``
-(:mod:`selfcal.posthoc._persistence`). A *family* is the class directly below
+(:mod:`selfcal.estimator.persistence`). A *family* is the class directly below
 :class:`ScoreEstimator` (``Calibrator``, ``SplitConformal``): ``Family.load`` builds any class
 of the family that a file names, ``Subclass.load`` only that class.
 """
@@ -15,22 +15,29 @@ of the family that a file names, ``Subclass.load`` only that class.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from selfcal._validation import check_choice
-from selfcal.exceptions import not_fitted
-from selfcal.posthoc._inputs import resolve_predictions
-from selfcal.posthoc._loading import FittedRange, check_values, field, mapping
-from selfcal.posthoc._persistence import (
+from selfcal.estimator.inputs import resolve_predictions
+from selfcal.estimator.loading import FittedRange, check_values, field, mapping
+from selfcal.estimator.persistence import (
     decode,
     encode,
     read_document,
     subclasses,
     write_document,
 )
+from selfcal.exceptions import not_fitted
 from selfcal.predictions import ArrayLike, Predictions
+
+__all__ = ["SCORE_KINDS", "Check", "ScoreEstimator", "checked_value", "hyperparameter_names"]
+
+Check = Callable[[str, Any], object]
+"""A hyperparameter's check: ``check(name, value)`` raises ``ValueError`` naming ``name`` when
+``value`` is invalid (:data:`ScoreEstimator._parameters`)."""
 
 SCORE_KINDS = ("logits", "probs")
 """What a positional score array holds (the ``kind`` hyperparameter of every estimator)."""
@@ -39,8 +46,16 @@ SCORE_KINDS = ("logits", "probs")
 class ScoreEstimator:
     """Base class of the estimators fitted on held-out scores and labels (module docstring)."""
 
-    _hyperparameters: ClassVar[tuple[str, ...]] = ()
-    """Names of the constructor arguments other than ``kind`` (stored verbatim as attributes)."""
+    _parameters: ClassVar[dict[str, Check]] = {}
+    """Each hyperparameter's check, by name: called as ``check(name, value)`` by :meth:`fit`
+    (and on a loaded estimator), it raises ``ValueError`` naming the hyperparameter. The
+    hyperparameters themselves -- names, order, defaults -- are declared once, by the
+    constructor's signature (its arguments before any keyword-only one, ``kind`` last, stored
+    verbatim as attributes): :meth:`get_params`, ``set_params``, ``repr`` and :meth:`save`
+    read them from there (:func:`hyperparameter_names`). A class's entries add to (and
+    override) its bases', so a check shared by a family is written once, in its base; a name
+    the signature lacks is ignored. Keyword-only arguments are not hyperparameters (a
+    deprecated alias, such as ``SplitConformal(score=...)``)."""
     _fitted_attributes: ClassVar[tuple[str, ...]] = ()
     """Names of the attributes :meth:`fit` sets (besides ``n_classes_``)."""
     _noun: ClassVar[str] = "estimator"
@@ -52,6 +67,10 @@ class ScoreEstimator:
     numeric fitted value must be finite in any case)."""
     _may_be_infinite: ClassVar[tuple[str, ...]] = ()
     """Fitted values that may hold infinities (never NaN)."""
+    _stored_names: ClassVar[dict[str, str]] = {}
+    """Hyperparameters stored in files under another name: the name they had when the file
+    format was set (``{"nonconformity": "score"}``), so that a file's bytes do not change when
+    a hyperparameter is renamed and files of every version read alike."""
 
     def __init__(self, kind: str | None = None) -> None:
         self.kind = kind
@@ -115,19 +134,23 @@ class ScoreEstimator:
         family = self._root()
         return {
             "class": type(self).__name__,
-            "params": {k: encode(v, family) for k, v in self.get_params().items()},
+            "params": {
+                self._stored_names.get(k, k): encode(v, family)
+                for k, v in self.get_params().items()
+            },
             "fitted": {k: encode(v, family) for k, v in self.fitted_attributes().items()},
         }
 
     @classmethod
     def _from_document(cls, doc: dict[str, Any], path: str | Path) -> Any:
         """The estimator of a document (:meth:`_document`); ``cls`` is the family's base.
-        Every field is read and checked (:mod:`selfcal.posthoc._loading`): what is wrong is
+        Every field is read and checked (:mod:`selfcal.estimator.loading`): what is wrong is
         one ``ValueError`` naming the file and the field."""
         name = doc.get("class") if isinstance(doc, dict) else None
         target = cls._resolve(name, path)
+        names = {stored: name for name, stored in target._stored_names.items()}
         params = {
-            key: field(path, f"params.{key}", partial(decode, value, path, cls))
+            names.get(key, key): field(path, f"params.{key}", partial(decode, value, path, cls))
             for key, value in mapping(doc, "params", path).items()
         }
         obj = field(path, "params", lambda: target(**params))
@@ -151,7 +174,25 @@ class ScoreEstimator:
 
     def _validate_params(self) -> None:
         """Hook: the hyperparameter checks ``fit`` makes (run on a loaded estimator too)."""
+        self._check_params()
+
+    def _check_params(self) -> None:
+        """``kind``, then every hyperparameter through its check (:data:`_parameters`)."""
         self._check_kind()
+        checks = self._checks()
+        for name in self._param_names()[:-1]:
+            check = checks.get(name)
+            if check is not None:
+                check(name, getattr(self, name))
+
+    @classmethod
+    def _checks(cls) -> dict[str, Check]:
+        """:data:`_parameters` merged along the class's bases (a subclass's entry wins)."""
+        return {
+            name: check
+            for klass in reversed(cls.__mro__)
+            for name, check in vars(klass).get("_parameters", {}).items()
+        }
 
     def _check_loaded(self) -> None:
         """Hook: raise ``ValueError`` when a loaded estimator's fitted values, each valid
@@ -179,7 +220,7 @@ class ScoreEstimator:
 
     @classmethod
     def _param_names(cls) -> tuple[str, ...]:
-        return (*cls._hyperparameters, "kind")
+        return hyperparameter_names(cls)
 
     def _check_kind(self) -> None:
         if self.kind is not None:
@@ -242,6 +283,36 @@ class ScoreEstimator:
         }
         args = ", ".join(f"{k}={v!r}" for k, v in changed.items())
         return f"{type(self).__name__}({args})"
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+""":func:`hyperparameter_names` by class (a signature is read once)."""
+
+
+def hyperparameter_names(cls: type) -> tuple[str, ...]:
+    """The hyperparameters of an estimator class, ``kind`` last: the arguments of its
+    constructor's signature that can be passed by position (keyword-only ones are deprecated
+    aliases), in their order -- the one place they are declared."""
+    names = _NAMES.get(cls)
+    if names is None:
+        parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
+        own = [
+            p.name
+            for p in parameters
+            if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", "kind")
+        ]
+        names = _NAMES[cls] = (*own, "kind")
+    return names
+
+
+def checked_value(check: Callable[[Any], object]) -> Check:
+    """A check of the value alone (its message names the hyperparameter itself, e.g.
+    :func:`~selfcal.metrics.binning.check_n_bins`) as a :data:`Check`."""
+
+    def named(name: str, value: Any) -> object:
+        return check(value)
+
+    return named
 
 
 def _same(value: Any, default: Any) -> bool:
