@@ -10,12 +10,9 @@ import pytest
 from selfcal.conformal import SplitConformal
 from selfcal.estimator import ScoreEstimator, hyperparameter_names
 from selfcal.estimator.persistence import subclasses
-from selfcal.posthoc import AutoCalibration, Calibrator
+from selfcal.posthoc import Calibrator
 
 ESTIMATORS = [c for c in subclasses(ScoreEstimator) if not c.__dict__.get("_abstract", False)]
-CHECKED_BY_HOOK = {AutoCalibration}
-"""Classes whose hyperparameters are still checked by their ``_validate_hyperparameters``
-hook rather than ``_parameters`` entries."""
 
 
 @pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
@@ -29,8 +26,6 @@ def test_the_signature_declares_the_hyperparameters(cls):
 
 @pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
 def test_every_hyperparameter_has_a_check(cls):
-    if cls in CHECKED_BY_HOOK:
-        pytest.skip("checked by its _validate_hyperparameters hook")
     names = set(hyperparameter_names(cls)) - {"kind"}
     assert names <= set(cls._checks()), sorted(names - set(cls._checks()))
 

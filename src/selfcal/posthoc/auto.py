@@ -9,19 +9,20 @@ refitted on every row. The candidates and the folds are sized to the problem
 
 from __future__ import annotations
 
+import functools
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from selfcal._validation import check_choice, check_int
+from selfcal.estimator import Check
 from selfcal.exceptions import CalibrationNotConverged, DegenerateCalibration
 from selfcal.metrics import brier, ece, nll
 from selfcal.metrics._api import weighted_mean
 from selfcal.metrics.scores import brier_terms, nll_terms
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._mixing import mix_confidence, mix_uniform
 from selfcal.posthoc._temperature_fits import shared_temperature_fits
 from selfcal.posthoc.crossfit import (
     Kept,
@@ -143,6 +144,29 @@ class Uncalibrated(Calibrator):
         return TemperatureModule(1.0, from_probs)
 
 
+def candidate_names(given: str | tuple[str, ...] | list[str] | None) -> list[str]:
+    """The stated candidates as a list (``"ts,svs"`` is ``["ts", "svs"]``; ``None`` none)."""
+    if isinstance(given, str):
+        return [n.strip() for n in given.split(",") if n.strip()]
+    return list(given or [])
+
+
+def check_candidates(given: object) -> None:
+    """``None`` (the default candidates) or calibrator names other than ``auto``."""
+    if given is None:
+        return
+    names = candidate_names(given) if isinstance(given, str | tuple | list) else []
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(
+            f"candidates must be calibrator names (a list, or one string separated by commas), "
+            f"got {given!r}"
+        )
+    for name in names:
+        if name == "auto":
+            raise ValueError("candidates cannot include 'auto' itself")
+        build_calibrator(name)  # an unknown name is a ValueError naming the known ones
+
+
 @register_calibrator("auto")
 class AutoCalibration(Calibrator):
     """A calibrator chosen for the data: the preferred candidate that cross-validates as well.
@@ -192,7 +216,13 @@ class AutoCalibration(Calibrator):
         (in the fold fits), ``error`` (``""``, or why it failed or was left out)
     """
 
-    _hyperparameters = ("candidates", "criterion", "selection", "n_folds", "seed")
+    _parameters: ClassVar[dict[str, Check]] = {
+        "candidates": lambda name, value: check_candidates(value),
+        "criterion": functools.partial(check_choice, choices=tuple(CRITERIA)),
+        "selection": functools.partial(check_choice, choices=SELECTIONS),
+        "n_folds": lambda name, value: value == "auto" or check_int(name, value, minimum=2),
+        "seed": functools.partial(check_int, minimum=0),
+    }
     _fitted_attributes = ("chosen_", "calibrator_", "cv_results_")
 
     def _check_loaded(self) -> None:
@@ -222,30 +252,9 @@ class AutoCalibration(Calibrator):
         self.seed = seed
         self.kind = kind
 
-    def _validate_hyperparameters(self) -> None:
-        check_choice("criterion", self.criterion, tuple(CRITERIA))
-        check_choice("selection", self.selection, SELECTIONS)
-        if self.n_folds != "auto":
-            check_int("n_folds", self.n_folds, minimum=2)
-        check_int("seed", self.seed, minimum=0)
-        if self.candidates is not None:
-            names = self._given()
-            if not names or not all(isinstance(n, str) and n for n in names):
-                raise ValueError(
-                    f"candidates must be calibrator names (a list, or one string separated "
-                    f"by commas), got {self.candidates!r}"
-                )
-            for name in names:
-                if name == "auto":
-                    raise ValueError("candidates cannot include 'auto' itself")
-                build_calibrator(name)  # an unknown name is a ValueError naming the known ones
-
     def _given(self) -> list[str]:
         """The stated candidates (``"ts,svs"`` is ``["ts", "svs"]``)."""
-        given = self.candidates
-        if isinstance(given, str):
-            return [n.strip() for n in given.split(",") if n.strip()]
-        return list(given or [])
+        return candidate_names(self.candidates)
 
     def _fit(self, pred: Predictions) -> None:
         names, left_out = (self._given(), {}) if self.candidates else default_candidates(pred)
