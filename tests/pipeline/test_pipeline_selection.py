@@ -13,17 +13,14 @@ import pytest
 import torch
 
 from selfcal.data import load_dataset
+from selfcal.methods import METHODS, VAL_BCE, Recipe, get_method
 from selfcal.pipeline import (
-    METHODS,
     Candidate,
     FeatureTable,
-    Recipe,
     fit_and_select,
-    get_method,
     prepare,
     select_candidate,
 )
-from selfcal.pipeline.methods import VAL_BCE
 
 
 def mlp(hidden: tuple[int, ...], epochs: int) -> Recipe:
@@ -91,9 +88,8 @@ def test_trained_candidates_the_selected_one_has_the_best_validation_score(blobs
     assert len(scores) == 2 and all(c.status == "done" for c in selection.candidates)
     assert selection.selected == int(np.argmin(scores))
     # the scores are the checkpoint's, recomputed here from its parameters
+    from selfcal.methods import build_network, network_logits
     from selfcal.metrics import ece
-    from selfcal.pipeline.fitting import network_logits
-    from selfcal.pipeline.recipe import build_network
 
     for c in selection.candidates:
         net = build_network(mlp((16,), 15), 5, seed=1, n_features=2)

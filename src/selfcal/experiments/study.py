@@ -47,10 +47,11 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 from selfcal._registry import Registry
 from selfcal._validation import check_int
 from selfcal.experiments.runner import SweepSummary, run_sweep
-from selfcal.experiments.selection import Criterion, hp
+from selfcal.experiments.selection import hp
 from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.store import ResultsStore, RunRecord
 from selfcal.experiments.study_results import StudyResults
+from selfcal.selection import Criterion
 
 TEST_LOGITS = "test_logits"
 TEST_LABELS = "test_labels"

@@ -39,8 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from selfcal.methods import network_logits
 from selfcal.models import build_model
-from selfcal.pipeline.fitting import network_logits
 from selfcal.pipeline.prepare import LabelMap, Standardizer, aligned_features
 from selfcal.pipeline.selective import Threshold, choose_threshold
 from selfcal.pipeline.tables import FeatureTable

@@ -18,6 +18,7 @@ import torch
 import selfcal
 from selfcal._validation import check_choice, check_int, check_optional_int, check_positive
 from selfcal.evaluation import default_resamples
+from selfcal.methods import TABULAR, Method, Recipe, get_method, resolve_batch_size
 from selfcal.pipeline import model_dir as md
 from selfcal.pipeline.conformal import save_calibration, split_validation
 from selfcal.pipeline.fitting import (
@@ -27,9 +28,7 @@ from selfcal.pipeline.fitting import (
     Selection,
     fit_and_select,
 )
-from selfcal.pipeline.methods import Method, get_method
 from selfcal.pipeline.prepare import PreparedData, prepare
-from selfcal.pipeline.recipe import TABULAR, Recipe, resolve_batch_size
 from selfcal.pipeline.report import (
     candidates_json,
     markdown,
@@ -54,11 +53,11 @@ followed by it is what no method of the benchmark reliably beats."""
 class TrainSettings:
     """Everything :func:`train` needs besides the data.
 
-    ``method``: a name of :data:`selfcal.pipeline.methods.METHODS` (or an alias);
+    ``method``: a name of :data:`selfcal.methods.catalogue.METHODS` (or an alias);
     ``grid``: candidate values replacing some of the method's (``{"gamma": (1.0, 3.0)}``);
     ``hidden`` / ``epochs`` / ``lr`` / ``batch_size``: the recipe of an MLP trained by Adam
-    (:class:`~selfcal.pipeline.recipe.Recipe`; by default the benchmark's tabular one,
-    :data:`~selfcal.pipeline.recipe.TABULAR`, with ``batch_size="auto"``: full batch up to
+    (:class:`~selfcal.methods.recipe.Recipe`; by default the benchmark's tabular one,
+    :data:`~selfcal.methods.recipe.TABULAR`, with ``batch_size="auto"``: full batch up to
     4,096 training rows, batches of 512 above);
     ``calibrate``: a calibrator of :mod:`selfcal.posthoc` fitted on VAL, or ``None``;
     ``n_resamples``: the report's bootstrap resamples (``None``: the default for the size);
