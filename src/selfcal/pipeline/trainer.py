@@ -158,9 +158,10 @@ def train(
     prepared = prepare(tables[0], tables[1], test_table, seed=settings.seed)
     if held_out is not None and held_out.labels is not None:  # a class DATA lacks: stop now
         prepared.labels.encode(held_out.labels, held_out.name)
+    recipe = settings.recipe(len(prepared.train[1]))
     selection = fit_and_select(
         method,
-        settings.recipe(len(prepared.train[1])),
+        recipe,
         prepared,
         seed=settings.seed,
         device=settings.device,
@@ -176,6 +177,7 @@ def train(
             scratch,
             settings,
             method,
+            recipe,
             prepared,
             selection,
             tables,
@@ -244,6 +246,7 @@ def _check_out(folder: Path, overwrite: bool) -> Path:
 def _config(
     settings: TrainSettings,
     method: Method,
+    recipe: Recipe,
     prepared: PreparedData,
     selection: Selection,
     label_column: str,
@@ -252,7 +255,6 @@ def _config(
     held_out: FeatureTable | None = None,
 ) -> dict[str, Any]:
     best = selection.best
-    recipe = settings.recipe(len(prepared.train[1]))
     return {
         "format": md.FORMAT,
         "format_version": md.FORMAT_VERSION,
@@ -311,6 +313,7 @@ def _write_folder(
     folder: Path,
     settings: TrainSettings,
     method: Method,
+    recipe: Recipe,
     prepared: PreparedData,
     selection: Selection,
     tables: list[FeatureTable],
@@ -321,7 +324,9 @@ def _write_folder(
 ) -> dict[str, Any]:
     """Weights and config, then (read back from them) the calibrator fitted on VAL, the
     thresholds, the held-out conformal rows' calibrated probabilities, and the report."""
-    config = _config(settings, method, prepared, selection, label_column, tables, test, held_out)
+    config = _config(
+        settings, method, recipe, prepared, selection, label_column, tables, test, held_out
+    )
     state = selection.best.state
     if state is None:  # pragma: no cover - select_candidate never picks a failed candidate
         raise ValueError("the selected candidate has no parameters")
