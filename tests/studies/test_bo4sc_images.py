@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from selfcal.methods import mean_loss_sgd
+from selfcal.methods.recipe import mean_loss_sgd
 from selfcal.models import build_model
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images import execute

@@ -16,7 +16,7 @@ and its folder holds the rest, found by name: the study's ``name`` is the folder
 (``bo4sc_images`` is ``bo4sc-images``) and its CLI ``help`` the package docstring; ``protocol.py``
 defines ``PROTOCOLS`` -- named :class:`StudyProtocol` instances, ``"full"`` (the default) and
 ``"quick"`` (a small version for tests and a first look), and any variant -- and ``SELECTION``,
-the :class:`~selfcal.experiments.selection.Criterion` that selects a method's candidates on
+the :class:`~selfcal.selection.Criterion` that selects a method's candidates on
 validation (or the study defines a ``criterion(record)`` method when it depends on the run);
 ``execute.py`` with ``execute(protocol, group)`` (results for a group of specs; ``batch_by``
 forms the groups), ``report.py`` with
