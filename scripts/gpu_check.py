@@ -36,8 +36,7 @@ from pathlib import Path
 import torch
 
 from selfcal.evaluation import METRICS, point_estimates
-from selfcal.pipeline.fitting import train_method
-from selfcal.pipeline.recipe import Recipe, build_network
+from selfcal.methods import Recipe, build_network, train_method
 from selfcal.posthoc import build_calibrator, calibrator_names
 from selfcal.predictions import Predictions
 from selfcal.studies.benchmark.protocol import FULL, METHODS

@@ -48,7 +48,9 @@ IMAGE_REGIME = "short"
 
 def record(out: Path) -> None:
     from selfcal.experiments.study import study_names
+    from selfcal.studies import import_all
 
+    import_all()
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for name in study_names():
@@ -81,7 +83,9 @@ def full_sample() -> dict[str, Any]:
     import numpy as np
 
     from selfcal.experiments.study import fixed_threads, get_study, study_names
+    from selfcal.studies import import_all
 
+    import_all()
     results: dict[str, Any] = {}
     for name in study_names():
         study = get_study(name)

@@ -16,6 +16,8 @@ from helpers.cases import N_CASES, make_case
 import selfcal.studies
 from selfcal.experiments import study as engine
 
+selfcal.studies.import_all()  # the suite is a composition root: every study registered
+
 
 @pytest.fixture(autouse=True, scope="session")
 def single_thread():
@@ -67,9 +69,10 @@ FIXTURES = Path(__file__).parent / "studies" / "fixtures"
 
 @pytest.fixture
 def tiny_study(monkeypatch):
-    """``selfcal.studies`` with the fixtures folder on its path, rediscovered; undone after."""
+    """``selfcal.studies`` with the fixtures folder on its path, its packages imported again
+    (so the fixture study registers); undone after."""
     monkeypatch.setattr(selfcal.studies, "__path__", [*selfcal.studies.__path__, str(FIXTURES)])
-    monkeypatch.setattr(engine, "_discovered", False)
+    selfcal.studies.import_all()
     yield engine.get_study("tiny")
     engine._STUDIES._entries.pop("tiny", None)
     sys.modules.pop("selfcal.studies.tiny", None)

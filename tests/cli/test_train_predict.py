@@ -21,7 +21,8 @@ from helpers.cli import NAMES, TINY, blobs_csvs, run
 from selfcal.cli import main
 from selfcal.data import load_dataset
 from selfcal.io import write_table
-from selfcal.pipeline import method_names, read_table
+from selfcal.methods import method_names
+from selfcal.pipeline import read_table
 from selfcal.pipeline.model_dir import config_checksum
 
 

@@ -12,8 +12,8 @@ import pytest
 from helpers.studies import run_quick
 
 from selfcal.experiments.study import get_study
+from selfcal.methods import train_method
 from selfcal.models import build_model
-from selfcal.pipeline.fitting import train_method
 from selfcal.studies import _images
 from selfcal.studies.benchmark import execute
 from selfcal.studies.benchmark.protocol import (

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from selfcal.experiments.selection import Grid
+from selfcal.selection import Grid
 from selfcal.studies.bo4sc import execute
 from selfcal.studies.bo4sc.protocol import QUICK, Bo4scProtocol, regimes
 

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from selfcal.methods.recipe import mean_loss_sgd
 from selfcal.models import build_model
-from selfcal.pipeline.recipe import mean_loss_sgd
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images import execute
 from selfcal.studies.bo4sc_images.protocol import QUICK

@@ -97,8 +97,8 @@ def test_cifar_rows_on_a_fake_cifar_and_the_published_numbers(tmp_path, monkeypa
 
     from selfcal.experiments import ResultsStore
     from selfcal.experiments.report import write_report
-    from selfcal.experiments.selection import Grid
     from selfcal.experiments.study import StudyResults, get_study, run_study
+    from selfcal.selection import Grid
     from selfcal.studies.meta_reg.protocol import PROTOCOLS, MetaRegProtocol
 
     write_cifar10(tmp_path / "data", n_per_batch=4, n_test=10)

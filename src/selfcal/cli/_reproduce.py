@@ -36,17 +36,25 @@ PREDICTIONS_ENV = "SELFCAL_PREDICTIONS"
 class _StudyGroup(typer.core.TyperGroup):
     """``selfcal reproduce``: one subcommand per registered study, read from the registry
     when the command line is parsed (a study added later -- a new folder under
-    ``selfcal/studies`` -- needs no edit here)."""
+    ``selfcal/studies`` -- needs no edit here). The CLI is the composition root: it imports
+    the study packages (:func:`selfcal.studies.import_all`); the engine imports none."""
 
     def list_commands(self, ctx: Any) -> list[str]:
-        from selfcal.experiments.study import study_names
-
-        return list(study_names())
+        return list(_study_names())
 
     def get_command(self, ctx: Any, name: str) -> Any:
-        from selfcal.experiments.study import get_study, study_names
+        from selfcal.experiments.study import get_study
 
-        return _study_command(get_study(name)) if name in study_names() else None
+        return _study_command(get_study(name)) if name in _study_names() else None
+
+
+def _study_names() -> tuple[str, ...]:
+    """Every study's name, the study packages imported first (once per process)."""
+    from selfcal.experiments.study import study_names
+    from selfcal.studies import import_all
+
+    import_all()
+    return study_names()
 
 
 reproduce_app = typer.Typer(

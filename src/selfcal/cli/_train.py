@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 def method_help() -> str:
     """``--method``'s help: every method with its one-line summary, one paragraph each
     (computed when ``--help`` shows it: the methods import torch)."""
-    from selfcal.pipeline.methods import METHODS
+    from selfcal.methods import METHODS
 
     lines = [f"{name}: {m.summary}" for name, m in METHODS.items()]
     head = (
@@ -120,7 +120,7 @@ def _number(text: str) -> int | float:
 def parse_grid(items: list[str], method: str) -> dict[str, tuple[int | float, ...]]:
     """``["gamma=1,3", "norm=2"]`` -> ``{"gamma": (1.0, 3.0), "norm": (2,)}``: each value
     takes the type (int or float) of the method's own values for that hyperparameter."""
-    from selfcal.pipeline import get_method
+    from selfcal.methods import get_method
 
     axes = get_method(method).axes()
     out: dict[str, tuple[int | float, ...]] = {}

@@ -193,7 +193,8 @@ def json_payload(results: StudyResults) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- staleness
 def check_provenance(folder: Path) -> Provenance:
-    """The folder's provenance when it matches the code; :class:`StaleResults` otherwise."""
+    """The folder's provenance when it matches the code; :class:`StaleResults` otherwise. The
+    study must be registered (its package imported: :func:`selfcal.studies.import_all`)."""
     folder = Path(folder)
     if not (folder / PROVENANCE).is_file():
         raise StaleResults(

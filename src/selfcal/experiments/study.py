@@ -1,8 +1,11 @@
 """The study engine: what every study (a paper's reproduction, a benchmark) shares.
 
 A study is one folder under :mod:`selfcal.studies` whose package registers a :class:`Study`
-subclass with :func:`register_study`; the engine finds it (:func:`study_names` imports every
-package there), and ``selfcal reproduce NAME`` exists from then on. A study states:
+subclass with :func:`register_study` when it is imported; the composition root -- the CLI,
+a script -- imports the study packages (:func:`selfcal.studies.import_all`) before it asks the
+registry (:func:`study_names`, :func:`get_study`), and ``selfcal reproduce NAME`` exists from
+then on. The engine itself imports no study: a worker process imports the one study package
+its runs need (:func:`execute_group`). A study states:
 
 * ``title`` (the report's heading) and ``version``, bumped whenever its executor's computation
   or metrics change;
@@ -13,7 +16,7 @@ and its folder holds the rest, found by name: the study's ``name`` is the folder
 (``bo4sc_images`` is ``bo4sc-images``) and its CLI ``help`` the package docstring; ``protocol.py``
 defines ``PROTOCOLS`` -- named :class:`StudyProtocol` instances, ``"full"`` (the default) and
 ``"quick"`` (a small version for tests and a first look), and any variant -- and ``SELECTION``,
-the :class:`~selfcal.experiments.selection.Criterion` that selects a method's candidates on
+the :class:`~selfcal.selection.Criterion` that selects a method's candidates on
 validation (or the study defines a ``criterion(record)`` method when it depends on the run);
 ``execute.py`` with ``execute(protocol, group)`` (results for a group of specs; ``batch_by``
 forms the groups), ``report.py`` with
@@ -47,10 +50,11 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 from selfcal._registry import Registry
 from selfcal._validation import check_int
 from selfcal.experiments.runner import SweepSummary, run_sweep
-from selfcal.experiments.selection import Criterion, hp
+from selfcal.experiments.selection import hp
 from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.store import ResultsStore, RunRecord
 from selfcal.experiments.study_results import StudyResults
+from selfcal.selection import Criterion
 
 TEST_LOGITS = "test_logits"
 TEST_LABELS = "test_labels"
@@ -255,7 +259,6 @@ class Study(Generic[P]):
 
 # ----------------------------------------------------------------------------- registry
 _STUDIES: Registry[Callable[[], Study]] = Registry("study")
-_discovered = False
 
 
 StudyClass = TypeVar("StudyClass", bound=type[Study[Any]])
@@ -276,23 +279,14 @@ def register_study(cls: StudyClass) -> StudyClass:
     return cls
 
 
-def discover() -> None:
-    """Import every study package under :mod:`selfcal.studies` (once; each registers itself)."""
-    global _discovered
-    if not _discovered:
-        from selfcal.studies import import_all
-
-        import_all()
-        _discovered = True
-
-
 def study_names() -> tuple[str, ...]:
-    discover()
+    """The names of the registered studies: those whose package has been imported (every
+    study under :mod:`selfcal.studies` after :func:`selfcal.studies.import_all`)."""
     return _STUDIES.names()
 
 
 def get_study(name: str) -> Study:
-    discover()
+    """The registered study ``name`` (module doc: its package must have been imported)."""
     return _STUDIES.get(name)()
 
 
@@ -320,9 +314,12 @@ def _blas_threads(threads: int) -> contextlib.AbstractContextManager[Any]:
     return threadpool_limits(limits=threads)
 
 
-def execute_group(group: list[RunSpec]) -> list[RunResult]:
+def execute_group(group: list[RunSpec], module: str | None = None) -> list[RunResult]:
     """The runner's executor for every study (top-level, so worker processes can unpickle it):
-    the group's study and protocol, under the protocol's fixed thread count."""
+    the group's study and protocol, under the protocol's fixed thread count. ``module``: the
+    study's module, imported first (a fresh worker process registers the study so)."""
+    if module is not None:
+        importlib.import_module(module)
     study = get_study(group[0].study)
     protocol = study.protocol_of(group[0])
     with fixed_threads(protocol.threads):
@@ -349,7 +346,7 @@ def run_study(
     cluster at ``address`` or a new local instance: :func:`~selfcal.experiments.run_sweep`)."""
     return run_sweep(
         study.specs(protocol),
-        execute_group,
+        functools.partial(execute_group, module=type(study).__module__),
         store=store,
         workers=workers,
         batch_by=_group_id,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from selfcal.experiments.selection import regime, select
+from selfcal.experiments.selection import regime, select_runs
 from selfcal.experiments.store import ResultsStore, RunRecord
 from selfcal.experiments.tables import Aggregate, AggregateKey, aggregate_by_key
 
@@ -60,7 +60,9 @@ class StudyResults(Generic[P]):
         by the study's criterion (a method with one candidate: that run)."""
         single = _single_candidates(self.records)
         tuned = [r for r in self.records if r.key not in single]
-        return [r for r in self.records if r.key in single] + select(tuned, self.study.criterion)
+        return [r for r in self.records if r.key in single] + select_runs(
+            tuned, self.study.criterion
+        )
 
     @cached_property
     def aggregates(self) -> dict[AggregateKey, Aggregate]:

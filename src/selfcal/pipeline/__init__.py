@@ -13,7 +13,7 @@ maps the labels and standardises the features with DATA's statistics
 (:mod:`~selfcal.pipeline.prepare`), trains every hyperparameter candidate of the method from
 the same seed with the benchmark's tabular recipe and keeps the checkpoint with the lowest
 validation NLL, selects a candidate on VAL by the method's criterion
-(:mod:`~selfcal.pipeline.methods`, :mod:`~selfcal.pipeline.fitting`), fits a post-hoc
+(:mod:`selfcal.methods`, :mod:`~selfcal.pipeline.fitting`), fits a post-hoc
 calibrator and the abstention thresholds on VAL (:mod:`~selfcal.pipeline.selective`) and
 writes a model folder (:mod:`~selfcal.pipeline.model_dir`) with a calibration report
 (:mod:`~selfcal.pipeline.report`). :func:`predict` applies the folder to new rows
@@ -29,21 +29,10 @@ from selfcal.pipeline.fitting import (
     fit_and_select,
     select_candidate,
     train_candidate,
-    train_method,
-)
-from selfcal.pipeline.methods import (
-    ALIASES,
-    METHODS,
-    Method,
-    MethodSpec,
-    get_method,
-    method_names,
-    method_step,
 )
 from selfcal.pipeline.model_dir import TrainedModel, threshold_for
 from selfcal.pipeline.predictor import PredictResult, predict
 from selfcal.pipeline.prepare import LabelMap, PreparedData, Standardizer, prepare
-from selfcal.pipeline.recipe import TABULAR, Recipe, build_network, recipe_bo4sc, train_config
 from selfcal.pipeline.selective import (
     DEFAULT_TARGET_ACCURACY,
     DEFAULT_TARGET_COVERAGE,
@@ -54,41 +43,28 @@ from selfcal.pipeline.tables import FeatureTable, read_table
 from selfcal.pipeline.trainer import DEFAULT_CALIBRATOR, TrainResult, TrainSettings, train
 
 __all__ = [
-    "ALIASES",
     "DEFAULT_CALIBRATOR",
     "DEFAULT_TARGET_ACCURACY",
     "DEFAULT_TARGET_COVERAGE",
-    "METHODS",
-    "TABULAR",
     "Candidate",
     "FeatureTable",
     "LabelMap",
-    "Method",
-    "MethodSpec",
     "PredictResult",
     "PreparedData",
     "Progress",
-    "Recipe",
     "Selection",
     "Standardizer",
     "Threshold",
     "TrainResult",
     "TrainSettings",
     "TrainedModel",
-    "build_network",
     "choose_threshold",
     "fit_and_select",
-    "get_method",
-    "method_names",
-    "method_step",
     "predict",
     "prepare",
     "read_table",
-    "recipe_bo4sc",
     "select_candidate",
     "threshold_for",
     "train",
     "train_candidate",
-    "train_config",
-    "train_method",
 ]

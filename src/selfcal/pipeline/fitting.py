@@ -1,21 +1,22 @@
 """Training every candidate of a method and selecting one on validation.
 
-One candidate = one hyperparameter point of the method (:mod:`selfcal.pipeline.methods`),
+One candidate = one hyperparameter point of the method (:mod:`selfcal.methods.catalogue`),
 trained from the seed's initialisation on the prepared training rows
-(:mod:`selfcal.pipeline.prepare`) by the one training loop (:func:`selfcal.training.fit` with
-the method's step strategy) or by :class:`selfcal.bilevel.BO4SC`, the checkpoint with the
+(:mod:`selfcal.pipeline.prepare`) by :func:`selfcal.methods.training.train_method` -- the one
+training loop (:func:`selfcal.training.fit` with the method's step strategy) or
+:class:`selfcal.bilevel.BO4SC` -- the checkpoint with the
 lowest validation NLL kept (:class:`BestCheckpoint`). Its validation scores at that checkpoint
 -- NLL, 15-bin ECE and accuracy, and for BO4SC the BCE of p̂ against correctness -- are
 computed before any post-hoc calibration. :func:`select_candidate` then applies the method's
-criterion through :func:`selfcal.experiments.selection.select`, the studies' selection: a
-candidate whose score is missing or not finite (a diverged run) is never selected, and ties
+criterion through :func:`selfcal.selection.select`, the studies' selection: a failed candidate,
+or one whose score is missing or not finite (a diverged run), is never selected, and ties
 go to the candidate whose hyperparameter values sort first.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,24 +26,14 @@ from torch import nn
 import selfcal.metrics as M
 from selfcal.bilevel import bo4sc_outer_loss
 from selfcal.exceptions import TrainingDiverged
-from selfcal.experiments.selection import Criterion, hp, select
-from selfcal.experiments.spec import RunSpec
-from selfcal.experiments.store import RunRecord
-from selfcal.pipeline.methods import Method, MethodSpec, method_step
+from selfcal.methods.catalogue import Method
+from selfcal.methods.recipe import Recipe, build_network
+from selfcal.methods.training import network_logits, train_method
 from selfcal.pipeline.prepare import PreparedData
-from selfcal.pipeline.recipe import (
-    Recipe,
-    bo4sc_iterations,
-    build_network,
-    recipe_bo4sc,
-    train_config,
-)
 from selfcal.predictions import Predictions
-from selfcal.training import BestCheckpoint, fit, predict_logits
+from selfcal.selection import Criterion, select
+from selfcal.training import BestCheckpoint
 
-BO4SC_VAL_BATCH = 1000
-"""By minibatches, BO4SC's outer loss reads at most this many meta-validation rows (the
-benchmark's ``val_batch_size``)."""
 N_BINS = 15
 """Bins of the validation ECE that selects (the studies' 15 equal-width bins)."""
 
@@ -75,6 +66,12 @@ class Candidate:
     state: dict[str, torch.Tensor] | None
     epochs_trained: int = 0
 
+    @property
+    def ok(self) -> bool:
+        """Whether it trained (``status == "done"``): what :func:`selfcal.selection.select`
+        reads, with the metrics and hyperparameters."""
+        return self.status == "done"
+
     def label(self) -> str:
         """``gamma=3, norm=2`` (``-`` without hyperparameters)."""
         return describe(self.hyperparameters)
@@ -100,113 +97,6 @@ def describe(options: Mapping[str, Any]) -> str:
         f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in options.items()
     )
     return text or "-"
-
-
-# ----------------------------------------------------------------------------- training
-def network_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Eval-mode logits, float64 on the CPU, :data:`~selfcal.models.inference.PREDICT_BATCH`
-    rows at a time."""
-    return predict_logits(model, x, out_device="cpu").double()
-
-
-def train_method(
-    spec: MethodSpec,
-    options: Mapping[str, Any],
-    recipe: Recipe,
-    model: nn.Module,
-    train: tuple,
-    meta_val: tuple,
-    checkpoint: BestCheckpoint,
-    *,
-    seed: int,
-    device: str = "cpu",
-    transform: Any = None,
-    val_batch_size: int = BO4SC_VAL_BATCH,
-    on_epochs: Callable[[int], None] | None = None,
-    patience: int | None = None,
-) -> dict[str, float]:
-    """Train ``model`` in place as the method ``spec`` with the candidate's ``options`` and
-    the recipe, offering the parameters to ``checkpoint`` after every epoch (for BO4SC after
-    the outer iteration that completes each epoch); ``on_epochs(n)`` hears of every ``n``
-    epochs done. Training stops once ``patience`` epochs have passed since the checkpoint's
-    epoch (``None``: the recipe's every epoch). The training of ``selfcal train`` and of the
-    benchmark study (which trains every epoch).
-
-    A loss, mixup or meta-learned method trains in the one training loop
-    (:func:`selfcal.training.fit` with :func:`~selfcal.pipeline.methods.method_step`), BO4SC
-    by :func:`~selfcal.pipeline.recipe.recipe_bo4sc` with the recipe's optimizer as its inner
-    step, learning from ``meta_val`` (by minibatches, at most ``val_batch_size`` rows an outer
-    step). ``transform``: the training batches' augmentation. Returns BO4SC's weight summaries
-    (``weight_mean``, ``weight_below_half``; empty for the other methods)."""
-    count = on_epochs or (lambda n: None)
-    if spec[0] == "bo4sc":
-        return _train_bo4sc(
-            options,
-            recipe,
-            model,
-            train,
-            meta_val,
-            checkpoint,
-            seed,
-            transform,
-            val_batch_size,
-            count,
-            patience,
-        )
-
-    def on_epoch(epoch: int, net: nn.Module, history: Any) -> bool:
-        checkpoint.after_epoch(epoch, net, history)
-        count(1)
-        return stalled(checkpoint, epoch, patience)
-
-    step = method_step(spec, options, meta_val)
-    config = train_config(recipe, seed, device)
-    fit(model, train, None, config=config, step=step, on_epoch=on_epoch, batch_transform=transform)
-    return {}
-
-
-def _train_bo4sc(
-    options: Mapping[str, Any],
-    recipe: Recipe,
-    model: nn.Module,
-    train: tuple,
-    meta_val: tuple,
-    checkpoint: BestCheckpoint,
-    seed: int,
-    transform: Any,
-    val_batch_size: int,
-    count: Callable[[int], None],
-    patience: int | None,
-) -> dict[str, float]:
-    """:func:`train_method` for BO4SC."""
-    steps, n = int(options["inner_steps"]), len(train[0])
-    _, per_epoch = bo4sc_iterations(recipe, n, steps)
-
-    def offer(iteration: int, params: Any) -> bool:
-        done, before = (iteration + 1) * steps // per_epoch, iteration * steps // per_epoch
-        if done > before:
-            checkpoint.offer(done - 1, model, params)
-            count(done - before)
-        return done > before and stalled(checkpoint, done - 1, patience)
-
-    fitted = recipe_bo4sc(
-        recipe,
-        n,
-        dict(options),
-        val_batch_size=None if recipe.batch_size is None else min(len(meta_val[0]), val_batch_size),
-        transform=transform,
-        seed=seed,
-        record_weights=False,
-        callback=offer,
-    ).fit(model, train, meta_val)
-    w = fitted.weights_.detach().double().cpu()
-    return {"weight_mean": float(w.mean()), "weight_below_half": float((w < 0.5).double().mean())}
-
-
-def stalled(checkpoint: BestCheckpoint, epoch: int, patience: int | None) -> bool:
-    """Whether ``patience`` epochs have passed since the checkpoint's epoch (epochs from 0;
-    never with ``patience=None``)."""
-    return patience is not None and epoch - checkpoint.epoch >= patience
 
 
 # ----------------------------------------------------------------------------- one candidate
@@ -311,21 +201,13 @@ def validation_scores(
 # ----------------------------------------------------------------------------- selection
 def select_candidate(candidates: list[Candidate], criterion: Criterion) -> int:
     """The index of the candidate the studies' selection keeps
-    (:func:`selfcal.experiments.selection.select` with ``criterion``); ``ValueError`` when no
-    candidate has a finite score."""
-    records = [_record(i, c) for i, c in enumerate(candidates)]
-    chosen = select(records, criterion)
+    (:func:`selfcal.selection.select` with ``criterion``); ``ValueError`` when no candidate
+    has a finite score."""
+    chosen = select(candidates, criterion)
     if not chosen:
         reasons = "; ".join(sorted({c.reason or "no finite score" for c in candidates}))
         raise ValueError(f"no candidate has a finite {criterion.metric} ({reasons})")
-    return int(chosen[0].key)
-
-
-def _record(index: int, candidate: Candidate) -> RunRecord:
-    spec = RunSpec("train", "data", "method", 0, hp(candidate.hyperparameters))
-    if candidate.status == "done":
-        return RunRecord(str(index), spec, "done", None, candidate.metrics, {}, 0.0, "")
-    return RunRecord(str(index), spec, "failed", candidate.reason, {}, {}, 0.0, "")
+    return next(i for i, c in enumerate(candidates) if c is chosen[0])
 
 
 def fit_and_select(

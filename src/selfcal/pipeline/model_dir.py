@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from selfcal.pipeline.fitting import network_logits
+from selfcal.methods import network_logits
 from selfcal.pipeline.folder_schema import folder_parts, load_network, read_validation
 from selfcal.pipeline.prepare import LabelMap, Standardizer, aligned_features
 from selfcal.pipeline.selective import Threshold, choose_threshold

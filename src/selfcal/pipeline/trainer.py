@@ -18,6 +18,7 @@ import torch
 import selfcal
 from selfcal._validation import check_choice, check_int, check_optional_int, check_positive
 from selfcal.evaluation import default_resamples
+from selfcal.methods import TABULAR, Method, Recipe, get_method, resolve_batch_size
 from selfcal.pipeline import model_dir as md
 from selfcal.pipeline.conformal import save_calibration, split_validation
 from selfcal.pipeline.fitting import (
@@ -27,9 +28,7 @@ from selfcal.pipeline.fitting import (
     Selection,
     fit_and_select,
 )
-from selfcal.pipeline.methods import Method, get_method
 from selfcal.pipeline.prepare import PreparedData, prepare
-from selfcal.pipeline.recipe import TABULAR, Recipe, resolve_batch_size
 from selfcal.pipeline.report import (
     candidates_json,
     markdown,
@@ -54,11 +53,11 @@ followed by it is what no method of the benchmark reliably beats."""
 class TrainSettings:
     """Everything :func:`train` needs besides the data.
 
-    ``method``: a name of :data:`selfcal.pipeline.methods.METHODS` (or an alias);
+    ``method``: a name of :data:`selfcal.methods.catalogue.METHODS` (or an alias);
     ``grid``: candidate values replacing some of the method's (``{"gamma": (1.0, 3.0)}``);
     ``hidden`` / ``epochs`` / ``lr`` / ``batch_size``: the recipe of an MLP trained by Adam
-    (:class:`~selfcal.pipeline.recipe.Recipe`; by default the benchmark's tabular one,
-    :data:`~selfcal.pipeline.recipe.TABULAR`, with ``batch_size="auto"``: full batch up to
+    (:class:`~selfcal.methods.recipe.Recipe`; by default the benchmark's tabular one,
+    :data:`~selfcal.methods.recipe.TABULAR`, with ``batch_size="auto"``: full batch up to
     4,096 training rows, batches of 512 above);
     ``calibrate``: a calibrator of :mod:`selfcal.posthoc` fitted on VAL, or ``None``;
     ``n_resamples``: the report's bootstrap resamples (``None``: the default for the size);
@@ -159,9 +158,10 @@ def train(
     prepared = prepare(tables[0], tables[1], test_table, seed=settings.seed)
     if held_out is not None and held_out.labels is not None:  # a class DATA lacks: stop now
         prepared.labels.encode(held_out.labels, held_out.name)
+    recipe = settings.recipe(len(prepared.train[1]))
     selection = fit_and_select(
         method,
-        settings.recipe(len(prepared.train[1])),
+        recipe,
         prepared,
         seed=settings.seed,
         device=settings.device,
@@ -177,6 +177,7 @@ def train(
             scratch,
             settings,
             method,
+            recipe,
             prepared,
             selection,
             tables,
@@ -245,6 +246,7 @@ def _check_out(folder: Path, overwrite: bool) -> Path:
 def _config(
     settings: TrainSettings,
     method: Method,
+    recipe: Recipe,
     prepared: PreparedData,
     selection: Selection,
     label_column: str,
@@ -253,7 +255,6 @@ def _config(
     held_out: FeatureTable | None = None,
 ) -> dict[str, Any]:
     best = selection.best
-    recipe = settings.recipe(len(prepared.train[1]))
     return {
         "format": md.FORMAT,
         "format_version": md.FORMAT_VERSION,
@@ -312,6 +313,7 @@ def _write_folder(
     folder: Path,
     settings: TrainSettings,
     method: Method,
+    recipe: Recipe,
     prepared: PreparedData,
     selection: Selection,
     tables: list[FeatureTable],
@@ -322,7 +324,9 @@ def _write_folder(
 ) -> dict[str, Any]:
     """Weights and config, then (read back from them) the calibrator fitted on VAL, the
     thresholds, the held-out conformal rows' calibrated probabilities, and the report."""
-    config = _config(settings, method, prepared, selection, label_column, tables, test, held_out)
+    config = _config(
+        settings, method, recipe, prepared, selection, label_column, tables, test, held_out
+    )
     state = selection.best.state
     if state is None:  # pragma: no cover - select_candidate never picks a failed candidate
         raise ValueError("the selected candidate has no parameters")

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal.methods import network_logits as logits
 from selfcal.models.inference import predict_logits
-from selfcal.pipeline.fitting import network_logits as logits
 from selfcal.studies._images.recipe import ImageProtocol
 
 

@@ -1,6 +1,6 @@
-"""The methods a study trains -- each a :data:`~selfcal.pipeline.methods.MethodSpec` of the one
-catalogue (:data:`selfcal.pipeline.methods.METHODS`) -- and how one of them trains: its step
-strategy (:func:`~selfcal.pipeline.methods.method_step`) in the one training loop
+"""The methods a study trains -- each a :data:`~selfcal.methods.catalogue.MethodSpec` of the one
+catalogue (:data:`selfcal.methods.catalogue.METHODS`) -- and how one of them trains: its step
+strategy (:func:`~selfcal.methods.catalogue.method_step`) in the one training loop
 (:func:`train_as`)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from selfcal.pipeline.methods import MethodSpec, get_method
+from selfcal.methods import MethodSpec, get_method
 
 
 def image_methods(*names: str) -> dict[str, MethodSpec]:

@@ -1,5 +1,5 @@
 """The papers' SGD recipe and its regimes (the :mod:`selfcal.studies._images` package doc), as
-a :class:`selfcal.pipeline.recipe.Recipe` (the one recipe type of ``selfcal train`` and every
+a :class:`selfcal.methods.recipe.Recipe` (the one recipe type of ``selfcal train`` and every
 study, with its :class:`~selfcal.training.TrainConfig` and minibatch BO4SC)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from selfcal.experiments.selection import Grid, candidates
 from selfcal.experiments.study import StudyProtocol
-from selfcal.pipeline.recipe import Recipe, train_config
+from selfcal.methods import Recipe, train_config
+from selfcal.selection import Grid, candidates
 
 CURVE_POINTS = 12
 """Per-epoch curves are recorded at about this many epochs of a regime (each point costs a

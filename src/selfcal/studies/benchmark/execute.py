@@ -42,9 +42,8 @@ import selfcal.metrics as M
 from selfcal import Predictions
 from selfcal.data.shift import shifted_test_sets
 from selfcal.experiments import RunResult, RunSpec
+from selfcal.methods import build_network, train_method
 from selfcal.metrics.binning import top_label_bins
-from selfcal.pipeline.fitting import train_method
-from selfcal.pipeline.recipe import build_network
 from selfcal.posthoc import (
     AutoCalibration,
     IsotonicCalibration,

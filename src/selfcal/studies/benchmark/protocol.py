@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from selfcal.experiments.selection import VAL_ECE, Candidates, Grid
 from selfcal.experiments.study import StudyProtocol
-from selfcal.pipeline.methods import get_method
-from selfcal.pipeline.recipe import TABULAR, Recipe
+from selfcal.methods import TABULAR, Recipe, get_method
+from selfcal.selection import VAL_ECE, Candidates, Grid
 from selfcal.studies._images import CIFAR, image_methods
 
 METHODS = image_methods(
@@ -29,8 +28,8 @@ METHODS = image_methods(
     "bo4sc",
 )
 """method -> (kind, loss or meta method, fixed options), as
-:func:`selfcal.pipeline.methods.method_step` reads it, from the one catalogue
-(:data:`selfcal.pipeline.methods.METHODS`); ``"bo4sc"``: minibatch (or full-batch)
+:func:`selfcal.methods.catalogue.method_step` reads it, from the one catalogue
+(:data:`selfcal.methods.catalogue.METHODS`); ``"bo4sc"``: minibatch (or full-batch)
 :class:`selfcal.bilevel.BO4SC` with the recipe's optimizer as its inner step."""
 LABELS = {
     "ce": "CE",
@@ -154,7 +153,7 @@ TABULAR_GRIDS = tuple(
     if (grid := get_method(m).candidates) is not None
 )
 """The tabular sets' candidates (:data:`CANDIDATES_DOC`): the catalogue's
-(:data:`selfcal.pipeline.methods.METHODS`, ``selfcal train``'s defaults) -- meta-reg's grids,
+(:data:`selfcal.methods.catalogue.METHODS`, ``selfcal train``'s defaults) -- meta-reg's grids,
 bsce-gra's thinned to γ ∈ {1, 3, 5}, and the BO4SC study's pilot point for this network."""
 BO4SC_PILOT = TABULAR_GRIDS[-1]
 

@@ -31,7 +31,9 @@ def pooled_choices(
     """``{(dataset, method): candidate}`` of one study's store (its full protocol)."""
     from selfcal.experiments.store import ResultsStore
     from selfcal.experiments.study import get_study
+    from selfcal.studies import import_all
 
+    import_all()  # the source study may not be imported yet (a worker process)
     study = get_study(study_name)
     keys = {spec.key for spec in study.specs(study.protocol("full"))}
     scores: dict[tuple[str, str, tuple], list[float]] = defaultdict(list)

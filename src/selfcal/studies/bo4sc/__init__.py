@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from selfcal.experiments.selection import Criterion
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import Study, register_study
+from selfcal.selection import Criterion
 from selfcal.studies.bo4sc import execute as experiment
 from selfcal.studies.bo4sc.protocol import METHODS, Bo4scProtocol
 

@@ -42,8 +42,8 @@ import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
 from selfcal.experiments import RunResult, RunSpec
-from selfcal.experiments.selection import grid
 from selfcal.models.inference import predict_logits
+from selfcal.selection import grid
 from selfcal.studies.bo4sc.protocol import Bo4scProtocol, Regime
 from selfcal.training import fit_batched
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selfcal.experiments.selection import VAL_ACCURACY, VAL_NLL, Candidates, Criterion, Grid
 from selfcal.experiments.study import StudyProtocol
+from selfcal.selection import VAL_ACCURACY, VAL_NLL, Candidates, Criterion, Grid
 from selfcal.studies.bo4sc.published import PAPER_DATASETS
 
 HELD_OUT = ("wine", "breast-cancer")

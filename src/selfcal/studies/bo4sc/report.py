@@ -13,8 +13,9 @@ from selfcal.experiments.report import (
     hyperparameter_table,
     prose,
 )
-from selfcal.experiments.selection import Candidates, hyperparameters
+from selfcal.experiments.selection import hyperparameters
 from selfcal.experiments.study import StudyResults
+from selfcal.selection import Candidates
 from selfcal.studies.bo4sc.protocol import LABELS, REGIMES_DOC
 from selfcal.studies.bo4sc.published import PAPER_DATASETS, PUBLISHED
 

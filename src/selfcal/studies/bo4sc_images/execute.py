@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from selfcal.experiments import RunResult, RunSpec
-from selfcal.pipeline.recipe import recipe_bo4sc
+from selfcal.methods import recipe_bo4sc
 from selfcal.studies import _images
 from selfcal.studies.bo4sc_images.protocol import MODELS, BO4SCImagesProtocol
 
@@ -84,7 +84,7 @@ def train_bo4sc(
     transform: Any,
 ) -> Any:
     """Minibatch BO4SC with the recipe's steps (module doc,
-    :func:`selfcal.pipeline.recipe.recipe_bo4sc`); ``options``: ``weight_lr``,
+    :func:`selfcal.methods.recipe.recipe_bo4sc`); ``options``: ``weight_lr``,
     ``inner_steps``, ``beta``."""
     estimator = recipe_bo4sc(
         protocol.recipe(regime),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selfcal.experiments.selection import VAL_ECE, Grid
+from selfcal.selection import VAL_ECE, Grid
 from selfcal.studies._images import ImageProtocol, quick_fields
 
 MODELS = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from selfcal.experiments.selection import grid
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
+from selfcal.selection import grid
 from selfcal.studies.gra_toy.protocol import DATASET, METRICS, GraToyProtocol
 
 

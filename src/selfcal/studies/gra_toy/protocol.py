@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selfcal._validation import check_int, check_positive
-from selfcal.experiments.selection import Criterion
 from selfcal.experiments.study import StudyProtocol
+from selfcal.selection import Criterion
 
 DATASET = "gaussians-5x2d"
 METRICS = ("fl", "dfl", "gbs")

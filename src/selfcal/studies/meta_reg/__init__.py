@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from selfcal.experiments.spec import RunSpec
 from selfcal.experiments.study import Study, register_study
-from selfcal.pipeline.methods import MethodSpec
+from selfcal.methods import MethodSpec
 from selfcal.studies import _images
 from selfcal.studies.meta_reg.protocol import METHODS, MetaRegProtocol
 

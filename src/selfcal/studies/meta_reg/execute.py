@@ -18,7 +18,7 @@ import torch
 
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.experiments.study import TEST_LABELS, TEST_LOGITS
-from selfcal.pipeline.methods import method_step
+from selfcal.methods import method_step
 from selfcal.studies import _images
 from selfcal.studies._images import load_splits, meta_split  # noqa: F401  (the study's splits)
 from selfcal.studies.meta_reg.protocol import BIN_COUNTS, METHODS, MODELS, MetaRegProtocol
@@ -71,7 +71,7 @@ def train_method(
     batch_transform: Any = None,
 ) -> Any:
     """Train ``model`` in place as ``METHODS[method]``
-    (:func:`selfcal.pipeline.methods.method_step`) with the candidate's ``options``, recording
+    (:func:`selfcal.methods.catalogue.method_step`) with the candidate's ``options``, recording
     ``curves``; the history."""
     step = method_step(METHODS[method], options, meta_val)
     if curves is not None:

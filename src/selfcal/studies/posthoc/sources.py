@@ -29,7 +29,8 @@ def stored_benchmark_records(
     (``val_logits``), sorted by key, from the store at ``store_path``; a missing store is a
     ``FileNotFoundError`` that says how to make it (``reader``: the study that needs it)."""
     from selfcal.experiments.store import ResultsStore
-    from selfcal.experiments.study import StudyResults, get_study
+    from selfcal.experiments.study import StudyResults
+    from selfcal.studies.benchmark import Benchmark
 
     if not Path(store_path).exists():
         raise FileNotFoundError(
@@ -37,7 +38,7 @@ def stored_benchmark_records(
             f"exist: run `selfcal reproduce benchmark --store {store_path} --out "
             "results/benchmark` first (or `--quick` for the scikit-learn sets only)"
         )
-    benchmark = get_study("benchmark")
+    benchmark = Benchmark()
     with ResultsStore(store_path) as store:
         made = benchmark.protocol(benchmark_protocol)
         records = StudyResults.load(benchmark, made, store).selected

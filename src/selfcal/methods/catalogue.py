@@ -21,6 +21,9 @@ have one candidate. The methods themselves: the losses in methods §3 and §7 ([
 over the batch as methods §0.1 says; CE-DECE and CE-SECE in methods §5 ([MC]); the γ-Net in
 methods §6 ([MetaReg]; ``flγ``, meta-trained on cross-entropy, is our reading of its Table 2
 ablation, methods §6.6 item 8); BO4SC in methods §4 ([BO4SC]).
+
+Used by ``selfcal train`` (:mod:`selfcal.pipeline`) and by the studies; the grids and criteria
+come from :mod:`selfcal.selection`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from selfcal._validation import check_choice
-from selfcal.experiments.selection import VAL_ECE, Candidates, Criterion, Grid
+from selfcal.selection import VAL_ECE, Candidates, Criterion, Grid
 
 Kind = Literal["loss", "mixup", "meta", "bo4sc"]
 MethodSpec = tuple[str, str, dict[str, Any]]
