@@ -286,7 +286,14 @@ def study_names() -> tuple[str, ...]:
 
 
 def get_study(name: str) -> Study:
-    """The registered study ``name`` (module doc: its package must have been imported)."""
+    """The registered study ``name`` (module doc: its package must have been imported; the
+    papers' studies register with ``selfcal.studies.import_all()``, which the engine never
+    calls, so the error says so when none is registered)."""
+    if not _STUDIES.names():
+        raise ValueError(
+            f"unknown study {name!r}: no study is registered; the papers' studies register "
+            "when their packages are imported: call selfcal.studies.import_all() first"
+        )
     return _STUDIES.get(name)()
 
 
