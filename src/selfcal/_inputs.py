@@ -14,7 +14,8 @@ and strings (class *names*, :data:`STRING_LABELS`) are refused. Every label lies
 ``[0, n_classes)`` (``[0, inf)`` where the boundary knows no class count, the plots). Each
 violation is one ``ValueError`` line that starts with the argument's name:
 
-* ``"{name} must have shape ({n},), got {shape}"``;
+* ``"{name} must be 1-D, got shape {shape}"``, ``"{name} has length {m}; expected one label per
+  row ({n})"``;
 * ``"{name} must be integers; row {i} has {value!r}"`` (``"..., got dtype {dtype}"`` for
   complex);
 * ``"{name} must lie in [0, {n_classes}); row {i} has label {label}"``.
@@ -120,12 +121,13 @@ def as_labels(
     ...
     ValueError: labels must lie in [0, 3); row 1 has label 3
     """
-    if isinstance(y, Labels) and _covers(y.n_classes, n_classes) and len(y) == n:
-        values = y.values if device is None else y.values.to(device)
-        return Labels(values, y.n_classes)
+    if isinstance(y, Labels) and _covers(y.n_classes, n_classes) and y.values.shape[0] == n:
+        return y if device is None else Labels(y.values.to(device), y.n_classes)
     t = to_tensor(y.values if isinstance(y, Labels) else y, name)
-    if t.ndim != 1 or t.shape[0] != n:
-        raise ValueError(f"{name} must have shape ({n},), got {tuple(t.shape)}")
+    if t.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    if t.shape[0] != n:
+        raise ValueError(f"{name} has length {t.shape[0]}; expected one label per row ({n})")
     if t.is_complex():
         raise ValueError(f"{name} must be integers, got dtype {t.dtype}")
     if t.is_floating_point():

@@ -317,7 +317,7 @@ def test_float32_and_saturated_logits_stay_finite():
         (lambda z, y: uncertainty_weighted_ce(z, y, FocalWeight(1), mode="both"), "mode"),
         (lambda z, y: cross_entropy(z[0], y), r"\(N, C\)"),
         (lambda z, y: cross_entropy(z[:, :1], y), r"\(N, C\)"),
-        (lambda z, y: cross_entropy(z, y[:3]), "labels must have shape"),
+        (lambda z, y: cross_entropy(z, y[:3]), "labels has length 3"),
         (lambda z, y: cross_entropy(z, y.double() + 0.5), "integers; row 0"),
         (lambda z, y: cross_entropy(z, y + 3), r"\[0, 3\)"),
         (lambda z, y: cross_entropy(z, y - 1), "has label -1"),

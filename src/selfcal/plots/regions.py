@@ -65,7 +65,7 @@ def check_points(x: Any, name: str = "x") -> np.ndarray:
 def check_labels(y: Any, n: int, name: str = "y") -> np.ndarray:
     """``y`` as an int64 ``(n,)`` array of non-negative whole numbers: the one label rule
     (:func:`selfcal._inputs.as_labels`) with no class count, so ``[0, inf)``."""
-    return as_labels(to_numpy(y), n, None, name=name).values.numpy()
+    return as_labels(y, n, None, name=name).values.cpu().numpy()
 
 
 def check_confidence(conf: Any, shape: tuple[int, ...], name: str = "confidence") -> np.ndarray:
