@@ -18,7 +18,8 @@ first offending row):
   (float16 ``9.8e-4``, bfloat16 ``7.8e-3``: rounding each probability of a row to the dtype
   moves the row sum by at most half of it, so AMP outputs are accepted as they come).
 * labels are 1-D of length ``N``, integer-valued (integer dtype, bool, or floats that are whole
-  numbers) and in ``[0, C)``. Class *names* (strings) are refused with one message
+  numbers) and in ``[0, C)`` -- the one label rule of every boundary
+  (:func:`selfcal._inputs.as_labels`). Class *names* (strings) are refused with one message
   (:data:`STRING_LABELS`): score columns have no names, so nothing says which column is
   ``'cat'``.
 
@@ -37,9 +38,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import numpy as np
 import torch
 
+from selfcal._inputs import as_labels, to_tensor
 from selfcal._kernels import kernels_for
 from selfcal._top_label import (
     DEVICE_CHUNK_ELEMENTS,
@@ -49,12 +50,6 @@ from selfcal._top_label import (
     first_row,
     top_label,
 )
-
-STRING_LABELS = (
-    "labels must be integer class indices in [0, C), got class names (e.g. {example!r}); "
-    "map each name to the index of its score column first"
-)
-"""The one message for string (or other non-numeric) labels, wherever labels are read."""
 
 ArrayLike = Any  # numpy array, torch tensor, or nested sequence
 
@@ -75,40 +70,6 @@ def prob_atol(dtype: torch.dtype) -> float:
     if not dtype.is_floating_point:
         return PROB_ATOL
     return max(PROB_ATOL, float(torch.finfo(dtype).eps))
-
-
-def _non_numeric(arr: np.ndarray, name: str) -> ValueError:
-    """The error for an array of strings or other objects."""
-    flat = arr.reshape(-1)
-    example = next((v for v in flat if isinstance(v, str)), None)
-    if name == "labels" and (arr.dtype.kind in "US" or example is not None):
-        return ValueError(STRING_LABELS.format(example=str(example if example else flat[0])))
-    return ValueError(f"{name} must be numeric, got an array of {arr.dtype.name} values")
-
-
-def to_tensor(x: ArrayLike, name: str) -> torch.Tensor:
-    """Convert ``x`` to a torch tensor without copying where possible (strings and other
-    non-numeric values raise ``ValueError``). A tensor comes out contiguous, so every memory
-    layout of the same values takes the same reductions and gives the same bits (a transposed
-    view once changed AdaECE's equal-mass edges on tied confidences)."""
-    if isinstance(x, torch.Tensor):
-        return x.contiguous()
-    if x is None:
-        raise ValueError(f"{name} is required")
-    arr = np.asarray(x)
-    if arr.dtype.kind not in "biuf":
-        if arr.dtype.kind == "c":
-            raise ValueError(f"{name} must be real numbers, got {arr.dtype}")
-        if arr.dtype == object:
-            try:  # a list of Python numbers with a None, or Decimal, ...
-                arr = arr.astype(np.float64)
-            except (TypeError, ValueError):
-                raise _non_numeric(arr, name) from None
-        else:
-            raise _non_numeric(arr, name)
-    if not arr.flags.writeable or not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr).copy()
-    return torch.from_numpy(arr)
 
 
 def _as_float_scores(scores: torch.Tensor, kind: ScoreKind) -> torch.Tensor:
@@ -190,28 +151,9 @@ def warn_if_probabilities(logits: torch.Tensor) -> None:
 def validate_labels(
     labels: ArrayLike, n: int, n_classes: int, device: torch.device
 ) -> torch.Tensor:
-    """Labels as int64 on ``device``; checks length, integrality and range."""
-    y = to_tensor(labels, "labels")
-    if y.ndim != 1:
-        raise ValueError(f"labels must be 1-D, got shape {tuple(y.shape)}")
-    if y.shape[0] != n:
-        raise ValueError(f"labels has length {y.shape[0]} but the scores have {n} rows")
-    if y.dtype == torch.bool:
-        y = y.long()
-    elif y.is_floating_point():
-        bad = ~torch.isfinite(y) | (y != torch.round(y))
-        if bool(bad.any()):
-            i = first_row(bad)
-            raise ValueError(f"labels must be integers; row {i} has {y[i].item()!r}")
-        y = y.long()
-    elif y.is_complex():
-        raise ValueError("labels must be integers, got complex numbers")
-    y = y.to(device=device, dtype=torch.long)
-    lo, hi = torch.aminmax(y)
-    if bool((lo < 0) | (hi >= n_classes)):
-        i = first_row((y < 0) | (y >= n_classes))
-        raise ValueError(f"labels must lie in [0, {n_classes}); row {i} has label {int(y[i])}")
-    return y
+    """Labels as int64 on ``device``, checked by the one label rule
+    (:func:`selfcal._inputs.as_labels`: length, integrality and range)."""
+    return as_labels(labels, n, n_classes, device=device).values
 
 
 @dataclass(frozen=True, eq=False)

@@ -159,10 +159,10 @@ def test_build_splits_validates_input():
     with pytest.raises(ValueError, match="NaN"):
         _build(np.where(np.arange(60)[:, None] == 5, np.nan, x), y)
     with pytest.raises(ValueError, match="integers"):
-        _build(x, y.astype(float))
+        _build(x, y + 0.5)
     with pytest.raises(ValueError, match="sizes"):
         _build(x, y, sizes=(60, 0, 0))
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(ValueError, match="must lie in"):
         _build(x, y + 1)
     with pytest.raises(ValueError, match="one flag per column"):
         _build(x, y, standardized=[True, False])
@@ -192,7 +192,7 @@ def test_datasplits_validates_its_parts():
         DataSplits(**_fields(data, std=torch.tensor([1.0, 0.0], dtype=torch.float64)))
     with pytest.raises(ValueError, match="raw_features needs"):
         DataSplits(**_fields(data, raw_features={"train": data.raw("train")}))
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(ValueError, match="must lie in"):
         DataSplits(**_fields(data, n_classes=4))
     with pytest.raises(ValueError, match="feature names"):
         DataSplits(**_fields(data, feature_names=("a", "b", "c")))

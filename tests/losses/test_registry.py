@@ -129,22 +129,23 @@ def test_every_loss_trains_a_model_with_fit(name):
 def test_labels_are_scanned_per_call_except_where_the_caller_checked_them(
     name, options, monkeypatch
 ):
-    """Out-of-range labels are a one-line error; inside ``labels_checked`` (the training
-    loop, which checked every label of its data once) the losses read no label value, so a
-    step never waits for the device."""
-    from selfcal.losses._checks import labels_checked
+    """Out-of-range labels are a one-line error; given checked
+    :class:`~selfcal._inputs.Labels` (the training loop, which checked every label of its data
+    once, passes its steps' losses those) the losses read no label value, so a step never waits
+    for the device."""
+    from selfcal._inputs import as_labels
 
     logits = torch.randn(8, 3)
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\), found label 3"):
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\); row 3 has label 3"):
         build_loss(name, **options)(logits, torch.tensor([0, 1, 2, 3, 0, 1, 2, 0]))
     good = torch.tensor([0, 1, 2, 2, 0, 1, 2, 0])
     expected = build_loss(name, **options)(logits, good)
+    checked = as_labels(good, 8, 3)
 
     def no_scan(*args, **kwargs):
         raise AssertionError("the labels were scanned")
 
     monkeypatch.setattr(torch, "aminmax", no_scan)
-    with labels_checked():
-        assert torch.equal(build_loss(name, **options)(logits, good), expected)
+    assert torch.equal(build_loss(name, **options)(logits, checked), expected)
     with pytest.raises(AssertionError, match="scanned"):
-        build_loss(name, **options)(logits, good)  # outside: scanned again
+        build_loss(name, **options)(logits, good)  # a raw tensor: scanned again

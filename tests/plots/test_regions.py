@@ -187,7 +187,7 @@ def test_from_grid_validates(blobs, xx, yy, conf, match):
 def test_region_labels_and_levels_are_validated(blobs):
     x, y = blobs
     xx, yy, conf = confidence_grid(radial, x, grid_size=5)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="one label per row"):
         ConfidenceRegionDisplay.from_grid(xx, yy, conf, x, y[:-1])
     with pytest.raises(ValueError, match="integer"):
         ConfidenceRegionDisplay.from_grid(xx, yy, conf, x, y + 0.5)

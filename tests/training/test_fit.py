@@ -194,7 +194,7 @@ def test_numpy_inputs_are_accepted_and_cast_to_the_model_dtype(make_blobs, same_
         ((torch.zeros(5, 2), torch.zeros(4, dtype=torch.long)), "one label per row"),
         ((torch.zeros(5, 2), torch.full((5,), 3)), r"\[0, 3\); row 0 has label 3"),
         ((torch.zeros(5, 2), torch.tensor([0, 1, -1, 0, 1])), "row 2 has label -1"),
-        ((torch.zeros(5, 2), torch.zeros(5)), "integer class labels"),
+        ((torch.zeros(5, 2), torch.full((5,), 0.5)), "must be integers; row 0 has 0.5"),
         ((torch.full((5, 2), float("nan")), torch.zeros(5, dtype=torch.long)), "NaN"),
         ((torch.zeros(0, 2), torch.zeros(0, dtype=torch.long)), "N >= 1"),
         ((torch.zeros(5), torch.zeros(5, dtype=torch.long)), r"shape \(N, ...\)"),

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
+from selfcal._inputs import as_features, as_labels
 from selfcal.models.inference import predict_logits
-from selfcal.predictions import ArrayLike, to_tensor, validate_labels
+from selfcal.predictions import ArrayLike
 from selfcal.training.seeding import BatchTransform
 
 QUANTILE_LEVELS = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
@@ -46,11 +47,11 @@ class Rows:
         else:
             x, y = self.x[idx.to(self.x.device)], self.y[idx.to(self.y.device)]
         x = torch.as_tensor(x).to(device=device, dtype=dtype)
-        if self.is_dataset:
-            if not bool(torch.isfinite(x).all()):
-                raise ValueError(f"{self.name} contains NaN or infinite features")
+        if self.is_dataset:  # the one feature and label rules, batch by batch as rows are read
+            x = as_features(x, f"{self.name} x")
             assert self.n_classes is not None, "n_classes is set before any row is taken"
-            y = validate_labels(y, x.shape[0], self.n_classes, device)
+            y = as_labels(y, x.shape[0], self.n_classes, device=device, name=f"{self.name} labels")
+            return x, y.values
         return x, torch.as_tensor(y).to(device)
 
     def features(self, count: int, like: torch.Tensor) -> torch.Tensor:
@@ -163,14 +164,9 @@ def model_classes(model: nn.Module, x: torch.Tensor) -> int:
 
 
 def feature_rows(x: ArrayLike, name: str, like: torch.Tensor) -> torch.Tensor:
-    """``x`` as a tensor of the model's dtype (on its own device), with rows and finite."""
-    x = to_tensor(x, name)
-    if x.ndim < 1 or x.shape[0] < 1:
-        raise ValueError(f"{name} must have at least one row, got shape {tuple(x.shape)}")
-    x = x.to(dtype=like.dtype)
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or infinite values")
-    return x
+    """``x`` as a tensor of the model's dtype (on its own device), with rows and finite: the one
+    feature rule (:func:`selfcal._inputs.as_features`)."""
+    return as_features(x, name, dtype=like.dtype)
 
 
 def as_batch_transform(transform: Any) -> BatchTransform | None:

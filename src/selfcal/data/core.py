@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal._inputs import as_labels
 from selfcal._validation import check_int
 from selfcal.exceptions import DatasetNotFoundError
 
@@ -129,8 +130,7 @@ class DataSplits:
         if self.feature_names and len(self.feature_names) != part.x.shape[1]:
             n_names, n_features = len(self.feature_names), part.x.shape[1]
             raise ValueError(f"{n_names} feature names for {n_features} features")
-        if len(part) and (int(part.y.min()) < 0 or int(part.y.max()) >= self.n_classes):
-            raise ValueError(f"labels of {name!r} outside [0, {self.n_classes})")
+        as_labels(part.y, len(part), self.n_classes, name=f"labels of {name!r}")
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -283,17 +283,17 @@ def build_splits(
 ) -> DataSplits:
     """Split ``(x_raw, y)`` stratified by ``rng``, standardise with train stats, wrap it up.
 
-    ``x_raw`` is ``[n, d]`` and finite; ``y`` holds integer labels in ``[0, n_classes)``;
+    ``x_raw`` is ``[n, d]`` and finite; ``y`` holds labels in ``[0, n_classes)`` by the one label
+    rule (:func:`selfcal._inputs.as_labels`: integers, bools or whole-valued floats);
     ``standardized`` marks the columns to standardise (default: all).
     """
     x_raw = np.asarray(x_raw, dtype=np.float64)
     y = np.asarray(y)
-    if x_raw.ndim != 2 or y.shape != (x_raw.shape[0],):
+    if x_raw.ndim != 2:  # y's shape: the label rule below
         raise ValueError(f"need x_raw [n, d] and y [n], got {x_raw.shape} and {y.shape}")
     if not np.isfinite(x_raw).all():
         raise ValueError("x_raw contains NaN or infinite values")
-    if not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(f"labels must be integers, got dtype {y.dtype}")
+    y = as_labels(y, x_raw.shape[0], n_classes).values.numpy()
     mask = None if standardized is None else np.asarray(standardized, dtype=bool)
     if mask is not None and mask.shape != (x_raw.shape[1],):
         raise ValueError(f"standardized needs one flag per column ({x_raw.shape[1]})")
@@ -410,7 +410,9 @@ def splits_from_parts(
         if key not in built:
             built[key] = Split(
                 x=_standardize_in_chunks(raw[s], mean_t, std_t),
-                y=torch.from_numpy(np.asarray(labels[s]).astype(np.int64)),
+                y=as_labels(
+                    labels[s], len(raw[s]), n_classes, name=f"labels of {s!r}"
+                ).values.clone(),
             )
         parts[s] = built[key]
     return _assemble_splits(

@@ -1,9 +1,11 @@
 """Input checks and reductions shared by every training loss.
 
 Losses run inside the training loop, once per minibatch, so the per-call checks are cheap:
-shapes and dtypes (Python only) and one ``aminmax`` over the labels -- skipped inside
-:func:`labels_checked`, which the training loop enters once it has checked every label of its
-data (reading the ``aminmax`` would make each step wait for the device). Logits are *not* scanned
+shapes and dtypes (Python only) and, for raw label tensors, the one label rule
+(:func:`selfcal._inputs.as_labels`: one ``aminmax`` over the labels). Labels given as
+:class:`~selfcal._inputs.Labels` -- the training loop hands its steps' losses the rows of the
+labels it checked once a run -- are trusted and no value of theirs is read (reading the
+``aminmax`` would make each step wait for the device). Logits are *not* scanned
 for NaN/inf: a non-finite logit gives a non-finite loss, which
 :func:`selfcal.training.fit` reports as :class:`~selfcal.exceptions.TrainingDiverged` -- raising
 ``ValueError`` here would turn a diverged run into a crash. Hyperparameters are checked once,
@@ -19,25 +21,11 @@ from typing import Literal
 
 import torch
 
+from selfcal._inputs import Labels, as_labels
 from selfcal._validation import check_choice
 
 Reduction = Literal["sum", "mean", "none"]
 REDUCTIONS: tuple[str, ...] = ("sum", "mean", "none")
-_INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
-
-
-_LABELS_CHECKED: ContextVar[bool] = ContextVar("labels_checked", default=False)
-
-
-@contextmanager
-def labels_checked() -> Iterator[None]:
-    """Inside, the losses trust that their labels lie in ``[0, C)``: the caller has checked
-    them (the training loop checks its training and validation labels once)."""
-    token = _LABELS_CHECKED.set(True)
-    try:
-        yield
-    finally:
-        _LABELS_CHECKED.reset(token)
 
 
 _GAMMAS_CHECKED: ContextVar[bool] = ContextVar("gammas_checked", default=False)
@@ -76,8 +64,10 @@ def reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
 
 
 def check_logits_labels(logits: object, labels: object) -> torch.Tensor:
-    """Validate ``logits (N, C)`` and integer ``labels (N,)`` in ``[0, C)``; return int64 labels."""
-    if not isinstance(logits, torch.Tensor) or not isinstance(labels, torch.Tensor):
+    """Validate ``logits (N, C)`` and ``labels (N,)`` in ``[0, C)`` -- a raw tensor by the one
+    label rule (:func:`selfcal._inputs.as_labels`), a :class:`~selfcal._inputs.Labels` by its
+    shape and class count only; return int64 labels."""
+    if not isinstance(logits, torch.Tensor) or not isinstance(labels, (torch.Tensor, Labels)):
         raise ValueError(
             "logits and labels must be torch tensors, got "
             f"{type(logits).__name__} and {type(labels).__name__}"
@@ -88,21 +78,7 @@ def check_logits_labels(logits: object, labels: object) -> torch.Tensor:
         )
     if not logits.is_floating_point():
         raise ValueError(f"logits must be floating point, got dtype {logits.dtype}")
-    if labels.ndim != 1 or labels.shape[0] != logits.shape[0]:
-        raise ValueError(
-            f"labels must have shape ({logits.shape[0]},) to match logits, "
-            f"got {tuple(labels.shape)}"
-        )
-    if labels.dtype not in _INTEGER_DTYPES:
-        raise ValueError(f"labels must hold integer class indices, got dtype {labels.dtype}")
-    if not _LABELS_CHECKED.get():
-        extremes = torch.aminmax(labels)
-        low, high, n_classes = int(extremes.min), int(extremes.max), logits.shape[1]
-        if low < 0 or high >= n_classes:
-            raise ValueError(
-                f"labels must lie in [0, {n_classes}), found label {low if low < 0 else high}"
-            )
-    return labels if labels.dtype == torch.int64 else labels.long()
+    return as_labels(labels, logits.shape[0], logits.shape[1]).values
 
 
 def check_per_sample(values: torch.Tensor, n: int, name: str) -> None:

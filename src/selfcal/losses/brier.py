@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from selfcal._inputs import Labels
 from selfcal.losses._checks import Reduction, check_logits_labels, check_reduction, reduce
 from selfcal.losses.weights import one_hot_residual
 
 
 def brier_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, reduction: Reduction = "mean"
+    logits: torch.Tensor, labels: torch.Tensor | Labels, *, reduction: Reduction = "mean"
 ) -> torch.Tensor:
     """``sum_k (softmax(z)_k - onehot(y)_k)**2`` per sample, averaged over the batch by default
     (summed over classes, not divided by ``C``; the reference also sums over samples:
@@ -25,12 +28,15 @@ def brier_loss(
 class BrierLoss(nn.Module):
     """Module twin of :func:`brier_loss`."""
 
+    accepts_labels: ClassVar[bool] = True
+    """Takes checked :class:`~selfcal._inputs.Labels` (the training loop passes them)."""
+
     def __init__(self, *, reduction: Reduction = "mean") -> None:
         super().__init__()
         check_reduction(reduction)
         self.reduction = reduction
 
-    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor | Labels) -> torch.Tensor:
         return brier_loss(logits, labels, reduction=self.reduction)
 
     def extra_repr(self) -> str:

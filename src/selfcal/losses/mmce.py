@@ -21,12 +21,13 @@ guards against a rounding below zero.) The loss is ``CE_mean + lam * MMCE_w`` (t
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from selfcal._inputs import Labels, label_values
 from selfcal._validation import check_choice, check_nonnegative, check_positive
 from selfcal.losses._checks import check_logits_labels
 
@@ -38,7 +39,7 @@ SQRT_EPS = 1e-10
 
 def mmce_weighted(
     logits: torch.Tensor,
-    labels: torch.Tensor,
+    labels: torch.Tensor | Labels,
     *,
     width: float = 0.4,
     normalization: Normalization = "reference",
@@ -69,7 +70,7 @@ def mmce_weighted(
 
 def mmce_loss(
     logits: torch.Tensor,
-    labels: torch.Tensor,
+    labels: torch.Tensor | Labels,
     *,
     lam: float = 2.0,
     width: float = 0.4,
@@ -85,12 +86,15 @@ def mmce_loss(
             f"MMCE is a batch statistic: reduction must be 'sum' or 'mean', got {reduction!r}"
         )
     mmce = mmce_weighted(logits, labels, width=width, normalization=normalization)
-    mean = F.cross_entropy(logits, labels.long()) + lam * mmce
+    mean = F.cross_entropy(logits, label_values(labels).long()) + lam * mmce
     return mean * len(labels) if reduction == "sum" else mean
 
 
 class MMCELoss(nn.Module):
     """Module twin of :func:`mmce_loss` (λ = 2.0 and kernel width 0.4 as in [GRA]'s scripts)."""
+
+    accepts_labels: ClassVar[bool] = True
+    """Takes checked :class:`~selfcal._inputs.Labels` (the training loop passes them)."""
 
     def __init__(
         self,
@@ -109,7 +113,7 @@ class MMCELoss(nn.Module):
         self.normalization = normalization
         self.reduction = reduction
 
-    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor | Labels) -> torch.Tensor:
         return mmce_loss(
             logits,
             labels,

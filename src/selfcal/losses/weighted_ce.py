@@ -25,12 +25,13 @@ than ``gather`` because its backward is several times cheaper -- the weight read
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from selfcal._inputs import Labels
 from selfcal._validation import check_choice
 from selfcal.losses._checks import Reduction, check_logits_labels, check_reduction
 from selfcal.losses.weights import (
@@ -47,7 +48,7 @@ MODES: tuple[str, ...] = ("loss", "gradient")
 
 def uncertainty_weighted_ce(
     logits: torch.Tensor,
-    labels: torch.Tensor,
+    labels: torch.Tensor | Labels,
     weight: WeightFunction | None = None,
     *,
     mode: Mode = "loss",
@@ -113,6 +114,9 @@ class UncertaintyWeightedCE(nn.Module):
 
     ``gra=True`` weights the gradient (``mode="gradient"``), ``gra=False`` the loss."""
 
+    accepts_labels: ClassVar[bool] = True
+    """Takes checked :class:`~selfcal._inputs.Labels` (the training loop passes them)."""
+
     def __init__(
         self, weight: WeightFunction | None, *, gra: bool = False, reduction: Reduction = "mean"
     ) -> None:
@@ -129,7 +133,7 @@ class UncertaintyWeightedCE(nn.Module):
         """``"gradient"`` for GRA, else ``"loss"``."""
         return "gradient" if self.gra else "loss"
 
-    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor | Labels) -> torch.Tensor:
         return uncertainty_weighted_ce(
             logits, labels, self.weight, mode=self.mode, reduction=self.reduction
         )
@@ -212,7 +216,7 @@ def _mode(gra: bool) -> Mode:
 
 
 def cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, *, reduction: Reduction = "mean"
+    logits: torch.Tensor, labels: torch.Tensor | Labels, *, reduction: Reduction = "mean"
 ) -> torch.Tensor:
     """Function twin of :class:`CrossEntropy`."""
     return uncertainty_weighted_ce(logits, labels, None, reduction=reduction)
@@ -220,7 +224,7 @@ def cross_entropy(
 
 def focal_loss(
     logits: torch.Tensor,
-    labels: torch.Tensor,
+    labels: torch.Tensor | Labels,
     gamma: float | torch.Tensor,
     *,
     gra: bool = False,
@@ -232,7 +236,11 @@ def focal_loss(
 
 
 def flsd53_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, gra: bool = False, reduction: Reduction = "mean"
+    logits: torch.Tensor,
+    labels: torch.Tensor | Labels,
+    *,
+    gra: bool = False,
+    reduction: Reduction = "mean",
 ) -> torch.Tensor:
     """Function twin of :class:`FLSD53Loss`."""
     weight = FLSD53Weight()
@@ -241,7 +249,7 @@ def flsd53_loss(
 
 def dual_focal_loss(
     logits: torch.Tensor,
-    labels: torch.Tensor,
+    labels: torch.Tensor | Labels,
     gamma: float = 5.0,
     *,
     gra: bool = False,
@@ -257,7 +265,7 @@ def dual_focal_loss(
 
 def bsce_loss(
     logits: torch.Tensor,
-    labels: torch.Tensor,
+    labels: torch.Tensor | Labels,
     gamma: float = 4.0,
     norm: float = 2.0,
     *,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import numpy as np
 import torch
 
+from selfcal._inputs import as_labels
 from selfcal._validation import check_int, check_nonnegative, check_optional_int
 from selfcal.plots._base import Display, pyplot, to_numpy
 
@@ -62,13 +63,9 @@ def check_points(x: Any, name: str = "x") -> np.ndarray:
 
 
 def check_labels(y: Any, n: int, name: str = "y") -> np.ndarray:
-    """``y`` as an int64 ``(n,)`` array of non-negative whole numbers."""
-    arr = to_numpy(y)
-    if arr.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
-    if not np.isfinite(arr).all() or (arr != np.round(arr)).any() or (arr < 0).any():
-        raise ValueError(f"{name} must hold non-negative integer class labels")
-    return arr.astype(np.int64)
+    """``y`` as an int64 ``(n,)`` array of non-negative whole numbers: the one label rule
+    (:func:`selfcal._inputs.as_labels`) with no class count, so ``[0, inf)``."""
+    return as_labels(y, n, None, name=name).values.cpu().numpy()
 
 
 def check_confidence(conf: Any, shape: tuple[int, ...], name: str = "confidence") -> np.ndarray:

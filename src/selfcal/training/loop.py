@@ -42,11 +42,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from selfcal._inputs import as_features, as_labels, to_tensor
 from selfcal._validation import check_nonnegative
 from selfcal.exceptions import DegenerateCalibration, NonFinite, TrainingDiverged
-from selfcal.losses._checks import labels_checked
 from selfcal.metrics import accuracy, ece, nll
-from selfcal.models.inference import as_tensor, predict_logits
+from selfcal.models.inference import predict_logits
 from selfcal.predictions import Predictions
 from selfcal.recalibration import refinement_loss
 from selfcal.training.config import TrainConfig
@@ -103,8 +103,7 @@ def fit(
         deterministic_mode(config.deterministic, run.device),
     ):
         step.start(run)
-        with labels_checked():  # _prepare_pair checked every label: no per-loss scan
-            return _epochs(run, step, on_epoch)
+        return _epochs(run, step, on_epoch)
 
 
 def prepare_run(
@@ -121,8 +120,8 @@ def prepare_run(
     strategy can also be started on and driven by hand (e.g. to time one step)."""
     device = torch.device(config.device)
     model.to(device)
-    x, y = _prepare_pair(model, train, "train", device)
-    validation = None if val is None else _prepare_pair(model, val, "val", device)
+    x, y, n_classes = _prepare_pair(model, train, "train", device)
+    validation = None if val is None else _prepare_pair(model, val, "val", device)[:2]
     if config.compile:  # after the one-row probes of _prepare_pair: no graph compiled for them
         model.compile()
     if validation is None and (config.early_stopping is not None or config.restore_best):
@@ -137,7 +136,8 @@ def prepare_run(
         validation=validation,
         generator=generator,
         augment=bind_transform(batch_transform, generator),
-        prepare=lambda data, name: _prepare_pair(model, data, name, device),
+        prepare=lambda data, name: _prepare_pair(model, data, name, device)[:2],
+        n_classes=n_classes,
     )
 
 
@@ -314,41 +314,28 @@ def deterministic_mode(on: bool, device: torch.device) -> Iterator[None]:
 
 def _prepare_pair(
     model: nn.Module, data: Any, name: str, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate ``(x, y)``; return them on ``device`` (``x`` in the model's float dtype)."""
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(x, y)`` checked by the one feature and label rules (:mod:`selfcal._inputs`) and the
+    model's class count ``C``, read from a one-row probe; ``x`` and ``y`` on ``device``
+    (floating ``x`` in the model's float dtype, ``y`` int64 in ``[0, C)``)."""
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise ValueError(f"{name} must be a pair (x, y)")
-    x, y = as_tensor(data[0], f"{name} x"), as_tensor(data[1], f"{name} y")
-    if x.ndim < 2 or x.shape[0] == 0:
-        raise ValueError(f"{name} x must have shape (N, ...) with N >= 1, got {tuple(x.shape)}")
-    if y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(
-            f"{name} y must be 1-D with one label per row of x ({x.shape[0]}), got {tuple(y.shape)}"
-        )
-    if y.is_floating_point() or y.is_complex():
-        raise ValueError(f"{name} y must hold integer class labels, got dtype {y.dtype}")
-    if x.is_floating_point():
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{name} x contains NaN or infinity")
-        x = x.to(_float_dtype(model, x.dtype))
-    x, y = x.to(device), y.to(device=device, dtype=torch.long)
-    _check_label_range(model, x, y, name)
-    return x, y
+    x = to_tensor(data[0], f"{name} x")
+    dtype = _float_dtype(model, x.dtype) if x.is_floating_point() else None
+    x = as_features(x, f"{name} x", dtype=dtype, min_ndim=2).to(device)
+    n_classes = _model_classes(model, x)
+    labels = as_labels(data[1], x.shape[0], n_classes, device=device, name=f"{name} labels")
+    return x, labels.values, n_classes
 
 
-def _check_label_range(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name: str) -> None:
+def _model_classes(model: nn.Module, x: torch.Tensor) -> int:
+    """``C``, from the model's output on the first row of ``x``."""
     probe = predict_logits(model, x[:1])
     if probe.ndim != 2 or probe.shape[1] < 2:
         raise ValueError(
             f"the model must return logits (N, C) with C >= 2, got {tuple(probe.shape)}"
         )
-    n_classes = probe.shape[1]
-    bad = (y < 0) | (y >= n_classes)
-    if bool(bad.any()):
-        row = int(torch.nonzero(bad)[0, 0])
-        raise ValueError(
-            f"{name} labels must lie in [0, {n_classes}); row {row} has label {int(y[row])}"
-        )
+    return int(probe.shape[1])
 
 
 def _float_dtype(model: nn.Module, default: torch.dtype) -> torch.dtype:

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from selfcal._inputs import Labels
 from selfcal._validation import check_nonnegative
 from selfcal.losses.mixup import mixup_batch, mixup_loss
 from selfcal.training.config import TrainConfig
@@ -57,6 +58,13 @@ class Run:
     generator: torch.Generator
     augment: Callable[[torch.Tensor], torch.Tensor]
     prepare: Callable[[Any, str], Pair]
+    n_classes: int
+    """The model's class count ``C``: every label of the run's data lies in ``[0, C)``."""
+
+    def labels(self, rows: torch.Tensor) -> Labels:
+        """``rows`` -- labels of the run's data, checked once when the run was prepared -- as
+        :class:`~selfcal._inputs.Labels`, so a loss reads none of them again."""
+        return Labels(rows, self.n_classes)
 
     def forward(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """The training forward pass ``model(x)``: under bfloat16 autocast with float32
@@ -135,7 +143,15 @@ class LossStep(TrainStep):
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The minibatch's training loss."""
-        return self.loss_fn(self.run.forward(model, self.run.augment(x)), y)
+        return self.loss_on(self.run.forward(model, self.run.augment(x)), y)
+
+    def loss_on(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``loss_fn(logits, y)``, the labels ``y`` as checked :class:`~selfcal._inputs.Labels`
+        where the loss takes them (``accepts_labels``: selfcal's loss modules), so it does not
+        scan them again each minibatch."""
+        if getattr(self.loss_fn, "accepts_labels", False):
+            return self.loss_fn(logits, self.run.labels(y))  # type: ignore[arg-type]
+        return self.loss_fn(logits, y)
 
 
 class MixupStep(LossStep):
@@ -156,4 +172,4 @@ class MixupStep(LossStep):
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         mixed, y_a, y_b, lam = mixup_batch(self.run.augment(x), y, self.alpha, self.run.generator)
-        return mixup_loss(self.loss_fn, self.run.forward(model, mixed), y_a, y_b, lam)
+        return mixup_loss(self.loss_on, self.run.forward(model, mixed), y_a, y_b, lam)

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from selfcal._inputs import Labels, label_values
 from selfcal._validation import check_choice, check_int, check_positive
 from selfcal.losses import focal_loss
 from selfcal.optim import Params
@@ -61,7 +62,7 @@ class MetaModule(nn.Module):
     def training_loss(
         self,
         logits: torch.Tensor,
-        labels: torch.Tensor,
+        labels: torch.Tensor | Labels,
         *,
         features: torch.Tensor,
         head: Mapping[str, torch.Tensor],
@@ -76,7 +77,9 @@ class MetaModule(nn.Module):
         phi = self.detached() if phi is None else phi
         return self._loss(logits, labels, LossInputs(features, head, phi, gamma))
 
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+    def _loss(
+        self, logits: torch.Tensor, labels: torch.Tensor | Labels, inputs: LossInputs
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     def gamma(self, features: torch.Tensor) -> torch.Tensor | None:
@@ -136,7 +139,9 @@ class GammaNet(MetaModule):
         with torch.no_grad():
             return self(features)
 
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+    def _loss(
+        self, logits: torch.Tensor, labels: torch.Tensor | Labels, inputs: LossInputs
+    ) -> torch.Tensor:
         """``sum_i -(1 - p_iy)^gamma_i log p_iy`` with ``gamma = gammaNet(features; phi)``, or
         the given ``gamma`` (the real step passes the detached output it has just checked,
         rather than evaluating γ-Net twice)."""
@@ -168,9 +173,11 @@ class UnitL2(MetaModule):
             total = total + (lam["bias"] * head["bias"].square()).sum()
         return total
 
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+    def _loss(
+        self, logits: torch.Tensor, labels: torch.Tensor | Labels, inputs: LossInputs
+    ) -> torch.Tensor:
         """``sum_i CE_i + sum lambda * head^2``."""
-        ce = F.cross_entropy(logits, labels, reduction="sum")
+        ce = F.cross_entropy(logits, label_values(labels), reduction="sum")
         return ce + self.penalty(inputs.head, inputs.phi)
 
 

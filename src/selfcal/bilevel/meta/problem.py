@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from selfcal._inputs import Labels
 from selfcal.bilevel.engine import BilevelProblem
 from selfcal.bilevel.meta.modules import MetaModule, model_head
 from selfcal.bilevel.meta.objectives import ObjectiveFn
@@ -41,7 +42,7 @@ class MetaBatch(NamedTuple):
     backbone leak)."""
 
     x_train: torch.Tensor
-    y_train: torch.Tensor
+    y_train: torch.Tensor | Labels
     features_train: torch.Tensor
     x_meta: torch.Tensor
     y_meta: torch.Tensor

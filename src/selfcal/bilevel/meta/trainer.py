@@ -169,7 +169,8 @@ class MetaStep(TrainStep):
         logits = model_head(model)(features)
         detached = features.detach()
         gamma = self._gamma(meta, detached)
-        batch = MetaBatch(x, y, detached, x_meta, y_meta, self._meta_features(model, x_meta))
+        labels = self.run.labels(y)  # checked once a run: the losses read none of them
+        batch = MetaBatch(x, labels, detached, x_meta, y_meta, self._meta_features(model, x_meta))
         quirks = self.options.replicate_reference_quirks
         lr = self.run.optimizer.param_groups[0]["lr"]
         lookahead = MetaLookahead(lr, self.objective, self.options.lookahead, quirks)
@@ -181,7 +182,7 @@ class MetaStep(TrainStep):
             accumulate_leaked_gradient(model, result.grad["backbone"])
             update_batchnorm_statistics(model, x_meta)
         head = dict(model_head(model).named_parameters())
-        loss = meta.training_loss(logits, y, features=detached, head=head, gamma=updated)
+        loss = meta.training_loss(logits, labels, features=detached, head=head, gamma=updated)
         self.meta_losses.append(result.outer_loss.detach())
         if gamma is not None:
             self.gammas.append(gamma)
