@@ -210,10 +210,8 @@ def test_a_class_with_a_single_row_makes_the_choice_unreliable_and_auto_says_so(
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_candidates_of_a_fold_share_one_temperature_solve_bit_for_bit(monkeypatch, dtype):
     """Within a fit, TS, TS-mix (and SVS, SMS on float64 logits) of one fold solve the same
-    temperature problem once (``shared_temperature_fits``): the scores, the choice and the
+    temperature problem once (a shared ``TemperatureFits``): the scores, the choice and the
     refitted map are those of solving it for each, bit for bit, with fewer solves."""
-    import contextlib
-
     from selfcal.posthoc import _temperature_fits as temperature
     from selfcal.posthoc import auto as auto_module
 
@@ -229,7 +227,7 @@ def test_the_candidates_of_a_fold_share_one_temperature_solve_bit_for_bit(monkey
         return auto, len(solves)
 
     shared, n_shared = fitted()
-    monkeypatch.setattr(auto_module, "shared_temperature_fits", contextlib.nullcontext)
+    monkeypatch.setattr(auto_module, "TemperatureFits", lambda: None)
     alone, n_alone = fitted()
     assert shared.cv_results_["score"] == alone.cv_results_["score"]
     assert shared.cv_results_["low"] == alone.cv_results_["low"]

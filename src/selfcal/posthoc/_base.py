@@ -51,6 +51,7 @@ from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc._degenerate import REMEDY, Coverage
 from selfcal.posthoc._mixing import check_mix, mix_confidence, mix_uniform, resolve_mix
 from selfcal.posthoc._scores import check_fittable, zero_floor
+from selfcal.posthoc._temperature_fits import TemperatureFits
 from selfcal.predictions import ArrayLike, Predictions
 
 
@@ -76,6 +77,8 @@ class Calibrator(ScoreEstimator):
     """Whether the calibrator fits parameters per class, which a class missing from the
     validation labels leaves unidentified (warned, see :meth:`fit`)."""
     _likelihood_fit: ClassVar[bool] = False
+    _shared_fits: TemperatureFits | None = None
+    """The temperature fits this calibrator shares (:meth:`share_temperature_fits`)."""
     """Whether the fit is a likelihood optimisation in the logits (``log p`` for
     probabilities), whose float64 arithmetic limits their magnitude to
     :data:`LARGEST_FITTABLE` (larger is a ``ValueError``), and which reads exact zero
@@ -87,6 +90,16 @@ class Calibrator(ScoreEstimator):
         or scipy's optimisers, and what their own first fit imports, each slower than most
         fits -- so that :class:`~selfcal.posthoc.AutoCalibration`'s ``fit_seconds`` time the
         fits alone. Nothing by default."""
+
+    def share_temperature_fits(self, fits: TemperatureFits | None) -> Self:
+        """Solve this calibrator's temperature-scaling step (TS, TS-mix, SVS, SMS) through
+        ``fits``, a :class:`~selfcal.posthoc._temperature_fits.TemperatureFits` shared with
+        other calibrators fitted on the same score and label tensors, so that the problem is
+        solved once (what :class:`~selfcal.posthoc.AutoCalibration` does for the candidates
+        of a fold); ``None``, the default, solves each fit alone. Not a hyperparameter: it
+        changes no result, only how often the same one is computed. Returns ``self``."""
+        self._shared_fits = fits
+        return self
 
     # ------------------------------------------------------------------ public API
     def fit(

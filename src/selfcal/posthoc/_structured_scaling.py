@@ -162,13 +162,14 @@ class _StructuredScaling(Calibrator):
         for Newton-sized fits; on the scores in their own dtype (the logits, ``log p``) for
         large ones -- the same ``T`` (``log_softmax`` only shifts rows), no float64 copy, and
         the same scores as :class:`~selfcal.posthoc.TemperatureScaling`, so
-        :func:`~selfcal.posthoc._temperature_fits.shared_temperature_fits` solves them once."""
+        :class:`~selfcal.posthoc._temperature_fits.TemperatureFits` solves them once."""
         all_correct = bool(pred.correct.all())
         if self._large(pred):
             s = pred.scores if pred.kind == "logits" else pred.log_probs
         else:
             s = self._scores(pred)
-        fit: TemperatureFit = solve_temperature(s, pred.require_labels(), all_correct)
+        labels = pred.require_labels()
+        fit: TemperatureFit = solve_temperature(s, labels, all_correct, self._shared_fits)
         report_fit(self, fit)
         return 1.0 / fit.temperature, not (all_correct or fit.problem)
 

@@ -2,7 +2,7 @@
 (:class:`~selfcal.posthoc.TemperatureScaling` and the structured fits of
 :mod:`selfcal.posthoc._structured_scaling`): the exact NLL fit with its degenerate cases
 (:func:`solve_temperature`, over the solver of :mod:`selfcal.posthoc._inverse_temperature`),
-one solve shared by the candidates of a fold (:func:`shared_temperature_fits`), and the
+one solve shared by the candidates of a fold (:class:`TemperatureFits`), and the
 warnings a fit's outcome calls for (:func:`report_fit`)."""
 
 from __future__ import annotations
@@ -10,9 +10,6 @@ from __future__ import annotations
 import math
 import warnings
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,47 +72,49 @@ def _at_bound_problem(data: LogitData, beta: float) -> str | None:
     )
 
 
-_SHARED_FITS: ContextVar[dict[tuple[int, int], tuple[Any, Any, TemperatureFit]] | None] = (
-    ContextVar("_SHARED_FITS", default=None)
-)
+class TemperatureFits:
+    """Temperature fits shared by the calibrators handed it
+    (:meth:`~selfcal.posthoc.Calibrator.share_temperature_fits`): :func:`solve_temperature`
+    solves once per pair of score and label tensors (the same objects) and hands the same fit
+    to every later call. The calibrators that begin with temperature scaling (TS, TS-mix, and
+    SVS / SMS on float64 scores), fitted by :class:`~selfcal.posthoc.AutoCalibration` on one
+    fold, solve the same problem, to the same bits. The tensors are only weakly referenced: a
+    fit is reused while both still live (a freed tensor's id taken by another is a miss), and
+    no copy is kept alive. One is made per use and dropped after it (no state outlives the
+    fit that made it)."""
 
+    def __init__(self) -> None:
+        self.fits: dict[tuple[int, int], tuple[Any, Any, TemperatureFit]] = {}
 
-@contextmanager
-def shared_temperature_fits() -> Iterator[None]:
-    """Within the block, :func:`solve_temperature` solves once per pair of score and label
-    tensors (the same objects) and hands the same fit to every later call: the calibrators
-    that begin with temperature scaling (TS, TS-mix, and SVS / SMS on float64 scores), fitted
-    by :class:`~selfcal.posthoc.AutoCalibration` on one fold, solve the same problem, to the
-    same bits. The tensors are only weakly referenced: a fit is reused while both still
-    live (a freed tensor's id taken by another is a miss), and no copy is kept alive."""
-    token = _SHARED_FITS.set({})
-    try:
-        yield
-    finally:
-        _SHARED_FITS.reset(token)
+    def solve(self, logits: torch.Tensor, labels: torch.Tensor) -> TemperatureFit:
+        """The fit of ``(logits, labels)``: the one already made for these tensors, else
+        solved and kept."""
+        key = (id(logits), id(labels))
+        entry = self.fits.get(key)
+        if entry is not None and entry[0]() is logits and entry[1]() is labels:
+            return entry[2]
+        fit = _solve_temperature(logits, labels)
+        self.fits[key] = (weakref.ref(logits), weakref.ref(labels), fit)
+        return fit
 
 
 def solve_temperature(
-    logits: torch.Tensor, labels: torch.Tensor, all_correct: bool
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    all_correct: bool,
+    shared: TemperatureFits | None = None,
 ) -> TemperatureFit:
     """Temperature scaling's fit, with its degenerate cases (methods §2.1): the exact NLL
     minimiser (:func:`solve_inverse_temperature`) when it lies inside
     :data:`LOG_BETA_BOUNDS`; otherwise the validation data do not identify ``T`` and it is
     1, the scores unchanged -- when every prediction is correct (the NLL falls without limit
     as ``T -> 0``; the caller warns) or when the minimiser lies at a bound (``problem``
-    says why). Inside :func:`shared_temperature_fits`, solved once per pair of tensors."""
+    says why). With ``shared`` (:class:`TemperatureFits`), solved once per pair of tensors."""
     if all_correct:
         return TemperatureFit(1.0)
-    shared = _SHARED_FITS.get()
     if shared is None:
         return _solve_temperature(logits, labels)
-    key = (id(logits), id(labels))
-    entry = shared.get(key)
-    if entry is not None and entry[0]() is logits and entry[1]() is labels:
-        return entry[2]
-    fit = _solve_temperature(logits, labels)
-    shared[key] = (weakref.ref(logits), weakref.ref(labels), fit)
-    return fit
+    return shared.solve(logits, labels)
 
 
 def _solve_temperature(logits: torch.Tensor, labels: torch.Tensor) -> TemperatureFit:

@@ -23,7 +23,7 @@ from selfcal.metrics import brier, ece, nll
 from selfcal.metrics._api import weighted_mean
 from selfcal.metrics.scores import brier_terms, nll_terms
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._temperature_fits import shared_temperature_fits
+from selfcal.posthoc._temperature_fits import TemperatureFits
 from selfcal.posthoc.crossfit import (
     Kept,
     Outcome,
@@ -261,8 +261,8 @@ class AutoCalibration(Calibrator):
         fitted = [n for n in names if n not in left_out]
         folds = folds_for(pred.require_labels(), self.n_folds, self.seed)
         prepare_fits(fitted)
-        with shared_temperature_fits():  # one solve per fold for TS, TS-mix, SVS, SMS
-            outcomes = cross_validate(fitted, pred, folds, self.kind, self._kept())
+        shared = TemperatureFits()  # one solve per fold for TS, TS-mix, SVS, SMS
+        outcomes = cross_validate(fitted, pred, folds, self.kind, self._kept(), shared)
         if all(o.kept is None for o in outcomes):
             self._fall_back(names, outcomes, left_out, pred)
             return

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
+from selfcal.posthoc._temperature_fits import TemperatureFits
 from selfcal.posthoc.registry import build_calibrator
 from selfcal.predictions import Predictions
 
@@ -96,14 +97,20 @@ class Outcome:
 
 
 def cross_validate(
-    names: list[str], pred: Predictions, folds: list[np.ndarray], kind: str | None, keep: Kept
+    names: list[str],
+    pred: Predictions,
+    folds: list[np.ndarray],
+    kind: str | None,
+    keep: Kept,
+    shared: TemperatureFits | None = None,
 ) -> list[Outcome]:
     """Every candidate of ``names`` fitted on each fold's other rows and predicting the fold,
     fold by fold: one fold's training rows at a time, shared by every candidate (so that a
-    temperature solved within :func:`~selfcal.posthoc._temperature_fits.shared_temperature_fits` is
-    solved once a fold), and the held-out rows predicted in pieces (:func:`held_out_chunks`);
-    ``keep`` of those predictions is assembled over the rows. A candidate that fails on a fold
-    (a ``ValueError``, e.g. a binary calibrator on three classes, or an ``ImportError``, e.g.
+    temperature solved through ``shared``, a
+    :class:`~selfcal.posthoc._temperature_fits.TemperatureFits`, is solved once a fold), and
+    the held-out rows predicted in pieces (:func:`held_out_chunks`); ``keep`` of those
+    predictions is assembled over the rows. A candidate that fails on a fold (a
+    ``ValueError``, e.g. a binary calibrator on three classes, or an ``ImportError``, e.g.
     isotonic regression without scikit-learn) is dropped from the later folds with its
     reason."""
     outcomes = [Outcome(name) for name in names]
@@ -112,7 +119,7 @@ def cross_validate(
         train = pred.subset(torch.as_tensor(np.setdiff1d(everything, rows), device=pred.device))
         for outcome in outcomes:
             if not outcome.error:
-                _fit_fold(outcome, train, pred, rows, kind, keep)
+                _fit_fold(outcome, train, pred, rows, kind, keep, shared)
     for outcome in outcomes:
         if not outcome.error:
             outcome.kept = _assembled(outcome._filled, folds, pred)
@@ -127,12 +134,14 @@ def _fit_fold(
     rows: np.ndarray,
     kind: str | None,
     keep: Kept,
+    shared: TemperatureFits | None,
 ) -> None:
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         try:
-            fitted = build_calibrator(outcome.name, kind=kind).fit(train)
+            calibrator = build_calibrator(outcome.name, kind=kind)
+            fitted = calibrator.share_temperature_fits(shared).fit(train)
             parts = []
             for piece in held_out_chunks(rows, pred.n_classes):
                 held_out = pred.subset(torch.as_tensor(piece, device=pred.device))

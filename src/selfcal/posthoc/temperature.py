@@ -159,7 +159,7 @@ class TemperatureScaling(Calibrator):
         if self.method == "grid":
             fit = grid_fit(z, y, self.criterion, all_correct)
         else:
-            fit = solve_temperature(z, y, all_correct)
+            fit = solve_temperature(z, y, all_correct, self._shared_fits)
         self.temperature_ = fit.temperature
         report_fit(self, fit)
 
