@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -68,12 +67,6 @@ class LabelMap:
         values = np.unique(train if integer else train.astype(str))
         classes = tuple(int(v) for v in values) if integer else tuple(str(v) for v in values)
         return cls(classes)
-
-    @classmethod
-    def from_json(cls, values: list[Any]) -> LabelMap:
-        if not values or not all(type(v) in (int, str) for v in values):
-            raise ValueError("the label mapping must be a non-empty list of integers or strings")
-        return cls(tuple(values))
 
     def encode(self, labels: np.ndarray, name: str) -> np.ndarray:
         """Class indices (int64) of ``labels``; a label outside the classes is an error."""

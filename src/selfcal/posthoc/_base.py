@@ -124,7 +124,6 @@ class Calibrator(ScoreEstimator):
         result and the remedy.
         """
         self._check_params()
-        self._validate_hyperparameters()
         pred = self._resolve_inputs(X, y, logits, probs, labels, True)
         self._check_classes(pred.n_classes)
         if self._likelihood_fit:
@@ -347,7 +346,6 @@ class Calibrator(ScoreEstimator):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        self._validate_hyperparameters()
         self._check_classes(self.n_classes_)
 
     def _check_loaded(self) -> None:
@@ -358,10 +356,6 @@ class Calibrator(ScoreEstimator):
             warnings.simplefilter("ignore")  # a probe row is not the user's data
             p = self.predict_proba(logits=probe)
         check_probabilities(np.asarray(p))
-
-    def _validate_hyperparameters(self) -> None:
-        """Hook: raise ``ValueError`` for invalid hyperparameters beyond what each one's own
-        check in :data:`_parameters` says (run after those)."""
 
     def _fit(self, pred: Predictions) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
