@@ -58,19 +58,27 @@ def checksum(document: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def read_json(path: str | Path, what: str, max_bytes: int | None = None) -> Any:
+    """The JSON of a file selfcal wrote (a calibrator file, a model folder's files), read as
+    untrusted input: at most ``max_bytes`` (default :data:`MAX_BYTES`), valid UTF-8 JSON, not
+    nested past what Python parses; each failure one ``ValueError`` line naming the file and
+    ``what`` it should be."""
+    size = Path(path).stat().st_size
+    if size > (MAX_BYTES if max_bytes is None else max_bytes):
+        raise ValueError(f"{path}: {size:,} bytes, more than {what} holds")
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not {what} (not JSON: {exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be {what}") from None
+
+
 def read_document(path: str | Path) -> dict[str, Any]:
     """The document of a file written by :func:`write_document`; one-line ``ValueError``
     naming the file when it is not a calibrator file, has another format version, is too
     large or too deeply nested, or its checksum does not match its content."""
-    size = Path(path).stat().st_size
-    if size > MAX_BYTES:
-        raise ValueError(f"{path}: {size:,} bytes, more than a calibrator file holds")
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not a selfcal calibrator file (not JSON: {exc})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: nested too deeply to be a selfcal calibrator file") from None
+    doc = read_json(path, "a calibrator file")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(f"{path} is not a selfcal calibrator file")
     if doc.get("format_version") not in READS:

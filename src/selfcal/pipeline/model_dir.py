@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from selfcal.estimator import persistence
 from selfcal.methods import network_logits
 from selfcal.pipeline.folder_schema import folder_parts, load_network, read_validation
 from selfcal.pipeline.prepare import LabelMap, Standardizer, aligned_features
@@ -97,17 +98,9 @@ def member(folder: str | Path, name: str) -> Path | None:
 
 
 def read_json(path: Path) -> Any:
-    """A model folder's JSON file: at most :data:`MAX_JSON_BYTES`, valid JSON, not nested past
-    what Python parses; each failure one line naming the file."""
-    size = path.stat().st_size
-    if size > MAX_JSON_BYTES:
-        raise ValueError(f"{path}: {size:,} bytes, more than a model folder's JSON can hold")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: nested too deeply to be a selfcal file") from None
+    """A model folder's JSON file, read as untrusted input
+    (:func:`selfcal.estimator.persistence.read_json`, capped at :data:`MAX_JSON_BYTES`)."""
+    return persistence.read_json(path, "a selfcal model folder's file", MAX_JSON_BYTES)
 
 
 def _safetensors() -> Any:
