@@ -105,3 +105,52 @@ def test_a_file_that_is_not_a_set_says_what_a_set_is(tmp_path):
     np.savez(tmp_path / "half.npz", logits_val=np.zeros((3, 2)), labels_val=np.arange(3) % 2)
     with pytest.raises(ValueError, match="'logits_test' or 'probs_test', found neither"):
         load_prediction_set(tmp_path / "half.npz")
+
+
+def _softmax(z):
+    p = np.exp(z - z.max(1, keepdims=True))
+    return p / p.sum(1, keepdims=True)
+
+
+def test_probabilities_named_logits_are_refused_with_evaluates_message_unless_kind_says_logits(
+    tmp_path,
+):
+    """The one kind rule (:func:`selfcal.io.check_named_kind`): the set reader says what
+    ``selfcal evaluate`` says of the same array, naming it, and ``kind="logits"`` overrides."""
+    folder = write_folder_set(tmp_path / "m", 0)
+    for split in ("val", "test"):
+        arrays = dict(np.load(folder / f"{split}.npz"))
+        _rewrite(folder / f"{split}.npz", logits=_softmax(arrays["logits"]))
+    with pytest.raises(ValueError) as caught:
+        load_prediction_set(folder)
+    message = str(caught.value)
+    assert message.startswith(f"{folder / 'val.npz'}: the array 'logits' holds probabilities")
+    assert "rename it 'probs', or pass --kind logits" in message
+    from selfcal.io import load_predictions
+
+    with pytest.raises(ValueError) as single:
+        load_predictions(folder / "val.npz")
+    assert str(single.value) == message  # evaluate / calibrate's words, exactly
+    assert load_prediction_set(folder, kind="logits").kind == "logits"
+
+    one = tmp_path / "one.npz"
+    z, y = np.random.default_rng(0).normal(size=(50, 3)), np.arange(50) % 3
+    np.savez(one, logits_val=_softmax(z), labels_val=y, logits_test=_softmax(z), labels_test=y)
+    with pytest.raises(ValueError, match="the array 'logits_val' holds .*rename it 'probs_val'"):
+        load_prediction_set(one)
+
+
+def test_kind_picks_one_of_two_arrays_and_names_a_missing_one(tmp_path):
+    folder = write_folder_set(tmp_path / "m", 0)
+    for split in ("val", "test"):
+        arrays = dict(np.load(folder / f"{split}.npz"))
+        _rewrite(folder / f"{split}.npz", probs=_softmax(arrays["logits"].astype(np.float64)))
+    with pytest.raises(ValueError, match="found both .*; pass --kind to choose"):
+        load_prediction_set(folder)
+    assert load_prediction_set(folder, kind="probs").kind == "probs"
+    assert load_prediction_set(folder, kind="logits").kind == "logits"
+    only = write_folder_set(tmp_path / "n", 0)
+    with pytest.raises(ValueError, match="val.npz: no array 'probs' \\(arrays: logits, labels\\)"):
+        load_prediction_set(only, kind="probs")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        load_prediction_set(only, kind="scores")

@@ -105,3 +105,33 @@ def test_a_folder_without_sets_is_an_error_before_any_run(capsys, tmp_path):
     )
     assert code == 2 and "no prediction sets here" in err
     assert not (tmp_path / "s").exists()
+
+
+def test_the_studies_read_sets_by_the_one_kind_rule_and_its_override(capsys, tmp_path):
+    """Probabilities stored as ``logits``: the run is refused with ``evaluate``'s message;
+    ``--kind logits`` reads them as logits (a run of its own, named in the report's command)."""
+    import os
+
+    root = tmp_path / "sets"
+    folder = write_folder_set(root / "soft", 0, n=200, c=3)
+    for split in ("val", "test"):
+        arrays = dict(np.load(folder / f"{split}.npz"))
+        z = arrays["logits"].astype(np.float64)
+        arrays["logits"] = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+        np.savez(folder / f"{split}.npz", **arrays)
+    before = {k: os.environ.get(k) for k in (PREDICTIONS_ENV, "SELFCAL_PREDICTIONS_KIND")}
+    args = ["reproduce", "conformal", "--sets", root, "--store", tmp_path / "c.sqlite"]
+    args += ["--workers", "1", "--out", tmp_path / "r"]
+    try:
+        code, text, err = run(capsys, *args)
+        report = (tmp_path / "r" / "README.md").read_text()
+        assert "the array 'logits' holds probabilities" in report + text + err
+        code, text, err = run(capsys, *args, "--kind", "logits")
+        assert code == 0, err
+        assert "1 runs done" in text
+        assert "--kind logits" in check_provenance(tmp_path / "r").command
+    finally:
+        for key, value in before.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    code, _, err = run(capsys, "reproduce", "conformal", "--kind", "logits")
+    assert code == 2 and "use it with --sets" in err

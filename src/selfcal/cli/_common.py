@@ -11,6 +11,8 @@ constants here (``tests/cli/test_startup.py`` checks them against the modules th
 from __future__ import annotations
 
 import inspect
+import io
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
@@ -45,6 +47,29 @@ def stdout() -> Console:
     from rich.console import Console
 
     return Console(file=sys.stdout, highlight=False)
+
+
+PIPE_WIDTH = 120
+"""Columns a command's tables are drawn to when stdout is a pipe or a file and ``$COLUMNS``
+is unset (rich would take 80, wrapping every interval over several lines)."""
+
+
+def print_drawn(draw: Callable[[Console], object], pipe_width: int = PIPE_WIDTH) -> None:
+    """Call ``draw(console)`` to print on stdout: to the terminal's width on a terminal; to
+    ``$COLUMNS`` (else ``pipe_width``) when stdout is a pipe or a file, as plain text without
+    the trailing blanks that pad each line to the width."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        draw(Console(file=sys.stdout, highlight=False))
+        return
+    width = int(os.environ.get("COLUMNS") or pipe_width)
+    console = Console(file=io.StringIO(), highlight=False, width=width)
+    with console.capture() as drawn:
+        draw(console)
+    lines = [line.rstrip() for line in drawn.get().splitlines()]
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    sys.stdout.flush()
 
 
 def stderr() -> Console:

@@ -3,7 +3,6 @@ study); runs the study's sweep, resuming from the results store, and writes its 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -31,6 +30,8 @@ SETS_PROTOCOL = "sets"
 (:data:`selfcal.studies._sets.PROTOCOL`, as a constant: the CLI imports no study to parse)."""
 PREDICTIONS_ENV = "SELFCAL_PREDICTIONS"
 """:data:`selfcal.io.PREDICTIONS_ENV`, as a constant."""
+KIND_ENV = "SELFCAL_PREDICTIONS_KIND"
+""":data:`selfcal.io.KIND_ENV`, as a constant."""
 
 
 class _StudyGroup(typer.core.TyperGroup):
@@ -137,10 +138,20 @@ def _study_command(study: Study) -> Any:
             f"'{SETS_PROTOCOL}' protocol (default folder: ${PREDICTIONS_ENV}).",
             hidden=not reads_sets,
         ),
+        kind: str | None = typer.Option(
+            None,
+            "--kind",
+            help="With --sets: the sets' scores are 'logits' or 'probs', where the array names "
+            "don't say (or name both); --kind logits also accepts logits whose rows look like "
+            f"probabilities (default: ${KIND_ENV}, else the names).",
+            hidden=not reads_sets,
+        ),
     ) -> None:
         with errors():
+            if kind is not None and sets is None:
+                raise ValueError("--kind says how to read prediction sets: use it with --sets")
             if sets is not None:
-                protocol = _use_sets(study, Path(sets), protocol)
+                protocol = _use_sets(study, Path(sets), protocol, kind)
             _reproduce(
                 study,
                 quick,
@@ -153,6 +164,7 @@ def _study_command(study: Study) -> Any:
                 executor=executor,
                 address=address,
                 sets=sets,
+                kind=kind,
             )
 
     command.__doc__ = study.help
@@ -174,11 +186,12 @@ def _reproduce(
     executor: str = "process",
     address: str | None = None,
     sets: str | None = None,
+    kind: str | None = None,
 ) -> None:
     """Run the study's sweep (resuming from ``store``) in worker processes or as Ray tasks
     (``executor``, ``address``), write its report to ``out``, and print the summary (or the
-    JSON payload); ``sets``: the folder of prediction sets, as given (for the command line the
-    report names)."""
+    JSON payload); ``sets`` and ``kind``: the folder of prediction sets and ``--kind``, as
+    given (for the command line the report names)."""
     from selfcal._validation import check_choice
     from selfcal.experiments import ResultsStore
     from selfcal.experiments._groups import summarized_warnings
@@ -210,6 +223,7 @@ def _reproduce(
             None if store == DEFAULT_STORE else str(store),
             None if out == REPORT_ROOT / study.name else str(out),
             sets,
+            kind,
         )
         results = StudyResults.load(study, protocol, results_store)
         with summarized_warnings("in the report"):
@@ -225,18 +239,23 @@ def _reproduce(
         print_summary(head, lines, f"report: {path}")
 
 
-def _use_sets(study: Study, sets: Path, protocol: str | None) -> str:
+def _use_sets(study: Study, sets: Path, protocol: str | None, kind: str | None) -> str:
     """``--sets DIR``: the study's prediction-sets protocol, with ``$SELFCAL_PREDICTIONS`` set
     to ``DIR`` for the sweep and its worker processes (a Ray cluster's workers need the folder
-    at the same path); a folder without a set is an error now, not in a worker."""
+    at the same path), and ``$SELFCAL_PREDICTIONS_KIND`` to ``--kind`` where given; a folder
+    without a set is an error now, not in a worker."""
+    from selfcal.cli._common import check_kind
     from selfcal.io import find_prediction_sets
 
     if SETS_PROTOCOL not in study.protocols:
         raise ValueError(f"study {study.name!r} does not run on prediction sets (no --sets)")
     if protocol not in (None, SETS_PROTOCOL):
         raise ValueError(f"--sets runs the {SETS_PROTOCOL!r} protocol, not {protocol!r}")
+    check_kind(kind)
     find_prediction_sets(sets)
     os.environ[PREDICTIONS_ENV] = str(sets.resolve())
+    if kind is not None:
+        os.environ[KIND_ENV] = kind
     return SETS_PROTOCOL
 
 
@@ -248,20 +267,12 @@ def print_summary(head: str, lines: list[str], tail: str) -> None:
     """``head``, the study's summary ``lines`` (Markdown) and ``tail`` on stdout, the summary
     drawn to fit (:mod:`selfcal.cli._terminal`: tables wrapped or split, bullets wrapped): the
     terminal's width, or ``$COLUMNS`` (else :data:`PIPE_WIDTH`) when stdout is a pipe or a
-    file. The Markdown itself is in the report, named by ``tail``; ``head`` and ``tail`` are
-    written as they are."""
-    from rich.console import Console
-
+    file (:func:`~selfcal.cli._common.print_drawn`). The Markdown itself is in the report,
+    named by ``tail``; ``head`` and ``tail`` are written as they are."""
+    from selfcal.cli._common import print_drawn
     from selfcal.cli._terminal import print_markdown
 
     sys.stdout.write(head + "\n\n")
-    if sys.stdout.isatty():
-        sys.stdout.flush()
-        print_markdown(Console(file=sys.stdout, highlight=False), lines)
-    else:  # drawn as plain text, without the trailing blanks that pad each line to the width
-        width = int(os.environ.get("COLUMNS") or PIPE_WIDTH)
-        console = Console(file=io.StringIO(), highlight=False, width=width)
-        with console.capture() as drawn:
-            print_markdown(console, lines)
-        sys.stdout.write("\n".join(line.rstrip() for line in drawn.get().splitlines()) + "\n")
+    sys.stdout.flush()
+    print_drawn(lambda console: print_markdown(console, lines), PIPE_WIDTH)
     sys.stdout.write(tail + "\n")

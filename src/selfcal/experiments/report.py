@@ -218,13 +218,21 @@ def check_provenance(folder: Path) -> Provenance:
 
 
 def reproduce_command(
-    study: Study, protocol: str, store: str | None, out: str | None, sets: str | None = None
+    study: Study,
+    protocol: str,
+    store: str | None,
+    out: str | None,
+    sets: str | None = None,
+    kind: str | None = None,
 ) -> str:
     """The ``selfcal reproduce`` command line a report names (defaults left out; ``sets``:
-    the folder of prediction sets, which names the protocol that reads them)."""
+    the folder of prediction sets, which names the protocol that reads them, and ``kind``
+    how their scores are read)."""
     words = [f"selfcal reproduce {study.name}"]
     if sets is not None:
         words.append(f"--sets {sets}")
+    if kind is not None:
+        words.append(f"--kind {kind}")
     elif protocol == "quick":
         words.append("--quick")
     elif protocol != study.default_protocol:

@@ -45,23 +45,27 @@ import torch
 
 from selfcal._validation import check_choice
 from selfcal.io._arrays import _read_npy, _read_npz, read_npy, read_npz
-from selfcal.io._formats import KINDS, TABULAR, format_of, resolve_path
+from selfcal.io._formats import KINDS, TABULAR, check_named_kind, format_of, resolve_path
 from selfcal.io._sets import (
+    KIND_ENV,
     PREDICTIONS_ENV,
     PredictionSet,
+    default_sets_kind,
     default_sets_root,
     find_prediction_sets,
     load_prediction_set,
 )
 from selfcal.io._tables import _read_tabular, read_columns, write_table
-from selfcal.predictions import Predictions, looks_like_probabilities
+from selfcal.predictions import Predictions
 
 __all__ = [
     "KINDS",
+    "KIND_ENV",
     "PREDICTIONS_ENV",
     "TABULAR",
     "PredictionSet",
     "check_named_kind",
+    "default_sets_kind",
     "default_sets_root",
     "find_prediction_sets",
     "load_prediction_set",
@@ -134,33 +138,6 @@ def _labels_where(path: Path, label_column: str) -> str:
         files, _ = read_npz(path, ())
         return f"array 'labels' not found; arrays: {', '.join(files)}"
     return "a NAME.labels.npy file beside it not found"
-
-
-def check_named_kind(path: str | Path, kind: str, scores: np.ndarray) -> None:
-    """Refuse scores whose *name* says logits while every row lies in ``[0, 1]`` and sums
-    to 1 (:func:`selfcal.predictions.looks_like_probabilities`): one line naming the
-    evidence and both ways out. selfcal never guesses; this is a contradiction, not a guess."""
-    if kind != "logits" or not looks_like_probabilities(scores):
-        return
-    path = Path(path)
-    one_column = scores.ndim == 1 or scores.shape[1] == 1
-    evidence = (
-        "every value lies in [0, 1]" if one_column else "every row lies in [0, 1] and sums to 1"
-    )
-    fmt = format_of(path)
-    if fmt == "npz":
-        what, fix = "the array 'logits' holds", "rename it 'probs'"
-    elif fmt == "npy":
-        what, fix = "the scores named .logits.npy hold", "rename the file NAME.probs.npy"
-    elif one_column:
-        what, fix = "the 'logit' column holds", "rename it 'prob'"
-    else:
-        last = scores.shape[1] - 1
-        what, fix = "the logit_* columns hold", f"rename them prob_0 .. prob_{last}"
-    raise ValueError(
-        f"{path}: {what} probabilities ({evidence}); {fix}, or pass --kind logits "
-        "(kind='logits' in Python) if these really are logits"
-    )
 
 
 def _to_numpy(x: Any) -> np.ndarray:

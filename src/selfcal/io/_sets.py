@@ -11,7 +11,12 @@ A set is either
   (``logits_val``, ``labels_val``, ``logits_test``, ``labels_test``, ``groups_val``, ...).
 
 Its name is the folder's or the file's (without ``.npz``). A folder of sets holds any number
-of either. ``$SELFCAL_PREDICTIONS`` names the folder of sets used when none is given. Every
+of either. ``$SELFCAL_PREDICTIONS`` names the folder of sets used when none is given.
+
+The kind of the scores comes from the array names, by the rule of every command that reads
+scores (:func:`~selfcal.io.check_named_kind`): an array *named* logits whose every row is a
+probability vector is refused, naming the array, unless ``kind="logits"`` (``--kind logits``)
+says they are logits; ``kind`` also picks one of the two where a split holds both. Every
 problem is a one-line ``ValueError`` (or ``FileNotFoundError``) naming the file: a missing
 split or array, both or neither of ``logits`` / ``probs``, scores that fail the checks of
 :class:`~selfcal.Predictions` (NaN or infinite values, probabilities that are not, labels out
@@ -27,12 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
+from selfcal._validation import check_choice
 from selfcal.io._arrays import read_npz
-from selfcal.io._formats import KINDS
+from selfcal.io._formats import KINDS, check_named_kind
 from selfcal.predictions import Predictions
 
 PREDICTIONS_ENV = "SELFCAL_PREDICTIONS"
 """The environment variable naming the default folder of prediction sets."""
+KIND_ENV = "SELFCAL_PREDICTIONS_KIND"
+"""The environment variable that, set to ``logits`` or ``probs``, is the ``kind`` the sets
+under ``$SELFCAL_PREDICTIONS`` are read with (``selfcal reproduce NAME --sets DIR --kind K``
+sets both); unset, the array names say it."""
 
 SPLITS = ("val", "test")
 LAYOUT = (
@@ -82,6 +92,14 @@ def default_sets_root() -> Path:
     return Path(root)
 
 
+def default_sets_kind() -> str | None:
+    """``$SELFCAL_PREDICTIONS_KIND`` (checked), or ``None`` when unset or empty."""
+    kind = os.environ.get(KIND_ENV) or None
+    if kind is not None:
+        check_choice(f"${KIND_ENV}", kind, KINDS)
+    return kind
+
+
 def find_prediction_sets(root: str | Path) -> list[Path]:
     """The prediction sets under ``root``, sorted by name: ``root`` itself when it is one (a
     set's folder or file), else its sub-folders holding ``val.npz`` and its ``.npz`` files
@@ -104,16 +122,20 @@ def set_name(path: Path) -> str:
     return path.name.removesuffix(".npz")
 
 
-def load_prediction_set(path: str | Path) -> PredictionSet:
+def load_prediction_set(path: str | Path, kind: str | None = None) -> PredictionSet:
     """Read and check the prediction set at ``path`` (a folder or a one-file set; module
-    docstring)."""
+    docstring). ``kind``: ``"logits"`` or ``"probs"``, which array to read, as the names
+    cannot say (both present) or as they say it wrongly (logits that look like
+    probabilities); ``None``: the names."""
     path = Path(path)
+    if kind is not None:
+        check_choice("kind", kind, KINDS)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such prediction set ({LAYOUT})")
     if path.is_dir():
-        parts = {split: _folder_split(path / f"{split}.npz") for split in SPLITS}
+        parts = {split: _folder_split(path / f"{split}.npz", kind) for split in SPLITS}
     else:
-        parts = _file_splits(path)
+        parts = _file_splits(path, kind)
     (kind, val, val_labels, val_groups), (test_kind, test, test_labels, test_groups) = (
         parts["val"],
         parts["test"],
@@ -137,32 +159,34 @@ Split = tuple[str, np.ndarray, np.ndarray, np.ndarray | None]
 """``(kind, scores, labels, groups or None)`` of one split."""
 
 
-def _folder_split(path: Path) -> Split:
+def _folder_split(path: Path, kind: str | None) -> Split:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file ({LAYOUT})")
     files, _ = read_npz(path, ())
-    return _split(path, files, "")
+    return _split(path, files, "", kind)
 
 
-def _file_splits(path: Path) -> dict[str, Split]:
+def _file_splits(path: Path, kind: str | None) -> dict[str, Split]:
     if path.suffix != ".npz":
         raise ValueError(f"{path}: not a prediction set ({LAYOUT})")
     files, _ = read_npz(path, ())
-    return {split: _split(path, files, f"_{split}") for split in SPLITS}
+    return {split: _split(path, files, f"_{split}", kind) for split in SPLITS}
 
 
-def _split(path: Path, files: list[str], suffix: str) -> Split:
+def _split(path: Path, files: list[str], suffix: str, given: str | None) -> Split:
     """One split of ``path``: arrays ``<kind><suffix>``, ``labels<suffix>`` and optionally
-    ``groups<suffix>``, checked."""
+    ``groups<suffix>``, checked; ``given``: the kind to read (module docstring)."""
     listed = ", ".join(files) or "none"
     present = [k for k in KINDS if f"{k}{suffix}" in files]
-    if len(present) != 1:
+    if given is not None and given not in present:
+        raise ValueError(f"{path}: no array '{given}{suffix}' (arrays: {listed})")
+    if given is None and len(present) != 1:
         found = "both" if present else "neither"
         raise ValueError(
             f"{path}: needs exactly one of the arrays 'logits{suffix}' or 'probs{suffix}', found "
-            f"{found} (arrays: {listed})"
+            f"{found} (arrays: {listed})" + ("; pass --kind to choose" if present else "")
         )
-    kind = present[0]
+    kind = given or present[0]
     if f"labels{suffix}" not in files:
         raise ValueError(f"{path}: no array 'labels{suffix}' (arrays: {listed})")
     names = (f"{kind}{suffix}", f"labels{suffix}", f"groups{suffix}")
@@ -170,6 +194,8 @@ def _split(path: Path, files: list[str], suffix: str) -> Split:
     scores, labels = arrays[names[0]], arrays[names[1]]
     if scores.ndim != 2:
         raise ValueError(f"{path}: '{names[0]}' must be (N, C), got shape {scores.shape}")
+    if given is None:
+        check_named_kind(path, kind, scores, names[0])
     try:
         if kind == "logits":
             Predictions.from_logits(scores, labels)

@@ -15,6 +15,7 @@ import numpy as np
 from selfcal.experiments.spec import RunSpec
 from selfcal.io import (
     PredictionSet,
+    default_sets_kind,
     default_sets_root,
     find_prediction_sets,
     load_prediction_set,
@@ -39,9 +40,15 @@ def set_digest(path: Path) -> str:
 
 def set_specs(study: Any, protocol: Any) -> list[RunSpec]:
     """One spec per prediction set under ``$SELFCAL_PREDICTIONS``: ``dataset`` its name,
-    ``hp.digest`` its files' digest."""
+    ``hp.digest`` its files' digest, and ``hp.kind`` the kind the scores are read as where
+    ``$SELFCAL_PREDICTIONS_KIND`` gives one (``--kind``: a run of another reading, never
+    the stored one; without it the spec is as before, so stored runs stay valid)."""
+    kind = default_sets_kind()
+    extra = {} if kind is None else {"kind": kind}
     return [
-        study.spec(protocol, set_name(path), SET_METHOD, 0, config={"digest": set_digest(path)})
+        study.spec(
+            protocol, set_name(path), SET_METHOD, 0, config={"digest": set_digest(path), **extra}
+        )
         for path in find_prediction_sets(default_sets_root())
     ]
 
@@ -55,7 +62,8 @@ def spec_set(spec: RunSpec) -> PredictionSet:
         raise FileNotFoundError(f"prediction set {spec.dataset!r} is no longer under the folder")
     if set_digest(path) != spec.hparams["hp.digest"]:
         raise ValueError(f"{path}: changed since the sweep began; run it again")
-    return load_prediction_set(path)
+    kind = spec.hparams.get("hp.kind")
+    return load_prediction_set(path, kind=None if kind is None else str(kind))
 
 
 def test_resamples(n: int, count: int) -> np.ndarray:
