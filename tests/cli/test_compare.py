@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from helpers.cli import run
 from helpers.sets import write_file_set, write_folder_set
@@ -30,6 +31,7 @@ def test_a_folder_of_sets_gives_a_table_each_and_the_report(capsys, sets, tmp_pa
     report = (out / "README.md").read_text()
     assert "## cnn" in report and "## llm" in report
     assert "| calibrator | test NLL | NLL − TS's |" in report
+    assert report.index("## Summary") < report.index("## cnn")
     assert (out / "reliability_cnn.png").stat().st_size > 0
     assert "![reliability diagrams of llm](reliability_llm.png)" in report
 
@@ -37,7 +39,7 @@ def test_a_folder_of_sets_gives_a_table_each_and_the_report(capsys, sets, tmp_pa
 def test_json_gives_every_calibrators_scores_and_differences_from_ts(capsys, sets):
     code, text, err = run(capsys, "compare", sets / "cnn", "--methods", "svs,auto", "--json")
     assert code == 0, err
-    found = json.loads(text)["cnn"]
+    found = json.loads(text)["sets"]["cnn"]
     assert found["n_val"] == 400 and found["n_classes"] == 4
     assert set(found["calibrators"]) == {"ts", "svs", "auto"}
     svs = found["calibrators"]["svs"]
@@ -53,7 +55,7 @@ def test_the_default_folder_is_the_environment_variable(capsys, sets, monkeypatc
     monkeypatch.setenv(PREDICTIONS_ENV, str(sets / "llm.npz"))
     code, text, err = run(capsys, "compare", "--methods", "ts,platt", "--json")
     assert code == 0, err
-    assert "binary problems" in json.loads(text)["llm"]["calibrators"]["platt"]["error"]
+    assert "binary problems" in json.loads(text)["sets"]["llm"]["calibrators"]["platt"]["error"]
 
 
 @pytest.mark.parametrize(
@@ -74,3 +76,109 @@ def test_no_sets_is_a_one_line_error(capsys, tmp_path, monkeypatch):
     assert code == 2 and f"set ${PREDICTIONS_ENV}" in err
     code, _, err = run(capsys, "compare", tmp_path)
     assert code == 2 and "no prediction sets here" in err
+
+
+def _softmax_set(folder, seed=0):
+    """A folder set whose ``logits`` arrays hold probabilities."""
+    write_folder_set(folder, seed)
+    for split in ("val", "test"):
+        arrays = dict(np.load(folder / f"{split}.npz"))
+        z = arrays["logits"].astype(np.float64)
+        p = np.exp(z - z.max(1, keepdims=True))
+        arrays["logits"] = p / p.sum(1, keepdims=True)
+        np.savez(folder / f"{split}.npz", **arrays)
+    return folder
+
+
+def test_probabilities_under_logits_are_refused_with_evaluates_message_and_the_rest_judged(
+    capsys, tmp_path
+):
+    root = tmp_path / "sets"
+    _softmax_set(root / "bad")
+    write_folder_set(root / "good", 0)
+    code, text, err = run(capsys, "compare", root, "--calibrators", "ts", "--out", tmp_path / "r")
+    _, _, said = run(capsys, "evaluate", root / "bad" / "val.npz")
+    assert code == 2 and "good: 400 validation / 400 test rows" in text
+    assert err.startswith("error: ") and said.strip() in err.splitlines()[0]
+    assert (
+        "could not be read" in text
+        and "could not be read" in (tmp_path / "r/README.md").read_text()
+    )
+    code, text, err = run(
+        capsys, "compare", root / "bad", "--calibrators", "ts", "--kind", "logits", "--json"
+    )
+    assert code == 0 and json.loads(text)["sets"]["bad"]["kind"] == "logits"
+
+
+def test_every_warning_of_a_fit_reaches_the_terminal_the_report_and_json(capsys, tmp_path):
+    folder = write_folder_set(tmp_path / "easy", 0, n=60)
+    for split in ("val", "test"):  # every validation prediction correct
+        arrays = dict(np.load(folder / f"{split}.npz"))
+        arrays["logits"] = (20 * np.eye(4)[arrays["labels"]]).astype(np.float32)
+        np.savez(folder / f"{split}.npz", **arrays)
+    out = tmp_path / "r"
+    code, text, err = run(capsys, "compare", folder, "--calibrators", "ts,svs", "--out", out)
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "validation predictions are correct" in line]
+    assert lines and all(line.startswith("warning: easy: ") for line in lines)
+    assert len(lines) == len(set(lines))  # one line per distinct message
+    assert "validation predictions are correct" in (out / "README.md").read_text()
+    code, text, err = run(capsys, "compare", folder, "--calibrators", "ts,svs", "--json")
+    found = json.loads(text)["sets"]["easy"]
+    assert any("validation predictions are correct" in w["message"] for w in found["warnings"])
+    assert any("predictions are correct" in m for m in found["calibrators"]["ts"]["warnings"])
+
+
+def test_each_set_says_which_calibrator_to_use_by_the_criterion(capsys, sets, tmp_path):
+    code, text, err = run(capsys, "compare", sets / "cnn", "--calibrators", "svs,auto", "--json")
+    rec = json.loads(text)["sets"]["cnn"]["recommendation"]
+    assert code == 0 and rec["criterion"] == "nll" and rec["use"] in ("sms", "svs", "ts", "ts-mix")
+    code, text, err = run(
+        capsys, "compare", sets / "cnn", "--calibrators", "auto", "--criterion", "ece"
+    )
+    assert code == 0 and "use " in text
+    assert "ECE − TS's [95% CI]" in text and ("cross-validated ECE" in text or "use ts" in text)
+    code, _, err = run(capsys, "compare", sets / "cnn", "--criterion", "auc")
+    assert code == 2 and "--criterion must be one of" in err
+
+
+def test_a_label_shifted_test_split_is_flagged_everywhere(capsys, tmp_path):
+    folder = write_folder_set(tmp_path / "shifted", 0, n=2000)
+    arrays = dict(np.load(folder / "test.npz"))
+    keep = (
+        np.flatnonzero(arrays["labels"] == 0)[:300].tolist()
+        + np.flatnonzero(arrays["labels"] == 1)[:10].tolist()
+    )
+    np.savez(folder / "test.npz", logits=arrays["logits"][keep], labels=arrays["labels"][keep])
+    out = tmp_path / "r"
+    code, text, err = run(capsys, "compare", folder, "--calibrators", "ts", "--out", out)
+    assert code == 0
+    assert any(line.startswith("warning: shifted: test labels") for line in err.splitlines())
+    assert "! test labels" in text
+    report = (out / "README.md").read_text()
+    assert report.index("**Warning:** test labels") < report.index("| calibrator |")
+    code, text, err = run(capsys, "compare", folder, "--calibrators", "ts", "--json")
+    assert json.loads(text)["sets"]["shifted"]["split_check"]["exchangeable"] is False
+
+
+def test_piped_output_is_at_most_120_columns_with_each_interval_on_one_line(
+    capsys, sets, tmp_path, monkeypatch
+):
+    import re
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, text, err = run(capsys, "compare", sets, "--out", tmp_path / "r")
+    assert code == 0, err
+    assert max(map(len, text.splitlines())) <= 120
+    assert text.index("set(s) compared") < text.index("cnn: 400 validation")
+    interval = re.compile(r"[-+]\d\.\d{4} \[[-+]\d\.\d{4}, [-+]\d\.\d{4}\]")
+    assert len(interval.findall(text)) >= 8  # every calibrator's, whole, on its line
+    monkeypatch.setenv("COLUMNS", "100")
+    code, text, err = run(capsys, "compare", sets / "cnn", "--out", tmp_path / "r")
+    assert max(map(len, text.splitlines())) <= 100
+
+
+def test_an_output_folder_that_is_a_file_is_refused_before_any_fit(capsys, sets, tmp_path):
+    (tmp_path / "x.txt").write_text("")
+    code, text, err = run(capsys, "compare", sets, "--out", tmp_path / "x.txt")
+    assert code == 2 and "is a file; the report is a folder" in err and text == ""

@@ -55,3 +55,70 @@ def test_the_default_methods_leave_out_what_autos_size_rule_leaves_out(tmp_path)
     big = load_prediction_set(write_folder_set(tmp_path / "big", 0, n=1100, c=100))
     assert "ets" not in default_methods(big) and "sms" in default_methods(big)
     assert torch.as_tensor(big.val).shape == (1100, 100)
+
+
+def _row(name, **intervals):
+    """A row whose differences from TS are ``score=(low, point, high)``."""
+    from selfcal.posthoc.compare import Row
+
+    row = Row(name, scores={"nll": 1.0, "brier": 0.5, "ece": 0.05})
+    for score, (low, point, high) in intervals.items():
+        row.low[score], row.difference[score], row.high[score] = low, point, high
+    return row
+
+
+def test_a_verdict_needs_the_interval_to_exclude_zero_as_printed():
+    from selfcal.posthoc.compare import verdict
+
+    assert verdict(_row("a", nll=(-4e-5, -2e-5, -1e-5))) == ""  # prints [-0.0000, -0.0000]
+    assert verdict(_row("a", nll=(-3e-4, -2e-4, -6e-5))) == "better"  # [-0.0003, -0.0001]
+    assert verdict(_row("a", nll=(6e-5, 1e-4, 2e-4))) == "worse"
+    assert verdict(_row("a", ece=(4e-5, 1e-4, 2e-4)), "ece") == ""  # +0.00 points
+    assert verdict(_row("a", ece=(6e-5, 1e-4, 2e-4)), "ece") == "worse"  # [+0.01, +0.02]
+
+
+def test_the_recommendation_is_autos_choice_with_its_costs_or_ts_when_auto_is_worse():
+    from selfcal.posthoc.compare import recommend
+
+    ts = _row("ts", nll=(0, 0, 0), ece=(0, 0, 0), brier=(0, 0, 0))
+    auto = _row("auto", nll=(-0.03, -0.026, -0.022), ece=(3e-4, 8e-3, 1.58e-2), brier=(0, 0, 0))
+    auto.chosen = "sms"
+    rec = recommend([ts, auto], "nll")
+    assert rec.name == "sms" and rec.costs == ("ECE +0.80 [+0.03, +1.58] points worse",)
+    assert rec.line == (
+        "use sms (auto's choice by cross-validated NLL): NLL -0.0260 [-0.0300, -0.0220] "
+        "better than TS; ECE +0.80 [+0.03, +1.58] points worse"
+    )
+    by_ece = recommend([ts, auto], "ece")
+    assert by_ece.name == "ts" and "auto chose sms, but its test ECE is worse" in by_ece.line
+    tied = _row("svs", nll=(-0.01, -0.001, 0.008), ece=(0, 0, 0), brier=(0, 0, 0))
+    assert recommend([ts, tied], "nll").name == "ts"  # without auto: only a significant winner
+    better = _row("svs", nll=(-0.01, -0.005, -0.001), ece=(0, 0, 0), brier=(0, 0, 0))
+    better.scores["nll"] = 0.9
+    assert recommend([ts, tied, better], "nll").name == "svs"
+    assert recommend([_row("svs")], "nll") is None  # no TS to judge against
+
+
+def test_auto_chooses_by_the_criterion_given(data):
+    rows = compare(data, ["auto"], criterion="ece", resamples=50)
+    auto = next(r for r in rows if r.name == "auto")
+    assert auto.chosen is not None
+    with pytest.raises(ValueError, match="criterion must be one of"):
+        compare(data, ["auto"], criterion="accuracy")
+
+
+def test_the_fits_warnings_are_kept_word_for_word_and_grouped_by_message(tmp_path):
+    from selfcal.posthoc.compare import comparison
+
+    folder = write_folder_set(tmp_path / "easy", 0, n=60)
+    for split in ("val", "test"):  # every validation prediction correct: TS cannot be fitted
+        arrays = dict(np.load(folder / f"{split}.npz"))
+        arrays["logits"] = (20 * np.eye(4)[arrays["labels"]]).astype(np.float32)
+        np.savez(folder / f"{split}.npz", **arrays)
+    found = comparison(load_prediction_set(folder), ["ts", "svs"], resamples=50)
+    rows = {r.name: r for r in found.rows}
+    assert any("all 60 validation predictions are correct" in w for w in rows["ts"].warnings)
+    first = found.warnings[0]
+    assert "validation predictions are correct" in first.message
+    assert set(first.calibrators) <= {"ts", "svs"} and first.count >= 1
+    assert found.to_dict()["warnings"][0]["message"] == first.message

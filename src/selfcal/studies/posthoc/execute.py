@@ -61,7 +61,7 @@ def calibrate(name: str, data: PredictionSet, n_bins: int) -> dict[str, float]:
 def fit_record(name: str, fitted: Fitted) -> dict[str, float]:
     """``seconds.<name>``, ``warnings.<name>`` and, for ``auto``, ``auto.chosen`` (an index
     into :data:`AUTO_NAMES`)."""
-    out = {f"seconds.{name}": fitted.seconds, f"warnings.{name}": float(fitted.warnings)}
+    out = {f"seconds.{name}": fitted.seconds, f"warnings.{name}": float(len(fitted.warnings))}
     if isinstance(fitted.calibrator, AutoCalibration):
         out["auto.chosen"] = float(AUTO_NAMES.index(fitted.calibrator.chosen_))
     return out

@@ -66,7 +66,7 @@ def row_metrics(row: Row) -> dict[str, float]:
         out[f"{score}_low.{row.name}"] = row.low[score]
         out[f"{score}_high.{row.name}"] = row.high[score]
     out[f"seconds.{row.name}"] = row.seconds
-    out[f"warnings.{row.name}"] = float(row.warnings)
+    out[f"warnings.{row.name}"] = float(len(row.warnings))
     if row.chosen is not None:
         out["auto.chosen"] = float(AUTO_NAMES.index(row.chosen))
     return out
