@@ -118,13 +118,13 @@ def test_both_shifts_are_named_in_one_line() -> None:
     assert "total variation" in message and "KS" in message and "\n" not in message
 
 
-def test_exchangeable_splits_say_so_with_both_numbers() -> None:
+def test_unflagged_splits_say_so_with_both_numbers() -> None:
     rng = np.random.default_rng(6)
     zv, yv = draw(rng, 600)
     zt, yt = draw(rng, 400)
     check = check_splits(val_logits=zv, val_labels=yv, test_logits=zt, test_labels=yt)
     assert check.exchangeable
-    assert check.message.startswith("validation and test look exchangeable at level 0.01: ")
+    assert check.message.startswith("no evidence that validation and test differ at level 0.01: ")
     assert "total variation" in check.message and "KS" in check.message
 
 
@@ -274,3 +274,10 @@ def test_bad_input_is_a_one_line_error_naming_the_problem() -> None:
     one_line_error("resamples must be at least 199 at level 0.01", resamples=100, **valid)
     one_line_error("resamples must be an integer", resamples=True, **valid)
     one_line_error("seed must be an integer >= 0", seed=-1, **valid)
+
+
+def test_one_row_a_split_is_accepted_and_gives_no_evidence() -> None:
+    """Both possible tables of 1 + 1 rows are as extreme as the observed one: p = 1."""
+    check = check_splits(val_probs=[0.3], val_labels=[0], test_probs=[0.9], test_labels=[1])
+    assert check.label_test.total_variation == 1.0 and check.label_test.p_value == 1.0
+    assert check.confidence_test.ks == 1.0 and check.exchangeable

@@ -83,10 +83,10 @@ class SplitCheck:
     @property
     def message(self) -> str:
         """One line for a user: what differs, with its statistic and p-value, and the
-        assumption it breaks; or that the splits look exchangeable, with both numbers."""
+        assumption it breaks; or that neither test found a difference, with both numbers."""
         if self.exchangeable:
             return (
-                f"validation and test look exchangeable at level {self.level:g}: label total "
+                f"no evidence that validation and test differ at level {self.level:g}: label total "
                 f"variation {self.label_test.total_variation:.2g} "
                 f"({format_p(self.label_test.p_value, self.label_test.p_floor)}), "
                 f"top-confidence KS {self.confidence_test.ks:.2g} "
@@ -207,9 +207,15 @@ def check_splits(
     Deterministic given ``seed``. What it cannot see: a shift that leaves both margins alone --
     inputs that change while the model's top confidence and the label frequencies do not
     (covariate shift the model is blind to), or a change in which predictions are right at a
-    given confidence (concept shift). It tests the observable margins only; a pass is no
-    evidence of exchangeability on tiny splits, where neither test has power (with 5 + 5 rows
-    the KS test cannot reach ``p <= 0.005``).
+    given confidence (concept shift). It tests the observable margins only, and a pass is
+    absence of evidence, not evidence of exchangeability.
+
+    Edge cases: a class absent from both splits changes nothing (the label test is over the
+    classes that occur); one class in every row gives the label test ``p = 1``; with two
+    classes it is the permutation test of two proportions; splits of one row are accepted.
+    Tiny splits are valid but powerless: with 5 + 5 rows neither test can reach
+    ``p <= 0.005`` (the most extreme split has the exact p-value ``2 / C(10, 5) = 0.0079`` in
+    both), so nothing is flagged at the default level.
     """
     level = check_real("level", level, 0.0, 1.0, low_open=True, high_open=True)
     resamples = check_resamples(resamples, level)
