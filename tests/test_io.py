@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from selfcal.io import load_predictions, read_arrays, resolve_path, save_probs
+from selfcal.io import (
+    check_probs_output,
+    load_predictions,
+    read_arrays,
+    resolve_path,
+    save_probs,
+)
 
 
 def scores(n: int = 40, c: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -229,6 +235,19 @@ def test_save_probs_binary_scores_and_no_labels(tmp_path):
         save_probs(tmp_path / "b.npy", positive)
 
 
+def test_save_probs_writes_the_name_given(tmp_path):
+    """``.NPZ`` is an ``.npz`` file, written under that name (``np.savez`` alone would write
+    ``o.NPZ.npz``); what it cannot write is refused by :func:`check_probs_output` first."""
+    _, p, y = scores()
+    assert save_probs(tmp_path / "o.NPZ", p, y) == tmp_path / "o.NPZ"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["o.NPZ"]
+    np.testing.assert_array_equal(load_predictions(tmp_path / "o.NPZ").scores.numpy(), p)
+    (tmp_path / "d.npz").mkdir()
+    with pytest.raises(ValueError, match="d.npz: is a folder; name an output file"):
+        check_probs_output(tmp_path / "d.npz")
+    assert check_probs_output(str(tmp_path / "a.probs.npy")) == tmp_path / "a.probs.npy"
+
+
 # ----------------------------------------------------------------------------- paths, kinds
 def test_unknown_suffix_missing_file_folder_and_bad_kind(tmp_path):
     (tmp_path / "a.txt").write_text("1,2\n")
@@ -236,7 +255,7 @@ def test_unknown_suffix_missing_file_folder_and_bad_kind(tmp_path):
         read_arrays(tmp_path / "a.txt")
     with pytest.raises(ValueError, match="unknown file type '\\(no extension\\)'"):
         read_arrays(tmp_path / "noext")
-    with pytest.raises(ValueError, match="unknown file type"):
+    with pytest.raises(ValueError, match="out.txt: unknown output type '.txt'; write .npz, .csv"):
         save_probs(tmp_path / "out.txt", np.eye(2))
     with pytest.raises(FileNotFoundError, match="missing.npz: no such file"):
         read_arrays(tmp_path / "missing.npz")

@@ -5,6 +5,7 @@ columns of a predictions table (the naming rules of :mod:`selfcal.io`)."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +18,13 @@ from selfcal.io._formats import KINDS, format_of
 _PREFIX = {"logit": "logits", "logits": "logits", "prob": "probs", "probs": "probs"}
 _SCORE_COLUMN = re.compile(r"^(logits?|probs?)(?:_(\d+))?$")
 _NEEDS_PYARROW = "{} needs pyarrow: pip install pyarrow (or selfcal[full])"
+
+
+def check_pyarrow(purpose: str) -> None:
+    """``ValueError: {purpose} needs pyarrow: ...`` when pyarrow is not installed (found
+    without importing it)."""
+    if importlib.util.find_spec("pyarrow") is None:
+        raise ValueError(_NEEDS_PYARROW.format(purpose))
 
 
 def read_columns(path: str | Path) -> tuple[list[str], dict[str, np.ndarray]]:
