@@ -4,6 +4,7 @@ column option, :func:`~selfcal.io.save_probs` round trips, and the errors name w
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -246,6 +247,41 @@ def test_save_probs_writes_the_name_given(tmp_path):
     with pytest.raises(ValueError, match="d.npz: is a folder; name an output file"):
         check_probs_output(tmp_path / "d.npz")
     assert check_probs_output(str(tmp_path / "a.probs.npy")) == tmp_path / "a.probs.npy"
+
+
+# ----------------------------------------------------------------------------- no header
+def headerless(path: Path, *columns: np.ndarray, fmt: str = "%.18e") -> Path:
+    """What ``np.savetxt`` writes without ``header=``: data from the first line on."""
+    np.savetxt(path, np.column_stack(columns), delimiter=",", fmt=fmt)
+    return path
+
+
+def test_a_csv_whose_first_row_is_data_is_named_so(tmp_path):
+    z, p, y = scores(c=3)
+    data_row = "the first row looks like data, not column names"
+    path = headerless(tmp_path / "a.csv", z, y)
+    header = re.escape("add a header (logit_0..logit_2, label; prob_* for probabilities)")
+    for kind in (None, "logits"):
+        with pytest.raises(ValueError, match=f"a.csv: {data_row} \\(.*, …\\): {header}"):
+            read_arrays(path, kind=kind)
+    unlabelled = headerless(tmp_path / "u.csv", z)  # would lose its first row silently
+    with pytest.raises(ValueError, match=f"u.csv: {data_row}"):
+        load_predictions(unlabelled, kind="logits", require_labels=False)
+    rounded = headerless(tmp_path / "r.csv", np.round(p, 1), y, fmt="%g")  # repeated names
+    with pytest.raises(ValueError, match=f"r.csv: {data_row}"):
+        read_arrays(rounded)
+
+
+def test_class_indices_as_column_names_are_still_a_header(tmp_path):
+    """``DataFrame(logits).to_csv(index=False)`` names the columns 0 .. C-1: with --kind,
+    every row is data and the header a header."""
+    z, _, y = scores(c=3)
+    path = write_csv(tmp_path / "i.csv", {str(j): z[:, j] for j in range(3)})
+    kind, got, labels = read_arrays(path, kind="logits")
+    assert kind == "logits" and labels is None
+    np.testing.assert_array_equal(got, z)
+    with pytest.raises(ValueError, match="no labels \\(column 'label' not found; columns: 0, 1"):
+        load_predictions(path, kind="logits")
 
 
 # ----------------------------------------------------------------------------- paths, kinds

@@ -417,3 +417,19 @@ def test_predict_refuses_bad_outputs_before_loading_the_model(tmp_path, capsys, 
     assert error_of(capsys, "predict", missing, "rows.csv", "--out", tmp_path / "p.parquet") == (
         "writing .parquet files needs pyarrow: pip install pyarrow (or selfcal[full])"
     )
+
+
+def test_a_csv_without_header_is_named_one(tmp_path, capsys):
+    """``np.savetxt`` without ``header=``: the first data row is not read as column names,
+    with or without --kind."""
+    z, y = scores(n=20, c=4)
+    path = tmp_path / "m08.csv"
+    np.savetxt(path, np.column_stack([z, y]), delimiter=",")
+    first = [f"{v:.18e}" for v in z[0, :2]]
+    expected = (
+        f"{path}: the first row looks like data, not column names ({first[0]}, {first[1]}, …): "
+        "add a header (logit_0..logit_3, label; prob_* for probabilities), e.g. "
+        "np.savetxt(..., delimiter=',', header='logit_0,...,label', comments='')"
+    )
+    assert error_of(capsys, "evaluate", path) == expected
+    assert error_of(capsys, "evaluate", path, "--kind", "logits") == expected
