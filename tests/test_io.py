@@ -4,6 +4,7 @@ column option, :func:`~selfcal.io.save_probs` round trips, and the errors name w
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -11,7 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from selfcal.io import load_predictions, read_arrays, resolve_path, save_probs
+from selfcal.io import (
+    check_probs_output,
+    load_predictions,
+    read_arrays,
+    resolve_path,
+    save_probs,
+)
 
 
 def scores(n: int = 40, c: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -229,6 +236,54 @@ def test_save_probs_binary_scores_and_no_labels(tmp_path):
         save_probs(tmp_path / "b.npy", positive)
 
 
+def test_save_probs_writes_the_name_given(tmp_path):
+    """``.NPZ`` is an ``.npz`` file, written under that name (``np.savez`` alone would write
+    ``o.NPZ.npz``); what it cannot write is refused by :func:`check_probs_output` first."""
+    _, p, y = scores()
+    assert save_probs(tmp_path / "o.NPZ", p, y) == tmp_path / "o.NPZ"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["o.NPZ"]
+    np.testing.assert_array_equal(load_predictions(tmp_path / "o.NPZ").scores.numpy(), p)
+    (tmp_path / "d.npz").mkdir()
+    with pytest.raises(ValueError, match="d.npz: is a folder; name an output file"):
+        check_probs_output(tmp_path / "d.npz")
+    assert check_probs_output(str(tmp_path / "a.probs.npy")) == tmp_path / "a.probs.npy"
+
+
+# ----------------------------------------------------------------------------- no header
+def headerless(path: Path, *columns: np.ndarray, fmt: str = "%.18e") -> Path:
+    """What ``np.savetxt`` writes without ``header=``: data from the first line on."""
+    np.savetxt(path, np.column_stack(columns), delimiter=",", fmt=fmt)
+    return path
+
+
+def test_a_csv_whose_first_row_is_data_is_named_so(tmp_path):
+    z, p, y = scores(c=3)
+    data_row = "the first row looks like data, not column names"
+    path = headerless(tmp_path / "a.csv", z, y)
+    header = re.escape("add a header (logit_0..logit_2, label; prob_* for probabilities)")
+    for kind in (None, "logits"):
+        with pytest.raises(ValueError, match=f"a.csv: {data_row} \\(.*, …\\): {header}"):
+            read_arrays(path, kind=kind)
+    unlabelled = headerless(tmp_path / "u.csv", z)  # would lose its first row silently
+    with pytest.raises(ValueError, match=f"u.csv: {data_row}"):
+        load_predictions(unlabelled, kind="logits", require_labels=False)
+    rounded = headerless(tmp_path / "r.csv", np.round(p, 1), y, fmt="%g")  # repeated names
+    with pytest.raises(ValueError, match=f"r.csv: {data_row}"):
+        read_arrays(rounded)
+
+
+def test_class_indices_as_column_names_are_still_a_header(tmp_path):
+    """``DataFrame(logits).to_csv(index=False)`` names the columns 0 .. C-1: with --kind,
+    every row is data and the header a header."""
+    z, _, y = scores(c=3)
+    path = write_csv(tmp_path / "i.csv", {str(j): z[:, j] for j in range(3)})
+    kind, got, labels = read_arrays(path, kind="logits")
+    assert kind == "logits" and labels is None
+    np.testing.assert_array_equal(got, z)
+    with pytest.raises(ValueError, match="no labels \\(column 'label' not found; columns: 0, 1"):
+        load_predictions(path, kind="logits")
+
+
 # ----------------------------------------------------------------------------- paths, kinds
 def test_unknown_suffix_missing_file_folder_and_bad_kind(tmp_path):
     (tmp_path / "a.txt").write_text("1,2\n")
@@ -236,7 +291,7 @@ def test_unknown_suffix_missing_file_folder_and_bad_kind(tmp_path):
         read_arrays(tmp_path / "a.txt")
     with pytest.raises(ValueError, match="unknown file type '\\(no extension\\)'"):
         read_arrays(tmp_path / "noext")
-    with pytest.raises(ValueError, match="unknown file type"):
+    with pytest.raises(ValueError, match="out.txt: unknown output type '.txt'; write .npz, .csv"):
         save_probs(tmp_path / "out.txt", np.eye(2))
     with pytest.raises(FileNotFoundError, match="missing.npz: no such file"):
         read_arrays(tmp_path / "missing.npz")

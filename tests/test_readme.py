@@ -44,6 +44,13 @@ def test_the_test_command_is_what_ci_runs():
     install, tests = setup
     assert tests in ci.splitlines()
     assert install.endswith(".venv/bin/selfcal reproduce bo4sc")
+    assert ".venv/bin/python scripts/check_wheel.py && " in tests  # the wheel, outside the clone
+
+
+def test_contributing_sets_up_with_the_readmes_two_commands():
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    setup = [b.strip() for b in blocks("bash") if b.startswith("python3 -m venv")]
+    assert f"```bash\n{setup[0]}\n{setup[1]}\n```" in contributing
 
 
 def test_every_relative_link_resolves():

@@ -102,11 +102,17 @@ def test_every_estimator_takes_one_minibatch_per_step():
         bo4sc_minibatch_step(model, bo4sc_init(params_of(model), n, config), batch, config)
 
 
-def test_full_batch_reproduces_e513caa_bit_for_bit():
+def test_full_batch_reproduces_e513caa():
     """``batch_size=None`` is today's BO4SC: the weights, outer losses, weight history and
     parameters of the fixture, saved by the full-batch code at commit e513caa (before minibatch
-    BO4SC), are reproduced exactly."""
+    BO4SC), are reproduced to float32 rounding. (Bit for bit on the CPU kind that saved it;
+    on a CPU with other SIMD kernels -- AVX-512 against AVX2 -- PyTorch sums in another order,
+    and 12 outer iterations of unrolled training carry that rounding to about 1e-6.)"""
     golden = torch.load(FIXTURE)
+
+    def close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
     x_train, y_train, x_val, y_val, _ = noisy_blobs()
     for name, extra in {"unrolled": {}, "lookahead": {"estimator": OneStepLookahead(3)}}.items():
         model = mlp()
@@ -114,11 +120,11 @@ def test_full_batch_reproduces_e513caa_bit_for_bit():
             model, (x_train, y_train), (x_val, y_val)
         )
         expected = golden[name]
-        assert torch.equal(fitted.weights_, expected["weights"])
-        assert torch.equal(fitted.outer_losses_, expected["outer_losses"])
-        assert torch.equal(fitted.weight_history_, expected["history"])
+        close(fitted.weights_, expected["weights"])
+        close(fitted.outer_losses_, expected["outer_losses"])
+        close(fitted.weight_history_, expected["history"])
         for key, value in model.named_parameters():
-            assert torch.equal(value, expected["params"][key])
+            close(value, expected["params"][key])
 
 
 def test_only_drawn_rows_change_through_the_estimator_face():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import sys
 import warnings
 
 import numpy as np
@@ -342,3 +343,93 @@ def test_kind_help_speaks_of_array_and_column_names(capsys):
     flat = " ".join(out.replace("│", " ").split())
     assert code == 0 and "when the array or column names don't say" in flat
     assert "file names don't say" not in flat
+
+
+# ----------------------------------------------------------------------------- 9. output files
+# Every output path is judged before the input is read, let alone a calibrator fitted or a
+# bootstrap run: reading the input is replaced by a stand-in that stops the command with
+# "input reached", so each refusal below provably comes first, and a good path reaches it.
+REACHED = "input reached"
+
+
+def _stop(*_args, **_kwargs):
+    raise ValueError(REACHED)
+
+
+def test_calibrate_refuses_bad_outputs_before_reading_or_fitting(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("selfcal.cli._calibrate.read", _stop)
+    (tmp_path / "adir").mkdir()
+    head = ["calibrate", "--fit", "example:digits_val", "--apply", "example:digits_test"]
+    save = tmp_path / "ok.npz"
+    refused = {
+        ("--out", tmp_path / "x.txt"): f"{tmp_path / 'x.txt'}: unknown output type '.txt'; "
+        "write .npz, .csv, .parquet or NAME.probs.npy",
+        ("--out", tmp_path / "noext"): f"{tmp_path / 'noext'}: unknown output type "
+        "'(no extension)'; write .npz, .csv, .parquet or NAME.probs.npy",
+        ("--out", tmp_path / "x.npy"): f"{tmp_path / 'x.npy'}: name the output NAME.probs.npy",
+        ("--out", tmp_path / "adir"): f"{tmp_path / 'adir'}: is a folder; name an output file "
+        "(.npz, .csv, .parquet or NAME.probs.npy)",
+        ("--out", save, "--save-calibrator", tmp_path / "c.npz"): f"--save-calibrator "
+        f"{tmp_path / 'c.npz'}: the calibrator is saved as JSON; name the file NAME.json, not "
+        "'.npz'",
+        ("--out", save, "--save-calibrator", tmp_path / "adir"): f"--save-calibrator "
+        f"{tmp_path / 'adir'}: is a folder; name a .json file",
+    }
+    for args, message in refused.items():
+        assert error_of(capsys, *head, *args) == message
+    for good in ("o.npz", "o.csv", "o.probs.npy", "o.NPZ"):
+        args = ("--out", tmp_path / good, "--save-calibrator", tmp_path / "c.JSON")
+        assert error_of(capsys, *head, *args) == REACHED
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # not installed
+    assert error_of(capsys, *head, "--out", tmp_path / "o.parquet") == (
+        "writing .parquet files needs pyarrow: pip install pyarrow (or selfcal[full])"
+    )
+
+
+def test_evaluate_refuses_a_bad_plot_folder_before_reading(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("selfcal.cli._evaluate.read", _stop)
+    (tmp_path / "afile").write_text("")
+    head = ["evaluate", "example:digits_test", "--plot"]
+    assert error_of(capsys, *head, tmp_path / "afile") == (
+        f"--plot {tmp_path / 'afile'}: is a file; --plot takes a folder for the PNG diagrams"
+    )
+    assert error_of(capsys, *head, tmp_path / "new") == REACHED
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # not installed
+    assert error_of(capsys, *head, tmp_path / "new") == (
+        "--plot needs matplotlib: pip install 'selfcal[full]' (or matplotlib)"
+    )
+
+
+def test_predict_refuses_bad_outputs_before_loading_the_model(tmp_path, capsys, monkeypatch):
+    missing = tmp_path / "no-model"  # never read: the output is judged first
+    assert error_of(capsys, "predict", missing, "rows.csv", "--out", tmp_path / "p.txt") == (
+        f"{tmp_path / 'p.txt'}: unknown output type '.txt'; use .csv, .parquet or .npz"
+    )
+    monkeypatch.setattr("selfcal.pipeline.predict", _stop)
+    (tmp_path / "p.csv").mkdir()
+    assert error_of(capsys, "predict", missing, "rows.csv", "--out", tmp_path / "p.csv") == (
+        f"{tmp_path / 'p.csv'}: is a folder; name an output file (.csv, .parquet or .npz)"
+    )
+    assert error_of(capsys, "predict", missing, "rows.csv", "--out", tmp_path / "p.npz") == (
+        REACHED
+    )
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # not installed
+    assert error_of(capsys, "predict", missing, "rows.csv", "--out", tmp_path / "p.parquet") == (
+        "writing .parquet files needs pyarrow: pip install pyarrow (or selfcal[full])"
+    )
+
+
+def test_a_csv_without_header_is_named_one(tmp_path, capsys):
+    """``np.savetxt`` without ``header=``: the first data row is not read as column names,
+    with or without --kind."""
+    z, y = scores(n=20, c=4)
+    path = tmp_path / "m08.csv"
+    np.savetxt(path, np.column_stack([z, y]), delimiter=",")
+    first = [f"{v:.18e}" for v in z[0, :2]]
+    expected = (
+        f"{path}: the first row looks like data, not column names ({first[0]}, {first[1]}, …): "
+        "add a header (logit_0..logit_3, label; prob_* for probabilities), e.g. "
+        "np.savetxt(..., delimiter=',', header='logit_0,...,label', comments='')"
+    )
+    assert error_of(capsys, "evaluate", path) == expected
+    assert error_of(capsys, "evaluate", path, "--kind", "logits") == expected

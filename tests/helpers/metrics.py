@@ -6,6 +6,11 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+# Coarse logits such as [[1, 0]] can look like probabilities, and a metric given them as
+# logits= says so (LikelyProbabilities) while reading them as logits, as the tests mean them.
+LOGITS_LIKE_PROBABILITIES = "ignore::selfcal.exceptions.LikelyProbabilities"
+"""The ``filterwarnings`` of a test that passes :func:`problems`' logits by name."""
+
 
 @st.composite
 def problems(draw, max_n=60):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers.metrics import problems
+from helpers.metrics import LOGITS_LIKE_PROBABILITIES, problems
 from hypothesis import given, settings
 
 import selfcal.metrics as M
@@ -15,6 +15,7 @@ from selfcal import Predictions
 BINNED = [M.ece, M.mce, M.adaece, M.classwise_ece]
 
 
+@pytest.mark.filterwarnings(LOGITS_LIKE_PROBABILITIES)
 @settings(max_examples=150, deadline=None)
 @given(problems())
 def test_metrics_in_bounds_and_permutation_invariant(problem):

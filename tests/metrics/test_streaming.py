@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers.metrics import problems
+from helpers.metrics import LOGITS_LIKE_PROBABILITIES, problems
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +15,7 @@ from selfcal.metrics.binning import top_label_bins
 from selfcal.metrics.streaming import CalibrationAccumulator
 
 
+@pytest.mark.filterwarnings(LOGITS_LIKE_PROBABILITIES)
 @settings(max_examples=60, deadline=None)
 @given(problems(), st.integers(1, 7))
 def test_streaming_equals_one_shot(problem, n_batches):

@@ -70,7 +70,8 @@ def test_equals_the_structured_objective_minimised_independently(off, diag, bias
     np.testing.assert_allclose(cal.weight_, weight, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(cal.bias_, intercept, rtol=1e-6, atol=1e-7)
     expected = softmax(log_p @ weight.T + intercept)
-    np.testing.assert_allclose(cal.predict_proba(logits=z), expected, atol=1e-9)
+    # the weights agree to 1e-7, which moves a probability by up to about 1e-8
+    np.testing.assert_allclose(cal.predict_proba(logits=z), expected, atol=1e-7)
 
 
 UNREGULARISED = {"off_diagonal_l2": 0.0, "diagonal_l2": 0.0, "bias_l2": 0.0}

@@ -69,6 +69,19 @@ def parse_param(text: str) -> tuple[str, Any]:
         return name.strip(), value
 
 
+def check_calibrator_output(path: Path) -> None:
+    """Refuse, before the fit, a ``--save-calibrator`` path that is not a ``.json`` file
+    (:meth:`~selfcal.posthoc.Calibrator.save` writes JSON whatever the name)."""
+    if path.is_dir():
+        raise ValueError(f"--save-calibrator {path}: is a folder; name a .json file")
+    if path.suffix.lower() != ".json":
+        suffix = path.suffix or "(no extension)"
+        raise ValueError(
+            f"--save-calibrator {path}: the calibrator is saved as JSON; name the file "
+            f"NAME.json, not {suffix!r}"
+        )
+
+
 def _as_numpy(x: Any) -> Any:
     import numpy as np
     import torch
@@ -174,7 +187,8 @@ def calibrate(
         str, typer.Option("--calibrator", "--method", help=DEFERRED_HELP)
     ] = "ts",
     save_calibrator: Annotated[
-        Path | None, typer.Option("--save-calibrator", help="Save the fitted calibrator (JSON).")
+        Path | None,
+        typer.Option("--save-calibrator", help="Save the fitted calibrator (NAME.json)."),
     ] = None,
     bins: BinsOpt = 15,
     kind: KindOpt = None,
@@ -195,9 +209,12 @@ def calibrate(
     with errors():
         check_kind(kind)
         from selfcal.evaluation import point_estimates
-        from selfcal.io import save_probs
+        from selfcal.io import check_probs_output, save_probs
         from selfcal.predictions import Predictions
 
+        check_probs_output(out)  # before the fit, which may take long
+        if save_calibrator is not None:
+            check_calibrator_output(save_calibrator)
         calibrator = _calibrator(calibrator_name, param or [])
         train = read(fit, kind, label_column)
         test = read(apply, kind, label_column, require_labels=False)

@@ -44,6 +44,16 @@ INTERVALS = ("centred", "percentile", "basic")
 """``--interval``'s choices: :data:`selfcal.metrics.bootstrap.INTERVAL_METHODS`, as a constant."""
 
 
+def check_plot_folder(plot: Path) -> None:
+    """Refuse a ``--plot`` folder that is a file, or diagrams without matplotlib."""
+    import importlib.util
+
+    if plot.exists() and not plot.is_dir():
+        raise ValueError(f"--plot {plot}: is a file; --plot takes a folder for the PNG diagrams")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ImportError("--plot needs matplotlib: pip install 'selfcal[full]' (or matplotlib)")
+
+
 def _finite(x: float) -> float | None:
     """JSON has no NaN/inf: non-finite numbers become ``null``."""
     return x if math.isfinite(x) else None
@@ -167,6 +177,8 @@ def evaluate(
             check_choice("--conformal-score", conformal_score, CONFORMAL_SCORES)
         elif conformal_calibration is not None:
             raise ValueError("--conformal-calibration needs --conformal ALPHA")
+        if plot is not None:
+            check_plot_folder(plot)  # before the bootstrap, which may take long
         from selfcal.evaluation import METRICS, default_resamples
         from selfcal.evaluation import evaluate as run
 

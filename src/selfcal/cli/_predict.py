@@ -59,6 +59,17 @@ def conformal_note(sets: ConformalSets, coverage: float | None) -> str:
     return line if coverage is None else f"{line}; coverage of these rows {coverage:.4f}"
 
 
+def check_output(out: Path) -> None:
+    """Refuse, before the model is loaded, an ``--out`` that is a folder or ``.parquet``
+    without pyarrow (:func:`selfcal.pipeline.predict` checks the extension first)."""
+    from selfcal.io._tables import check_pyarrow
+
+    if out.is_dir():
+        raise ValueError(f"{out}: is a folder; name an output file (.csv, .parquet or .npz)")
+    if out.suffix.lower() in (".parquet", ".pq"):
+        check_pyarrow("writing .parquet files")
+
+
 def predict(
     folder: Annotated[Path, typer.Argument(help="Model folder written by selfcal train.")],
     data: Annotated[str, typer.Argument(help="Rows to predict (.csv, .parquet, .npz).")],
@@ -105,6 +116,7 @@ def predict(
     with --target-accuracy or --target-coverage whether to abstain, and with --conformal a
     prediction set. Rows whose label the model never saw are predicted, not scored."""
     with errors():
+        check_output(out)
         from selfcal.pipeline import predict as run
 
         result = run(

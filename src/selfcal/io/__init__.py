@@ -55,7 +55,7 @@ from selfcal.io._sets import (
     find_prediction_sets,
     load_prediction_set,
 )
-from selfcal.io._tables import _read_tabular, read_columns, write_table
+from selfcal.io._tables import _read_tabular, check_pyarrow, read_columns, write_table
 from selfcal.predictions import Predictions
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "TABULAR",
     "PredictionSet",
     "check_named_kind",
+    "check_probs_output",
     "default_sets_kind",
     "default_sets_root",
     "find_prediction_sets",
@@ -146,14 +147,37 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+PROBS_OUTPUTS = ".npz, .csv, .parquet or NAME.probs.npy"
+"""What :func:`save_probs` writes, as its errors say it."""
+
+
+def check_probs_output(path: str | Path) -> Path:
+    """``path`` as a :class:`Path` when :func:`save_probs` can write it, else the
+    ``ValueError`` it would raise -- checked before any work (a folder, an extension it does
+    not write, a ``.npy`` not named ``NAME.probs.npy``, ``.parquet`` without pyarrow)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder; name an output file ({PROBS_OUTPUTS})")
+    try:
+        fmt = format_of(path)
+    except ValueError:
+        suffix = path.suffix or "(no extension)"
+        raise ValueError(f"{path}: unknown output type {suffix!r}; write {PROBS_OUTPUTS}") from None
+    if fmt == "npy" and not path.name.endswith(".probs.npy"):
+        raise ValueError(f"{path}: name the output NAME.probs.npy")
+    if fmt == "parquet":
+        check_pyarrow("writing .parquet files")
+    return path
+
+
 def save_probs(path: str | Path, probs: Any, labels: Any = None) -> Path:
     """Write ``(N, C)`` probabilities (and labels, if given) to ``path``.
 
     Formats: ``.npz`` (arrays ``probs``, ``labels``), ``NAME.probs.npy`` (labels to
-    ``NAME.labels.npy``), ``.csv`` / ``.parquet`` (columns ``prob_0..`` and ``label``).
-    Returns the path written.
+    ``NAME.labels.npy``), ``.csv`` / ``.parquet`` (columns ``prob_0..`` and ``label``);
+    anything else is refused by :func:`check_probs_output`. Returns the path written.
     """
-    path = Path(path)
+    path = check_probs_output(path)
     p = _to_numpy(probs)
     if p.ndim == 1:
         p = np.stack([1 - p, p], axis=1)
@@ -161,13 +185,12 @@ def save_probs(path: str | Path, probs: Any, labels: Any = None) -> Path:
     fmt = format_of(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "npz":
-        if y is None:
-            np.savez(path, probs=p)
-        else:
-            np.savez(path, probs=p, labels=y)
+        with open(path, "wb") as fh:  # np.savez would append .npz to a name ending .NPZ
+            if y is None:
+                np.savez(fh, probs=p)
+            else:
+                np.savez(fh, probs=p, labels=y)
     elif fmt == "npy":
-        if not path.name.endswith(".probs.npy"):
-            raise ValueError(f"{path}: name the output NAME.probs.npy")
         np.save(path, p)
         if y is not None:
             np.save(path.with_name(path.name.removesuffix(".probs.npy") + ".labels.npy"), y)

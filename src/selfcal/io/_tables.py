@@ -5,6 +5,7 @@ columns of a predictions table (the naming rules of :mod:`selfcal.io`)."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +18,13 @@ from selfcal.io._formats import KINDS, format_of
 _PREFIX = {"logit": "logits", "logits": "logits", "prob": "probs", "probs": "probs"}
 _SCORE_COLUMN = re.compile(r"^(logits?|probs?)(?:_(\d+))?$")
 _NEEDS_PYARROW = "{} needs pyarrow: pip install pyarrow (or selfcal[full])"
+
+
+def check_pyarrow(purpose: str) -> None:
+    """``ValueError: {purpose} needs pyarrow: ...`` when pyarrow is not installed (found
+    without importing it)."""
+    if importlib.util.find_spec("pyarrow") is None:
+        raise ValueError(_NEEDS_PYARROW.format(purpose))
 
 
 def read_columns(path: str | Path) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -57,7 +65,34 @@ def _arrow_array(col: Any, pa: Any) -> np.ndarray:
 
 def _check_unique(names: list[str], path: Path) -> None:
     if len(set(names)) != len(names):
+        if first_row_is_data(path, names):
+            raise ValueError(data_row_message(path, names))
         raise ValueError(f"{path}: duplicate column names")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def first_row_is_data(path: Path, names: list[str]) -> bool:
+    """Whether ``path`` is a CSV whose every column name parses as a number: a file without
+    a header (``np.savetxt``'s), whose first row was read as the names."""
+    return format_of(path) == "csv" and bool(names) and all(_is_number(n) for n in names)
+
+
+def data_row_message(path: Path, names: list[str]) -> str:
+    """The one line for :func:`first_row_is_data`: what was read and the header to add."""
+    shown = ", ".join(names[:2]) + (", …" if len(names) > 2 else "")
+    header = f"logit_0..logit_{len(names) - 2}, label" if len(names) > 1 else "logit, label"
+    return (
+        f"{path}: the first row looks like data, not column names ({shown}): add a header "
+        f"({header}; prob_* for probabilities), e.g. np.savetxt(..., delimiter=',', "
+        "header='logit_0,...,label', comments='')"
+    )
 
 
 def _csv_columns(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -141,6 +176,13 @@ def _read_tabular(
     """Kind, scores and labels of a table; the labels as read (validated with the scores, so
     that class names get the one message of :data:`selfcal.predictions.STRING_LABELS`)."""
     names, columns = read_columns(path)
+    if (
+        label_column not in names
+        and first_row_is_data(path, names)
+        # with --kind, a header of plain class indices (0, 1, ...) is a header
+        and (kind is None or not all(n.strip().isdigit() for n in names))
+    ):
+        raise ValueError(data_row_message(path, names))
     try:
         kind, cols = _score_columns(names, label_column, kind)
         scores = np.column_stack([_numeric(columns, c) for c in cols])

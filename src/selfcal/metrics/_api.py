@@ -13,7 +13,9 @@ core ``takes_bins`` (an ``n_bins`` option) and whether ``higher_is_better``.
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -32,11 +34,17 @@ class Metric:
     probs=None, **options)`` validates the input (:func:`~selfcal.predictions.as_predictions`),
     runs ``core(pred, **options)`` and returns the result in the caller's form. The instance
     carries the core's ``__name__``, ``__qualname__``, ``__module__`` and ``__doc__`` (and
-    ``__wrapped__``), so ``help``, :func:`inspect.signature` and error messages read as the
-    core's.
+    ``__wrapped__``), so ``help`` and error messages read as the core's; its
+    ``__signature__`` is the public face's, the core's options (its keyword arguments but
+    ``weights``) after the score arguments, so :func:`inspect.signature` and ``help`` show how
+    it is called. An option the core does not take is a ``TypeError`` naming it and those it
+    takes (:meth:`check_options`), before the input is read.
     """
 
     core: MetricCore
+    options: dict[str, inspect.Parameter] | None
+    """The core's options by name (:func:`_options`); ``None`` when it takes ``**options``."""
+    __signature__: inspect.Signature
     differentiable: bool
     takes_bins: bool
     higher_is_better: bool
@@ -57,6 +65,8 @@ class Metric:
         self.takes_bins = takes_bins
         self.higher_is_better = higher_is_better
         functools.update_wrapper(self, core)
+        self.options = _options(core)
+        self.__signature__ = _public_signature(core, self.options)
 
     def __call__(
         self,
@@ -75,8 +85,32 @@ class Metric:
                 f"{name}(probs=p, labels=y) (selfcal never guesses which an array holds), or "
                 "one selfcal Predictions object"
             )
+        self.check_options(options)
         pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
         return pred.output(self.core(pred, **options))
+
+    def check_options(
+        self, options: dict[str, Any], caller: str | None = None, also: tuple[str, ...] = ()
+    ) -> None:
+        """``TypeError`` for a keyword argument that is neither a score argument nor an option
+        of the core, naming it, a close accepted name (``y_true`` -> ``labels``) and every
+        accepted one; ``caller`` (default: ``name()``) takes the arguments ``also`` too."""
+        if self.options is None:  # a core taking **options checks them itself
+            return
+        unknown = sorted(set(options) - set(self.options))
+        if not unknown:
+            return
+        accepted = [*SCORE_ARGUMENTS, *self.options, *also]
+        name = unknown[0]
+        close = LABEL_ALIASES.get(name) or next(
+            iter(difflib.get_close_matches(name, accepted, n=1)), None
+        )
+        hint = f" (did you mean {close}=?)" if close else ""
+        caller = caller or f"{self.__qualname__}()"
+        raise TypeError(
+            f"{caller} got an unexpected keyword argument {name!r}{hint}; it takes a "
+            f"Predictions object or {', '.join(f'{a}=' for a in accepted)}"
+        )
 
     def __get__(self, instance: object, owner: type | None = None) -> Metric:
         """Never bound (as a ``staticmethod``); being a descriptor also makes ``help`` and
@@ -85,6 +119,40 @@ class Metric:
 
     def __repr__(self) -> str:
         return f"<metric {self.__module__}.{self.__qualname__}>"
+
+
+SCORE_ARGUMENTS = ("logits", "probs", "labels")
+"""The keyword arguments of every metric's public face, before the core's options."""
+LABEL_ALIASES = {
+    name: "labels" for name in ("y", "y_true", "target", "targets", "true_labels", "label")
+}
+"""Other libraries' names for the labels, answered with ``did you mean labels=?``."""
+
+
+def _options(core: MetricCore) -> dict[str, inspect.Parameter] | None:
+    """The core's options: its parameters after ``pred`` but ``weights`` (``None`` when it
+    takes ``**options``, which it then checks itself)."""
+    parameters = list(inspect.signature(core).parameters.values())[1:]
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name: p for p in parameters if p.name != "weights"}
+
+
+def _public_signature(
+    core: MetricCore, options: dict[str, inspect.Parameter] | None
+) -> inspect.Signature:
+    """``(predictions=None, /, *, labels=None, logits=None, probs=None, <options>) -> float |
+    torch.Tensor``: how the metric is called (the core's signature is ``f.core``'s)."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [
+        inspect.Parameter("predictions", inspect.Parameter.POSITIONAL_ONLY, default=None),
+        *(inspect.Parameter(n, keyword, default=None) for n in ("labels", "logits", "probs")),
+    ]
+    if options is None:
+        parameters.append(inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD))
+    else:
+        parameters += [p.replace(kind=keyword) for p in options.values()]
+    return inspect.Signature(parameters, return_annotation="float | torch.Tensor")
 
 
 def metric(

@@ -204,6 +204,8 @@ def bootstrap_ci(
     replaces the draw from ``seed``, so several metrics can share one set."""
     check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
     check_choice("method", method, INTERVAL_METHODS)
+    own = ("n_resamples", "confidence", "seed", "method", "resamples")
+    metric.check_options(options, caller=f"bootstrap_ci({metric.__qualname__}, ...)", also=own)
     pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
     core = metric.core
     with torch.no_grad():
