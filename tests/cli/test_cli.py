@@ -507,3 +507,23 @@ def test_evaluate_1e5_rows(tmp_path, capsys):
 )
 def test_evaluate_1e6_rows(tmp_path, capsys):
     _timed_evaluate(capsys, _large(tmp_path, 1_000_000))
+
+
+def test_calibrate_criterion_is_autos_choice_rule(tmp_path, capsys):
+    """``--criterion`` reaches ``auto`` (the word ``compare`` takes); on another calibrator,
+    or given twice, it is a one-line error before any fit."""
+    files = ["--fit", "example:digits_val", "--apply", "example:digits_test"]
+    saved = tmp_path / "a.json"
+    args = ["--calibrator", "auto", "--criterion", "ece", *files, "--out", tmp_path / "o.npz"]
+    code, text, err = run(capsys, "calibrate", *args, "--save-calibrator", saved)
+    assert code == 0, err
+    from selfcal.posthoc import Calibrator
+
+    assert Calibrator.load(saved).get_params()["criterion"] == "ece"
+    for extra, message in [
+        (["--calibrator", "ts", "--criterion", "ece"], "--criterion is auto's choice rule"),
+        (["--calibrator", "auto", "--criterion", "ece", "--param", "criterion=nll"], "once"),
+        (["--calibrator", "auto", "--criterion", "auc"], "criterion"),
+    ]:
+        code, _, err = run(capsys, "calibrate", *extra, *files, "--out", tmp_path / "p.npz")
+        assert code == 2 and message in err and err.count("\n") == 1

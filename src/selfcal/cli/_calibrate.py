@@ -49,12 +49,20 @@ CalibrateCommand = deferred_help(calibrator_name=calibrator_help)
 """``selfcal calibrate``'s command class: ``--calibrator``'s help is :func:`calibrator_help`."""
 
 
-def _calibrator(name: str, params: list[str]) -> Calibrator:
+def _calibrator(name: str, params: list[str], criterion: str | None = None) -> Calibrator:
     """A fresh calibrator registered as ``name`` (see :func:`calibrator_help`), with the
-    hyperparameters ``NAME=VALUE`` of ``params`` set (see :func:`parse_param`)."""
+    hyperparameters ``NAME=VALUE`` of ``params`` set (see :func:`parse_param`) and, for
+    ``auto``, its ``criterion`` (``--criterion``; a ``--param criterion=`` too is refused)."""
     from selfcal.posthoc import build_calibrator
 
-    return build_calibrator(name).set_params(**dict(map(parse_param, params)))
+    given = dict(map(parse_param, params))
+    if criterion is not None:
+        if name != "auto":
+            raise ValueError(f"--criterion is auto's choice rule; {name!r} has none")
+        if "criterion" in given:
+            raise ValueError("give the criterion once: --criterion or --param criterion=")
+        given["criterion"] = criterion
+    return build_calibrator(name).set_params(**given)
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -201,6 +209,14 @@ def calibrate(
             "--param off_diagonal_l2=10 for matrix or dirichlet.",
         ),
     ] = None,
+    criterion: Annotated[
+        str | None,
+        typer.Option(
+            "--criterion",
+            help="With --calibrator auto: what its cross-validation chooses by, 'nll' (default), "
+            "'brier' or 'ece' (as selfcal compare --criterion).",
+        ),
+    ] = None,
 ) -> None:
     """Fit a calibrator on --fit, apply it to --apply, write the probabilities to --out.
 
@@ -215,7 +231,7 @@ def calibrate(
         check_probs_output(out)  # before the fit, which may take long
         if save_calibrator is not None:
             check_calibrator_output(save_calibrator)
-        calibrator = _calibrator(calibrator_name, param or [])
+        calibrator = _calibrator(calibrator_name, param or [], criterion)
         train = read(fit, kind, label_column)
         test = read(apply, kind, label_column, require_labels=False)
         with source(fit):
