@@ -74,44 +74,35 @@ worse on small validation sets)."""
 BASELINE = "ts"
 """The candidate every other is also compared with in ``cv_results_`` (``ts_difference``)."""
 SCAN_ENTRIES = 10**5
-"""Ensemble temperature scaling is left out of the default candidates when the validation
-scores have more entries (``N C``) than this -- a rule of cost, which can leave out the
-lowest NLL, by little. Its fit scans the scores about 75 times (64 grid temperatures, then
-Brent) and holds about seven float64 copies of them: the costliest candidate by far at 100
-classes (0.9 of ``auto``'s 2.1 s on 5,000 x 100), 21 s and 2,770 MiB at 50,000 x 1,000 (7.3
-float64 copies of the logits; ``auto``'s whole fit there: at most 1.9). What it would win is
-small under ``auto``'s NLL: on the 20 CIFAR-100 sets of the shared prediction sets it never
-cross-validated better than temperature scaling
-(``results/posthoc-real``), on CalArena's 8 ImageNet models its log-loss was worse than
-temperature scaling's on all 8, and on synthetic 50,000 x 1,000 logits with 10% of the labels
-drawn uniformly -- the mixture with the uniform distribution that it fits and no other
-candidate can -- its test NLL was the lowest, 0.006 nats below that of TS-mix, ``auto``'s
-choice (``benchmarks/results/auto_scale.md``)."""
+"""Ensemble temperature scaling is left out of the default candidates past this many scores
+(``N C``) -- a rule of cost, which can leave out the lowest NLL, by little. Its fit scans the
+scores about 75 times and holds about seven float64 copies of them: 0.9 of ``auto``'s 2.1 s
+on 5,000 x 100; 21 s and 2,770 MiB on 50,000 x 1,000 (``auto``'s whole fit: at most 1.9
+copies). Under ``auto``'s NLL it never cross-validated better than temperature scaling on the
+20 CIFAR-100 shared sets (``results/posthoc-real``), its log-loss was worse than temperature
+scaling's on all 8 of CalArena's ImageNet models, and where it fits what no other candidate
+can -- 50,000 x 1,000 logits with 10% of the labels uniform -- its test NLL was 0.006 nats
+below ``auto``'s choice, TS-mix (``benchmarks/results/auto_scale.md``)."""
 MATRIX_PARAMETERS = 4 * 10**6
-"""Structured matrix scaling is left out of the default candidates when its ``C (C + 1)``
-parameters outnumber this (past 1,999 classes) -- a rule of memory, not of evidence: its
-L-BFGS fit holds about 32 float64 vectors of them (ten correction pairs, the gradient, the
-preconditioner), 1 GB at this limit, 26 GB at 10,000 classes. Up to it, SMS is a candidate
-at every size, decided by cross-validation: at 1,000 classes it had the lowest test NLL of
-every candidate on 50,000 rows of synthetic logits whose true map is a vector scaling with
-per-class scales and biases sized like real networks' -- 0.057 nats below SVS, 0.053 below
-vector scaling, 0.103 below temperature scaling (``benchmarks/results/auto_scale.md``) --
-where the size rule it replaces (left out whenever ``C (C - 1) / N > 10``, on the ground that
-it then fits what SVS fits) had ``auto`` choose SVS."""
+"""Structured matrix scaling is left out of the default candidates past this many parameters
+``C (C + 1)`` (from 2,000 classes) -- a rule of memory, not of evidence: its L-BFGS fit holds about
+32 float64 vectors of them, 1 GB here, 26 GB at 10,000 classes. Below, cross-validation
+decides: on 50,000 x 1,000 logits whose true map is a vector scaling with per-class scales and
+biases sized like real networks', SMS had the lowest test NLL of every candidate, 0.057 nats
+below SVS, which ``auto`` chose under the rule this one replaces (SMS left out whenever
+``C (C - 1) / N > 10``, "where it fits what SVS fits"; ``benchmarks/results/auto_scale.md``)."""
 FOLD_ROWS = 80_000
 """``n_folds="auto"``: ``K = 1 + FOLD_ROWS // N`` folds, between 2 and 5 -- five up to 20,000
 validation rows; fewer beyond, so that the fold fits see about ``FOLD_ROWS`` rows in all
 (each fold's fit has ``(K - 1) N / K`` rows)."""
 HELD_OUT_ROWS = 20_000
-"""``n_folds="auto"``: of the ``K`` folds, only as many are held out (each fitted on the
-others and scored) as hold out this many rows (:func:`scored_folds`): every fold up to 26,667
-rows; past 40,000 rows one, a single held-out split -- with 50,000 rows, every candidate fitted
-once on 25,000 rows and scored on the other 25,000, at half the cost of two folds, which keeps
-structured matrix scaling affordable there (``auto`` 31 s at most on 50,000 x 1,000, two
-threads). It separates what matters at 1,000 classes: on logits that temperature scaling
-calibrates exactly it called SMS, SVS and vector scaling significantly worse than TS (test
-NLL +0.0028, +0.0008, +0.0004), and on class-wise maps SMS significantly better than every
-other candidate (``benchmarks/results/auto_scale.md``)."""
+"""``n_folds="auto"``: only as many of the ``K`` folds are held out (fitted on the others and
+scored) as hold out this many rows (:func:`scored_folds`): every fold up to 26,667 rows, one
+past 40,000 -- with 50,000 rows each candidate fitted once on 25,000 rows, half the cost of
+two folds, which keeps SMS affordable (``auto`` at most 31 s at 50,000 x 1,000, two threads).
+It separates what matters there: on temperature scaling's own map it called SMS, SVS and
+vector scaling significantly worse than TS (test NLL +0.0028, +0.0008, +0.0004), on
+class-wise maps SMS significantly better than all (``benchmarks/results/auto_scale.md``)."""
 MAX_FOLDS = 5
 STRATIFIED_ROWS = 20_000
 """Up to this many validation rows the folds are stratified by label (:func:`folds_for`)."""
