@@ -90,11 +90,12 @@ def test_the_default_candidates_add_the_binary_ones_for_two_classes():
     z, y = biased_logits(2, 300, 2)
     auto = AutoCalibration().fit(logits=z, labels=y)
     assert auto.cv_results_["candidate"] == [
-        "sms", "svs", "ts-mix", "ts", "platt", "beta", "quadratic", "ets", "isotonic", "none",
+        "sms", "svs", "vector", "ts-mix", "ts", "platt", "beta", "quadratic", "ets", "isotonic",
+        "none",
     ]  # fmt: skip
     z, y = biased_logits(2, 300, 3)
     assert AutoCalibration(candidates=None).fit(logits=z, labels=y).cv_results_["candidate"] == [
-        "sms", "svs", "ts-mix", "ts", "ets", "isotonic", "none",
+        "sms", "svs", "vector", "ts-mix", "ts", "ets", "isotonic", "none",
     ]  # fmt: skip
 
 
@@ -132,27 +133,89 @@ def test_folds_are_stratified_up_to_20000_rows_and_random_beyond():
         np.testing.assert_array_equal(got, want)
 
 
-def test_the_default_candidates_leave_out_what_cannot_pay_at_the_problems_size():
-    """SMS is left out where its off-diagonal penalty ``C (C - 1) / N`` exceeds 10, ETS where
-    the scores have more than 10^5 entries; each stays in ``cv_results_`` with its reason.
-    Below both, the default candidates are all there."""
+def test_the_default_candidates_leave_out_only_what_cannot_be_afforded():
+    """SMS and vector scaling are candidates at 1,000 classes whatever the rows; SMS is left
+    out only past 4 * 10^6 parameters (memory), ETS past 10^5 scores; each stays in
+    ``cv_results_`` with its reason. Below both, the default candidates are all there."""
     from selfcal.posthoc.auto import default_candidates
 
-    z, y = biased_logits(6, 120, 40)  # C (C - 1) / N = 13
-    with warnings.catch_warnings():  # a few classes with one row, or none: expected here
-        warnings.simplefilter("ignore", DegenerateCalibration)
-        auto = AutoCalibration().fit(logits=z, labels=y)
-    r = auto.cv_results_
-    sms = r["candidate"].index("sms")
-    assert r["score"][sms] == float("inf") and "off-diagonal penalty" in r["error"][sms]
-    assert r["fit_seconds"][sms] == 0.0 and np.isnan(r["low"][sms])
-    assert auto.chosen_ != "sms"
+    many = Predictions.from_logits(torch.zeros(200, 1000), torch.arange(200))
+    names, left_out = default_candidates(many)
+    assert {"sms", "vector"} <= set(names) and set(left_out) == {"ets"}
+    assert "scans" in left_out["ets"]
+    huge = Predictions.from_logits(torch.zeros(2, 2000), torch.arange(2))
+    assert "parameters exceed" in default_candidates(huge)[1]["sms"]
     big = Predictions.from_logits(torch.zeros(2001, 50), torch.arange(2001) % 50)
-    names, left_out = default_candidates(big)
-    assert set(left_out) == {"ets"} and "scans" in left_out["ets"]
-    assert names == list(CANDIDATES)
+    assert default_candidates(big) == (list(CANDIDATES), {"ets": default_candidates(big)[1]["ets"]})
     small = Predictions.from_logits(torch.zeros(2000, 50), torch.arange(2000) % 50)
     assert default_candidates(small) == (list(CANDIDATES), {})
+
+
+def class_wise(seed: int, n: int, c: int, scale_sd: float = 0.0, bias_sd: float = 0.0):
+    """Logits ``N(0, 1)`` plus 12.3 on one class a row (``benchmarks/bench_auto_scale.py``),
+    labels drawn from ``softmax(w * z + b)``: ``w = exp(scale_sd e) / 1.5``,
+    ``b = bias_sd f`` per class (``e``, ``f`` standard normal, one map for every seed);
+    ``scale_sd = bias_sd = 0`` is temperature scaling's own map."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, c, generator=g)
+    z[torch.arange(n), torch.randint(0, c, (n,), generator=g)] += 12.3
+    m = torch.Generator().manual_seed(12345)
+    w = torch.exp(scale_sd * torch.randn(c, generator=m)) / 1.5
+    b = bias_sd * torch.randn(c, generator=m)
+    y = torch.multinomial(torch.softmax(z * w + b, 1), 1, generator=g).squeeze(1)
+    return z.numpy(), y.numpy()
+
+
+def test_many_classes_auto_takes_the_structured_map_the_old_size_rule_left_out():
+    """150 classes, 2,000 rows: ``C (C - 1) / N = 11``, where SMS used to be left out by size.
+    On class-wise maps it cross-validates significantly better than every other candidate and
+    is chosen, 0.08 nats below SVS (the old choice) on as many test rows; on temperature
+    scaling's own map ``auto`` stays within 0.005 of it."""
+    z, y = class_wise(0, 2000, 150, 0.3, 1.0)
+    zt, yt = class_wise(1, 4000, 150, 0.3, 1.0)
+    auto = AutoCalibration().fit(logits=z, labels=y)
+    r = auto.cv_results_
+    assert auto.chosen_ == "sms" and all(low > 0 for low in r["low"][1:] if not np.isnan(low))
+
+    def test_nll(cal):
+        return float(nll(probs=cal.predict_proba(logits=zt), labels=yt))
+
+    svs = build_calibrator("svs").fit(logits=z, labels=y)
+    assert test_nll(auto) < test_nll(svs) - 0.05
+    z, y = class_wise(0, 2000, 150)
+    zt, yt = class_wise(1, 4000, 150)
+    ts = build_calibrator("ts").fit(logits=z, labels=y)
+    assert test_nll(AutoCalibration().fit(logits=z, labels=y)) < test_nll(ts) + 0.005
+
+
+def test_past_40000_rows_auto_scores_one_held_out_split():
+    """With 40,001 rows the automatic folds are one held-out half of two random folds: each
+    candidate is fitted once, on the other half, and scored on the held-out rows only."""
+    z, y = biased_logits(1, 40_001, 3)
+    auto = AutoCalibration(candidates="ts,none").fit(logits=z, labels=y)
+    held = random_folds(40_001, 2, 0)[0]
+    train = np.setdiff1d(np.arange(40_001), held)
+    ts = build_calibrator("ts").fit(logits=z[train], labels=y[train])
+    want = float(nll(probs=ts.predict_proba(logits=z[held]), labels=y[held]))
+    assert auto.cv_results_["score"][0] == pytest.approx(want, rel=1e-12)
+    refit = build_calibrator("ts").fit(logits=z, labels=y)
+    assert auto.chosen_ == "ts" and auto.calibrator_.temperature_ == refit.temperature_
+
+
+@pytest.mark.parametrize(
+    ("n", "held_out"),
+    [(20_000, 5), (20_001, 4), (26_667, 3), (30_000, 2), (40_000, 2), (40_001, 1), (10**6, 1)],
+)
+def test_automatic_folds_hold_out_20000_rows_past_20000(n, held_out):
+    """Past 20,000 rows only enough of the folds are held out to hold out 20,000 rows: one
+    (a single held-out split) past 40,000. A stated number of folds holds out every fold."""
+    from selfcal.posthoc.auto import fold_count, folds_for, scored_folds
+
+    assert scored_folds(fold_count("auto", n), n) == held_out
+    labels = torch.zeros(n, dtype=torch.long)
+    folds = folds_for(labels, "auto", 0)
+    assert len(folds) == held_out and sum(map(len, folds)) >= min(n, 20_000) - held_out
+    assert len(folds_for(labels, 2, 0)) == 2
 
 
 @pytest.mark.parametrize(

@@ -135,3 +135,21 @@ def test_the_studies_read_sets_by_the_one_kind_rule_and_its_override(capsys, tmp
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
     code, _, err = run(capsys, "reproduce", "conformal", "--kind", "logits")
     assert code == 2 and "use it with --sets" in err
+
+
+def test_the_report_names_the_sets_command_as_typed_without_a_protocol():
+    """``--sets`` names the protocol that reads them: the report's command does not add
+    ``--protocol sets`` (the committed ``results/posthoc-real`` names its command so), with
+    ``--kind`` after the folder when given."""
+    from selfcal.experiments.report import reproduce_command
+    from selfcal.experiments.study import get_study
+    from selfcal.studies import import_all
+
+    import_all()
+    study = get_study("posthoc")
+    sets = "../shared/prediction-sets"
+    command = reproduce_command(study, "sets", "r.sqlite", "results/x", sets)
+    assert command == f"selfcal reproduce posthoc --sets {sets} --store r.sqlite --out results/x"
+    with_kind = reproduce_command(study, "sets", None, None, sets, kind="logits")
+    assert with_kind == f"selfcal reproduce posthoc --sets {sets} --kind logits"
+    assert reproduce_command(study, "quick", None, None) == "selfcal reproduce posthoc --quick"

@@ -229,10 +229,10 @@ def reproduce_command(
     the folder of prediction sets, which names the protocol that reads them, and ``kind``
     how their scores are read)."""
     words = [f"selfcal reproduce {study.name}"]
-    if sets is not None:
+    if sets is not None:  # names the protocol: no --protocol after it
         words.append(f"--sets {sets}")
-    if kind is not None:
-        words.append(f"--kind {kind}")
+        if kind is not None:
+            words.append(f"--kind {kind}")
     elif protocol == "quick":
         words.append("--quick")
     elif protocol != study.default_protocol:

@@ -1,10 +1,12 @@
-"""A calibrator chosen for the data: stratified K-fold cross-validation over a stated set of
-candidate calibrators on the user's validation predictions, scored by cross-validated NLL
-(Brier score or ECE by option) with paired bootstrap intervals
+"""A calibrator chosen for the data: K-fold cross-validation (a single held-out split on large
+sets) over a stated set of candidate calibrators on the user's validation predictions, scored
+by cross-validated NLL (Brier score or ECE by option) with paired bootstrap intervals
 (:mod:`selfcal.posthoc.crossfit`); the first candidate, in an order of preference set
 by the evidence of large benchmarks, that is not significantly worse than the lowest score is
-refitted on every row. The candidates and the folds are sized to the problem
-(:func:`default_candidates`, :func:`fold_count`, :func:`folds_for`).
+refitted on every row. Which candidate fits the data is decided by that evidence at every
+size; the problem's size sets only what the cross-validation costs -- fewer folds held out
+on large sets (:func:`folds_for`), and a candidate left out only where its fit cannot be
+afforded (:func:`default_candidates`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from selfcal.posthoc.crossfit import (
     Outcome,
     Scorer,
     cross_validate,
+    held_out_rows,
     paired_intervals,
     random_folds,
     stratified_folds,
@@ -36,10 +39,11 @@ from selfcal.posthoc.crossfit import (
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
 from selfcal.predictions import Predictions
 
-CANDIDATES = ("sms", "svs", "ts-mix", "ts", "ets", "isotonic", "none")
+CANDIDATES = ("sms", "svs", "vector", "ts-mix", "ts", "ets", "isotonic", "none")
 """The default candidates, in the order of preference that ``selection="first"`` follows:
-structured matrix and vector scaling, temperature scaling with and without mixing, ensemble
-temperature scaling, mixed top-label isotonic regression, and last no calibration at all.
+structured matrix, structured vector and vector scaling, temperature scaling with and without
+mixing, ensemble temperature scaling, mixed top-label isotonic regression, and last no
+calibration at all.
 
 The order is the evidence of benchmarks over many models: structured matrix scaling ranks
 first on multiclass sets in Berta et al.'s CalArena (win rate against temperature scaling
@@ -52,7 +56,17 @@ first) ``auto`` kept temperature scaling on most small sets and was significantl
 temperature scaling (tried in this version) made ``auto`` never worse than temperature scaling
 on the 42 shared prediction sets but better on 22 of them instead of 35, and significantly
 *worse* than temperature scaling on the leaderboard's small binary sets (NLL +0.021 [+0.002,
-+0.058]), where temperature scaling's own fold fits on a few dozen rows are unstable."""
++0.058]), where temperature scaling's own fold fits on a few dozen rows are unstable.
+
+Vector scaling (per-class scales and biases on the logits, ridge-penalised as SVS is) stands
+after SVS: CalArena ranks SVS above it on every multiclass benchmark (mean rank 2.95 against
+4.55 on vision, 6.90 against 7.29 on TabRepo), and on ImageNet its unpenalised vector scaling
+was worse than no calibration on 7 of 8 models; on the 20 CIFAR-100 shared sets SVS beat
+temperature scaling on 20, vector scaling on 3. So it is chosen only where the user's data
+call both structured fits significantly worse than the lowest score. Cross-validation catches
+its over-fitting: at 50,000 x 1,000, on logits that temperature scaling calibrates exactly, the
+held-out split called it significantly worse than temperature scaling (its test NLL: +0.0004;
+``benchmarks/results/auto_scale.md``)."""
 BINARY_CANDIDATES = ("platt", "beta", "quadratic")
 """Inserted after ``ts`` in the default candidates for two classes (CalArena ranks them first
 for binary tasks; on selfcal's leaderboard they tie temperature scaling, quadratic scaling is
@@ -60,21 +74,35 @@ worse on small validation sets)."""
 BASELINE = "ts"
 """The candidate every other is also compared with in ``cv_results_`` (``ts_difference``)."""
 SCAN_ENTRIES = 10**5
-"""Ensemble temperature scaling is left out of the default candidates when the validation
-scores have more entries (``N C``) than this: its fit scans them about 75 times (64 grid
-temperatures, then Brent), the costliest candidate by far at 100 classes (0.9 of ``auto``'s
-2.1 s on 5,000 x 100), and on the 20 CIFAR-100 sets of the shared prediction sets it never
-cross-validated better than temperature scaling (``results/posthoc-real``)."""
-SMS_PENALTY_LIMIT = 10.0
-"""Structured matrix scaling is left out of the default candidates, structured vector scaling
-standing first, when its off-diagonal penalty ``C (C - 1) / N`` exceeds this: its ``C (C - 1)``
-off-diagonal weights are then held near 0 (the penalty outweighs the data's curvature for them
-many times over), so it fits what SVS fits at ``C`` times the cost -- at 1,000 classes and
-50,000 rows, 20 against SVS's 5 s a fit. At 100 classes and 5,000 rows the penalty is 2."""
+"""Ensemble temperature scaling is left out of the default candidates past this many scores
+(``N C``) -- a rule of cost, which can leave out the lowest NLL, by little. Its fit scans the
+scores about 75 times and holds about seven float64 copies of them: 0.9 of ``auto``'s 2.1 s
+on 5,000 x 100; 21 s and 2,770 MiB on 50,000 x 1,000 (``auto``'s whole fit: at most 1.9
+copies). Under ``auto``'s NLL it never cross-validated better than temperature scaling on the
+20 CIFAR-100 shared sets (``results/posthoc-real``), its log-loss was worse than temperature
+scaling's on all 8 of CalArena's ImageNet models, and where it fits what no other candidate
+can -- 50,000 x 1,000 logits with 10% of the labels uniform -- its test NLL was 0.006 nats
+below ``auto``'s choice, TS-mix (``benchmarks/results/auto_scale.md``)."""
+MATRIX_PARAMETERS = 4 * 10**6
+"""Structured matrix scaling is left out of the default candidates past this many parameters
+``C (C + 1)`` (from 2,000 classes) -- a rule of memory, not of evidence: its L-BFGS fit holds about
+32 float64 vectors of them, 1 GB here, 26 GB at 10,000 classes. Below, cross-validation
+decides: on 50,000 x 1,000 logits whose true map is a vector scaling with per-class scales and
+biases sized like real networks', SMS had the lowest test NLL of every candidate, 0.057 nats
+below SVS, which ``auto`` chose under the rule this one replaces (SMS left out whenever
+``C (C - 1) / N > 10``, "where it fits what SVS fits"; ``benchmarks/results/auto_scale.md``)."""
 FOLD_ROWS = 80_000
 """``n_folds="auto"``: ``K = 1 + FOLD_ROWS // N`` folds, between 2 and 5 -- five up to 20,000
 validation rows; fewer beyond, so that the fold fits see about ``FOLD_ROWS`` rows in all
-(each fold's fit has ``(K - 1) N / K`` rows: with 50,000 rows, two fits on 25,000)."""
+(each fold's fit has ``(K - 1) N / K`` rows)."""
+HELD_OUT_ROWS = 20_000
+"""``n_folds="auto"``: only as many of the ``K`` folds are held out (fitted on the others and
+scored) as hold out this many rows (:func:`scored_folds`): every fold up to 26,667 rows, one
+past 40,000 -- with 50,000 rows each candidate fitted once on 25,000 rows, half the cost of
+two folds, which keeps SMS affordable (``auto`` at most 31 s at 50,000 x 1,000, two threads).
+It separates what matters there: on temperature scaling's own map it called SMS, SVS and
+vector scaling significantly worse than TS (test NLL +0.0028, +0.0008, +0.0004), on
+class-wise maps SMS significantly better than all (``benchmarks/results/auto_scale.md``)."""
 MAX_FOLDS = 5
 STRATIFIED_ROWS = 20_000
 """Up to this many validation rows the folds are stratified by label (:func:`folds_for`)."""
@@ -87,16 +115,17 @@ TERMS = {"nll": nll_terms, "brier": brier_terms}
 
 def default_candidates(pred: Predictions) -> tuple[list[str], dict[str, str]]:
     """:data:`CANDIDATES` (with :data:`BINARY_CANDIDATES` after ``ts`` for two classes), less
-    those the problem's size leaves out (:data:`SCAN_ENTRIES`, :data:`SMS_PENALTY_LIMIT`), with
-    the reason each is left out."""
+    those whose cost the problem's size rules out (:data:`SCAN_ENTRIES`,
+    :data:`MATRIX_PARAMETERS`), with the reason each is left out."""
     n, c = pred.n_samples, pred.n_classes
     binary = list(BINARY_CANDIDATES) if c == 2 else []
-    names = list(CANDIDATES[:4]) + binary + list(CANDIDATES[4:])
+    after_ts = CANDIDATES.index("ts") + 1
+    names = list(CANDIDATES[:after_ts]) + binary + list(CANDIDATES[after_ts:])
     left_out = {}
-    if c * (c - 1) / n > SMS_PENALTY_LIMIT:
+    if c * (c + 1) > MATRIX_PARAMETERS:
         left_out["sms"] = (
-            f"left out: its off-diagonal penalty C(C-1)/N = {c * (c - 1) / n:.3g} exceeds "
-            f"{SMS_PENALTY_LIMIT:g}, so it would fit what svs fits, at C times the cost"
+            f"left out: its {c * (c + 1):,} parameters exceed {MATRIX_PARAMETERS:,} (its L-BFGS "
+            f"fit would hold about {32 * 8 * c * (c + 1) / 2**30:.0f} GiB)"
         )
     if n * c > SCAN_ENTRIES:
         left_out["ets"] = (
@@ -112,10 +141,12 @@ def folds_for(labels: torch.Tensor, n_folds: int | str, seed: int) -> list[np.nd
     beyond (:func:`~selfcal.posthoc.crossfit.random_folds`: stratified folds reward
     per-class fits for matching the validation set's own class frequencies, which at 1,000
     classes made ``auto`` choose structured vector scaling where the test rows called it worse
-    than temperature scaling; ``scripts/auto_folds.py``)."""
+    than temperature scaling; ``scripts/auto_folds.py``); for ``n_folds="auto"`` only the
+    first :func:`scored_folds` of them (past 40,000 rows, one: a single held-out split)."""
     n = labels.shape[0]
     k = fold_count(n_folds, n)
-    return stratified_folds(labels, k, seed) if n <= STRATIFIED_ROWS else random_folds(n, k, seed)
+    folds = stratified_folds(labels, k, seed) if n <= STRATIFIED_ROWS else random_folds(n, k, seed)
+    return folds[: scored_folds(k, n)] if n_folds == "auto" else folds
 
 
 def fold_count(n_folds: int | str, n: int) -> int:
@@ -123,6 +154,12 @@ def fold_count(n_folds: int | str, n: int) -> int:
     if n_folds == "auto":
         return min(MAX_FOLDS, max(2, 1 + FOLD_ROWS // n))
     return int(n_folds)
+
+
+def scored_folds(k: int, n: int) -> int:
+    """How many of ``k`` folds of ``n`` rows ``n_folds="auto"`` holds out: the fewest that
+    hold out :data:`HELD_OUT_ROWS` rows, ``ceil(HELD_OUT_ROWS k / n)``, at most ``k``."""
+    return min(k, -(-HELD_OUT_ROWS * k // n))
 
 
 @register_calibrator("none")
@@ -173,7 +210,8 @@ class AutoCalibration(Calibrator):
 
     ``fit`` splits the validation rows into folds (seeded; stratified by label up to 20,000
     rows, random beyond: :func:`folds_for`), fits every candidate on ``K - 1`` folds and
-    predicts the held-out one, scores the pooled out-of-fold predictions by ``criterion``
+    predicts the held-out one (for each held-out fold), scores the pooled out-of-fold
+    predictions by ``criterion``
     (``"nll"``, default; ``"brier"``; ``"ece"``, 15 bins), compares every candidate with the
     lowest-scoring one (and with temperature scaling, for the record) by paired bootstraps over
     the rows, and chooses (``selection="first"``, default) the first candidate in the list that
@@ -186,10 +224,12 @@ class AutoCalibration(Calibrator):
     DegenerateCalibration / not-converged warnings of the fold fits are counted, not shown;
     those of the final refit are re-warned under this class's name.
 
-    Sized to the problem: the default candidates leave out what cannot pay at the problem's
-    size (:func:`default_candidates`), and ``n_folds="auto"`` (default) takes five folds up to
-    20,000 rows and fewer beyond (:func:`fold_count`). None of this changes anything below
-    10^5 scores and 20,000 rows.
+    Decided by evidence at every size; sized by cost: ``n_folds="auto"`` (default) takes five
+    folds up to 20,000 rows and fewer beyond (:func:`fold_count`), and holds out only enough of
+    them to hold out 20,000 rows -- past 40,000 rows a single held-out split, every candidate
+    fitted once on half the rows (:func:`folds_for`). The default candidates leave out only
+    what cannot be afforded: ensemble temperature scaling past 10^5 scores, structured matrix
+    scaling past 4 * 10^6 parameters (about 2,000 classes; :func:`default_candidates`).
 
     Parameters
     ----------
@@ -267,7 +307,9 @@ class AutoCalibration(Calibrator):
             self._fall_back(names, outcomes, left_out, pred)
             return
         warn_single_row_classes(pred)
-        self.cv_results_ = self._results(names, outcomes, left_out, pred)
+        held_out = torch.as_tensor(held_out_rows(folds), device=pred.device)
+        labels = pred.require_labels()[held_out]
+        self.cv_results_ = self._results(names, outcomes, left_out, labels)
         self.chosen_ = self._choose()
         self.calibrator_ = self._refit(pred)
 
@@ -312,11 +354,15 @@ class AutoCalibration(Calibrator):
         return lambda weights: CRITERIA[self.criterion].core(held_out, weights=weights)
 
     def _results(
-        self, names: list[str], outcomes: list[Outcome], left_out: dict[str, str], pred: Predictions
+        self,
+        names: list[str],
+        outcomes: list[Outcome],
+        left_out: dict[str, str],
+        labels: torch.Tensor,
     ) -> dict[str, list[Any]]:
-        """``cv_results_``: every candidate in ``names`` order, scores and intervals."""
+        """``cv_results_``: every candidate in ``names`` order, scores and intervals over the
+        held-out rows, whose ``labels`` are given."""
         by_name = {o.name: o for o in outcomes}
-        labels = pred.require_labels()
         scorers = {o.name: self._scorer(o.kept, labels) for o in outcomes if o.kept is not None}
         scores = {name: float(score(None)) for name, score in scorers.items()}
         results: dict[str, list[Any]] = {
@@ -327,10 +373,10 @@ class AutoCalibration(Calibrator):
             "error": [by_name[n].error if n in by_name else left_out[n] for n in names],
         }
         lowest = min(scores, key=lambda n: (scores[n], names.index(n)))
-        n, seed = pred.n_samples, self.seed
-        results.update(paired_intervals(scorers, names, lowest, n, seed, pred.device))
+        n, seed = labels.shape[0], self.seed
+        results.update(paired_intervals(scorers, names, lowest, n, seed, labels.device))
         if BASELINE in scorers:
-            against = paired_intervals(scorers, names, BASELINE, n, seed, pred.device)
+            against = paired_intervals(scorers, names, BASELINE, n, seed, labels.device)
             results.update({f"ts_{key}": values for key, values in against.items()})
         return results
 

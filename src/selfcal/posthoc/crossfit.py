@@ -5,10 +5,12 @@ chooses by, and what the cross-fitted refinement metrics (:mod:`selfcal.recalibr
 recalibrate with.
 
 Nothing here is new mathematics: each candidate is fitted on K - 1 folds and predicts the
-held-out fold, so every validation row gets one out-of-fold prediction per candidate; the
-criterion of those pooled predictions ranks the candidates, and a paired bootstrap over rows
-(the same resamples for every candidate) gives each candidate's difference from another with
-a centred 95% interval (:func:`selfcal.metrics.bootstrap.interval_bounds`).
+held-out fold, so every validation row gets one out-of-fold prediction per candidate (or,
+when only some of the folds are held out -- a single held-out split of a large set -- every
+held-out row); the criterion of those pooled predictions ranks the candidates, and a paired
+bootstrap over rows (the same resamples for every candidate) gives each candidate's
+difference from another with a centred 95% interval
+(:func:`selfcal.metrics.bootstrap.interval_bounds`).
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ def cross_validate(
     predictions is assembled over the rows. A candidate that fails on a fold (a
     ``ValueError``, e.g. a binary calibrator on three classes, or an ``ImportError``, e.g.
     isotonic regression without scikit-learn) is dropped from the later folds with its
-    reason."""
+    reason. Folds that do not cover every row (a single held-out split) keep the held-out
+    rows' values only (:func:`held_out_rows`)."""
     outcomes = [Outcome(name) for name in names]
     everything = np.arange(pred.n_samples)
     for rows in folds:
@@ -155,14 +158,22 @@ def _fit_fold(
     outcome.warnings += len(record)
 
 
+def held_out_rows(folds: list[np.ndarray]) -> np.ndarray:
+    """The rows the folds hold out, in order: every row when they partition the rows (K-fold
+    cross-validation), only the held-out ones when some rows are never held out (a single
+    held-out split: :func:`~selfcal.posthoc.auto.folds_for`)."""
+    return np.sort(np.concatenate(folds))
+
+
 def _assembled(
     parts: list[torch.Tensor], folds: list[np.ndarray], pred: Predictions
 ) -> torch.Tensor:
-    """The folds' kept values in row order."""
-    shape = (pred.n_samples, *parts[0].shape[1:])
-    out = torch.empty(shape, dtype=parts[0].dtype, device=pred.device)
-    for rows, part in zip(folds, parts):
-        out[torch.as_tensor(rows, device=pred.device)] = part
+    """The folds' kept values in the order of :func:`held_out_rows` (row order when the folds
+    partition the rows)."""
+    rows = held_out_rows(folds)
+    out = torch.empty((len(rows), *parts[0].shape[1:]), dtype=parts[0].dtype, device=pred.device)
+    for fold, part in zip(folds, parts):
+        out[torch.as_tensor(np.searchsorted(rows, fold), device=pred.device)] = part
     return out
 
 
