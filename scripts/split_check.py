@@ -261,6 +261,17 @@ def shifted(path: Path, draws: int) -> dict[str, Any]:
     }
 
 
+def write_shifted(path: Path, out: Path) -> None:
+    """``out/val.npz`` (the set's validation split) and ``out/test.npz`` (its test rows of
+    :func:`issue_shift`), with the set's arrays as stored."""
+    data = load_prediction_set(path)
+    keep = issue_shift(class_rows(data.test_labels, data.n_classes))
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "val.npz", **{data.kind: data.val, "labels": data.val_labels})
+    np.savez(out / "test.npz", **{data.kind: data.test[keep], "labels": data.test_labels[keep]})
+    print(f"wrote {out}: {len(data.val_labels)} validation rows, {len(keep)} test rows")
+
+
 # ----------------------------------------------------------------------------- report
 def pct(cell: dict[str, float]) -> str:
     return (
@@ -399,7 +410,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resplits", type=int, default=50)
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--shifted", default="chenyaofo_resnet56_cifar10")
+    parser.add_argument(
+        "--write-shifted",
+        type=Path,
+        metavar="DIR",
+        help="only write the --shifted set with issue 48's test split (97%% one class) as a "
+        "prediction set, DIR/val.npz and DIR/test.npz, for `selfcal compare DIR`",
+    )
     args = parser.parse_args(argv)
+    if args.write_shifted:
+        write_shifted(args.sets / args.shifted, args.write_shifted)
+        return
     torch.set_num_threads(1)
     with threadpool_limits(1):
         result = {

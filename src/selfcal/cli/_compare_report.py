@@ -71,6 +71,15 @@ def title(found: Comparison) -> str:
     )
 
 
+UNITS = {"nll": "", "brier": " (×100)", "ece": " (points)"}
+"""The unit of each score's printed difference (:data:`selfcal.posthoc.compare.PRINTED`)."""
+
+
+def difference_head(criterion: str) -> str:
+    """The column of the criterion's difference from TS: ``ECE − TS's [95% CI] (points)``."""
+    return f"{LABELS[criterion]} − TS's [95% CI]{UNITS[criterion]}"
+
+
 def set_table(found: Comparison) -> Any:
     """The set's rich table: each calibrator's test scores, the criterion's difference from
     TS's with its interval (on one line), fit time and note."""
@@ -82,7 +91,7 @@ def set_table(found: Comparison) -> Any:
     criterion = found.criterion
     lowest = lowest_name(found.rows, criterion)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    head = f"{LABELS[criterion]} − TS's [95% CI]" + (" (points)" if criterion == "ece" else "")
+    head = difference_head(criterion)
     for column in ("calibrator", "NLL", "ECE %", "Brier", head, "fit ms", "note"):
         left = column in ("calibrator", "note")
         table.add_column(column, justify="left" if left else "right", no_wrap=column != "note")
@@ -180,7 +189,7 @@ def summary_lines(judged: list[Judged], failed: dict[str, str], criterion: str) 
     chosen = auto_choices(judged)
     if chosen:
         lines += ["", "auto chose: " + ", ".join(f"{n} {k}" for n, k in chosen.items()) + "."]
-    lines += ["", f"| set | use | {word} − TS's [95% CI] | also |", "|---|---|---|---|"]
+    lines += ["", f"| set | use | {difference_head(criterion)} | also |", "|---|---|---|---|"]
     for item in judged:
         lines.append(set_summary_row(item.comparison))
     for path, message in failed.items():
