@@ -129,12 +129,13 @@ def draw(console: Console, judged: list[Judged], failed: dict[str, str], criteri
 
 
 def recommendation_line(found: Comparison) -> str:
+    """The recommendation's line; where the split check failed, with what it rests on."""
     rec = found.recommendation
-    return (
-        rec.line
-        if rec is not None
-        else "no recommendation: temperature scaling could not be fitted"
-    )
+    if rec is None:
+        return "no recommendation: temperature scaling could not be fitted"
+    if found.split_check.exchangeable:
+        return rec.line
+    return f"{rec.line} (on a test split unlike validation: see the warning above)"
 
 
 def tally(judged: list[Judged]) -> dict[str, list[int]]:
