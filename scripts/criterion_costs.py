@@ -1,12 +1,12 @@
-"""What each criterion of ``selfcal compare`` costs on the other scores: for every prediction
+"""What each criterion of `selfcal compare` costs on the other scores: for every prediction
 set under a folder, the recommendation by test NLL, by Brier score and by ECE
-(:func:`selfcal.posthoc.compare.recommend`, ``auto`` choosing by the same criterion), and on
+(:func:`selfcal.posthoc.compare.recommend`, `auto` choosing by the same criterion), and on
 how many sets each is significantly better or worse than temperature scaling on each score
 (paired 95% bootstrap intervals over the test rows, 1,000 resamples; a verdict only where the
-interval excludes 0 at the printed precision). The evidence behind ``--criterion``'s default.
+interval excludes 0 at the printed precision). The evidence behind `--criterion`'s default.
 
-Usage: ``python scripts/criterion_costs.py --sets ../shared/prediction-sets --out
-results/criterion-costs`` (about 15 minutes for the 42 shared sets on two cores; one thread,
+Usage: `python scripts/criterion_costs.py --sets ../shared/prediction-sets --out
+results/criterion-costs` (about 15 minutes for the 42 shared sets on two cores; one thread,
 so reruns are bit-identical).
 """
 
