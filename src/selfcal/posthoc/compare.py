@@ -105,11 +105,10 @@ class Recommendation:
         head = f"use {self.name} ({self.basis})"
         if self.name == BASELINE:
             return head
-        judged = self.row
-        said = verdict(judged, self.criterion) or "tied with"
-        said = f"{said} than TS" if said != "tied with" else "tied with TS"
-        found = f"{LABELS[self.criterion]} {difference_text(judged, self.criterion, True)} {said}"
-        return "; ".join([f"{head}: {found}", *self.costs])
+        said = verdict(self.row, self.criterion)
+        relation = f"{said} than TS" if said else "tied with TS"
+        found = f"{LABELS[self.criterion]} {difference_text(self.row, self.criterion, True)}"
+        return "; ".join([f"{head}: {found} {relation}", *self.costs])
 
     def to_dict(self) -> dict[str, object]:
         """The recommendation as JSON values (``--json``)."""
