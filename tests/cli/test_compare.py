@@ -133,9 +133,8 @@ def test_each_set_says_which_calibrator_to_use_by_the_criterion(capsys, sets, tm
     code, text, err = run(capsys, "compare", sets / "cnn", "--calibrators", "svs,auto", "--json")
     rec = json.loads(text)["sets"]["cnn"]["recommendation"]
     assert code == 0 and rec["criterion"] == "nll" and rec["use"] in ("sms", "svs", "ts", "ts-mix")
-    code, text, err = run(
-        capsys, "compare", sets / "cnn", "--calibrators", "auto", "--criterion", "ece"
-    )
+    args = ("--calibrators", "auto", "--criterion", "ece", "--out", tmp_path / "r")
+    code, text, err = run(capsys, "compare", sets / "cnn", *args)
     assert code == 0 and "use " in text
     assert "ECE − TS's [95% CI]" in text and ("cross-validated ECE" in text or "use ts" in text)
     code, _, err = run(capsys, "compare", sets / "cnn", "--criterion", "auc")
