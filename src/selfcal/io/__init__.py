@@ -29,6 +29,12 @@ indices: class names (strings) get the one message of
 Errors are ``ValueError`` (or ``FileNotFoundError``) whose message starts with the file:
 an empty file, a file that is not a valid ``.npz`` / ``.npy``, an object array (nothing is
 unpickled), a folder, missing labels (naming the arrays or columns there are).
+``.npz`` and ``.npy`` files are untrusted input, read by the one reader of
+:mod:`selfcal.io._files`: regular files only (a device, FIFO or socket, directly or through a
+symbolic link, is refused before it is opened), every array's header read and refused before
+any data when its dtype is not plain (booleans, integers, float16/32/64, fixed-width strings),
+it has more than 2 dimensions, or it takes more than ``$SELFCAL_MAX_ARRAY_BYTES`` (default
+4 GiB, counted as 64-bit values); zip members must hold exactly what they declare.
 Row numbers in error messages count data rows from 0 (a CSV header line is not a row).
 Prediction sets -- a model's validation and test predictions together -- are read by
 :func:`load_prediction_set` (:mod:`selfcal.io._sets`).
@@ -44,8 +50,10 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice
-from selfcal.io._arrays import _read_npy, _read_npz, read_npy, read_npz
+from selfcal.io._arrays import _read_npy, _read_npz
+from selfcal.io._files import open_npz, read_npy, read_npz, read_npz_required
 from selfcal.io._formats import KINDS, TABULAR, check_named_kind, format_of, resolve_path
+from selfcal.io._regular import MAX_BYTES_ENV, file_digest, max_array_bytes
 from selfcal.io._sets import (
     KIND_ENV,
     PREDICTIONS_ENV,
@@ -61,6 +69,7 @@ from selfcal.predictions import Predictions
 __all__ = [
     "KINDS",
     "KIND_ENV",
+    "MAX_BYTES_ENV",
     "PREDICTIONS_ENV",
     "TABULAR",
     "PredictionSet",
@@ -68,13 +77,17 @@ __all__ = [
     "check_probs_output",
     "default_sets_kind",
     "default_sets_root",
+    "file_digest",
     "find_prediction_sets",
     "load_prediction_set",
     "load_predictions",
+    "max_array_bytes",
+    "open_npz",
     "read_arrays",
     "read_columns",
     "read_npy",
     "read_npz",
+    "read_npz_required",
     "resolve_path",
     "save_probs",
     "write_table",

@@ -1,101 +1,39 @@
-"""The ``.npz`` and ``.npy`` readers of :mod:`selfcal.io`: arrays read without unpickling,
-and the scores kind, scores and labels of a predictions archive or ``.npy`` pair."""
+"""The scores kind, scores and labels of a predictions archive or ``.npy`` pair, read by the
+one array reader (:mod:`selfcal.io._files`: regular files only, sizes bounded before any data,
+nothing unpickled)."""
 
 from __future__ import annotations
 
-import zipfile
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from selfcal.io._files import open_npz, read_npy
 from selfcal.io._formats import KINDS
-
-_NPY_MAGIC = b"\x93NUMPY"
-
-
-def _check_not_empty(path: Path) -> None:
-    if path.stat().st_size == 0:
-        raise ValueError(f"{path}: the file is empty (0 bytes)")
-
-
-def _array_error(path: Path, name: str | None, exc: Exception) -> ValueError:
-    """The one-line error for an array numpy could not load (object arrays named as such);
-    ``name``: the member of an ``.npz``, ``None`` for an ``.npy`` file."""
-    what = "the file" if name is None else f"the array {name!r}"
-    if "allow_pickle" in str(exc):
-        return ValueError(
-            f"{path}: {what} holds non-numeric (object) values, which selfcal does not load "
-            "(nothing is unpickled)"
-        )
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return ValueError(f"{path}: cannot read {what} ({first})")
-
-
-def read_npz(
-    path: str | Path, names: Iterable[str] | None = None
-) -> tuple[list[str], dict[str, np.ndarray]]:
-    """The array names of the ``.npz`` archive ``path`` and the arrays among ``names`` (every
-    array when ``None``), read without unpickling. An empty file, a file that is not a zip
-    archive, an object array or a damaged member is a ``ValueError`` naming the file."""
-    path = Path(path)
-    _check_not_empty(path)
-    if not zipfile.is_zipfile(path):
-        with open(path, "rb") as fh:
-            npy = fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC
-        what = "a single .npy array" if npy else "not a zip file"
-        raise ValueError(f"{path}: not a valid .npz archive ({what})")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            files = list(data.files)
-            wanted = files if names is None else [n for n in names if n in files]
-            return files, {name: _npz_member(data, name, path) for name in wanted}
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise ValueError(f"{path}: not a valid .npz archive ({exc})") from None
-
-
-def _npz_member(data: Any, name: str, path: Path) -> np.ndarray:
-    try:
-        value = data[name]
-    except (ValueError, EOFError, zipfile.BadZipFile, OSError) as exc:
-        raise _array_error(path, name, exc) from None
-    if not isinstance(value, np.ndarray):
-        raise ValueError(f"{path}: the member {name!r} is not a NumPy array")
-    return value
-
-
-def read_npy(path: str | Path) -> np.ndarray:
-    """The array in the ``.npy`` file ``path``, read without unpickling (errors as
-    :func:`read_npz`)."""
-    path = Path(path)
-    _check_not_empty(path)
-    with open(path, "rb") as fh:
-        if fh.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
-            raise ValueError(f"{path}: not a valid .npy file (no NumPy header)")
-    try:
-        return np.asarray(np.load(path, allow_pickle=False))
-    except (ValueError, EOFError, OSError) as exc:
-        raise _array_error(path, None, exc) from None
 
 
 def _read_npz(path: Path, kind: str | None) -> tuple[str, np.ndarray, np.ndarray | None]:
     """Scores kind, scores and labels (or ``None``) from an ``.npz`` archive."""
-    files, _ = read_npz(path, ())
+    with open_npz(path) as archive:
+        kind = _npz_kind(path, archive.names, kind)
+        arrays = archive.read([name for name in (kind, "labels") if name in archive.names])
+    return kind, arrays[kind], arrays.get("labels")
+
+
+def _npz_kind(path: Path, files: list[str], kind: str | None) -> str:
+    """The kind to read: ``kind`` when given and present, else the one of :data:`KINDS`
+    the archive holds (neither or both: an error saying so)."""
     listed = ", ".join(files) or "none"
     present = [k for k in KINDS if k in files]
     if kind is not None and kind not in present:
         raise ValueError(f"{path}: no {kind!r} array (arrays: {listed})")
-    if kind is None:
-        if len(present) != 1:
-            found = "both 'logits' and 'probs'" if present else "neither 'logits' nor 'probs'"
-            raise ValueError(
-                f"{path}: needs exactly one of the arrays 'logits' or 'probs', found {found}"
-                f" (arrays: {listed})" + ("; pass --kind to choose" if present else "")
-            )
-        kind = present[0]
-    _, arrays = read_npz(path, (kind, "labels"))
-    return kind, arrays[kind], arrays.get("labels")
+    if kind is None and len(present) != 1:
+        found = "both 'logits' and 'probs'" if present else "neither 'logits' nor 'probs'"
+        raise ValueError(
+            f"{path}: needs exactly one of the arrays 'logits' or 'probs', found {found}"
+            f" (arrays: {listed})" + ("; pass --kind to choose" if present else "")
+        )
+    return kind or present[0]
 
 
 def _npy_parts(path: Path) -> tuple[Path, str, Path]:

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from selfcal._validation import check_choice
-from selfcal.io._arrays import read_npz
+from selfcal.io._files import read_npz
 from selfcal.io._formats import KINDS, check_named_kind
 from selfcal.predictions import Predictions
 
