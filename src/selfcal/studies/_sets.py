@@ -6,7 +6,6 @@ nothing -- and the set's rows, resampled for paired intervals over its test rows
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from selfcal.io import (
     PredictionSet,
     default_sets_kind,
     default_sets_root,
+    file_digest,
     find_prediction_sets,
     load_prediction_set,
 )
@@ -30,12 +30,11 @@ PROTOCOL = "sets"
 
 def set_digest(path: Path) -> str:
     """First 12 hex digits of the SHA-256 of the set's files (``val.npz`` then ``test.npz``,
-    or the one file)."""
-    files = [path] if path.is_file() else [path / "val.npz", path / "test.npz"]
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()[:12]
+    or the one file), read by the one reader of untrusted files
+    (:func:`selfcal.io.file_digest`): regular files only, no larger than the arrays cap, in
+    blocks -- a set's file linked to ``/dev/zero`` or a FIFO is refused, never read."""
+    files = [path / "val.npz", path / "test.npz"] if path.is_dir() else [path]
+    return file_digest(*files)[:12]
 
 
 def set_specs(study: Any, protocol: Any) -> list[RunSpec]:
@@ -54,7 +53,8 @@ def set_specs(study: Any, protocol: Any) -> list[RunSpec]:
 
 
 def spec_set(spec: RunSpec) -> PredictionSet:
-    """The prediction set ``spec`` names, read from ``$SELFCAL_PREDICTIONS``; a set whose
+    """The prediction set ``spec`` names, read from ``$SELFCAL_PREDICTIONS`` (the name picks
+    one set: :func:`~selfcal.io.find_prediction_sets` refuses two of one name); a set whose
     files changed since the spec was made is a ``ValueError`` (rerun the sweep)."""
     by_name = {set_name(p): p for p in find_prediction_sets(default_sets_root())}
     path = by_name.get(spec.dataset)
