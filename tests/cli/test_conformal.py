@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -168,3 +169,71 @@ def test_evaluate_conformal_one_line_errors(capsys, tmp_path, extra, message):
     path = _probs_file(tmp_path, "p.npz", 100, 0)
     code, _, err = run(capsys, "evaluate", path, *extra)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def _conformal_edits() -> dict[str, tuple[Callable[[Path], None], str]]:
+    """Edits of a model folder's ``conformal.npz`` (the audit's ``repro_model_conformal.sh``)
+    and what the refusal says."""
+    import io
+    import zipfile
+
+    def declared(path: Path) -> None:
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": "<f8", "fortran_order": False, "shape": (10**12, 2)}
+        )
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("probs.npy", header.getvalue() + bytes(64))
+            archive.writestr("labels.npy", header.getvalue() + bytes(64))
+
+    def rewrite(**change):
+        def edit(path: Path) -> None:
+            with np.load(path) as stored:
+                arrays = {k: stored[k] for k in stored.files}
+            np.savez(path, **{k: change[k](v) if k in change else v for k, v in arrays.items()})
+
+        return edit
+
+    def objects(path: Path) -> None:
+        a = np.empty(2, dtype=object)
+        a[:] = [{"x": 1}, "s"]
+        np.savez(path, probs=a, labels=a)
+
+    def no_labels(path: Path) -> None:
+        with np.load(path) as stored:
+            np.savez(path, probs=stored["probs"])
+
+    return {
+        "not a zip": (lambda p: p.write_bytes(b"PK\x03\x04garbage"), "not a valid .npz archive"),
+        "object arrays": (objects, "holds non-numeric (object) values"),
+        "labels + 7": (rewrite(labels=lambda y: y + 7), "labels must lie in [0, 5)"),
+        "1e12 rows declared": (declared, "declares shape (1000000000000, 2) of float64"),
+        "3 of 5 columns": (
+            rewrite(probs=lambda p: p[:, :3]),
+            "probs must be (n, 5), one column per class of the model, got shape (120, 3)",
+        ),
+        "no labels": (no_labels, "no array 'labels'; arrays: probs"),
+    }
+
+
+@pytest.mark.parametrize("edit", list(_conformal_edits()))
+def test_a_resealed_conformal_file_not_as_train_writes_it_is_one_line_naming_it(
+    capsys, files, model, tmp_path, edit
+):
+    """``conformal.npz`` is read by the one reader of untrusted array files and checked
+    against the model (columns, labels), even when the folder's checksums were recomputed."""
+    import shutil
+
+    from selfcal.pipeline.model_dir import seal
+
+    folder = tmp_path / "m"
+    shutil.copytree(model, folder)
+    make, message = _conformal_edits()[edit]
+    make(folder / "conformal.npz")
+    config = json.loads((folder / "config.json").read_text())
+    body = {k: v for k, v in config.items() if k not in ("checksums", "checksum")}
+    (folder / "config.json").write_text(json.dumps(seal(folder, body)))
+    args = ["predict", folder, files["test"], "--out", tmp_path / "p.csv", "--conformal", "0.1"]
+    code, _, err = run(capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(folder / "conformal.npz") in err and message in err, err

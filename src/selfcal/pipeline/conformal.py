@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from selfcal.pipeline.folder_schema import read_conformal
 from selfcal.pipeline.model_dir import CONFORMAL, member
 from selfcal.pipeline.tables import FeatureTable
 
@@ -73,17 +74,17 @@ def save_calibration(folder: Path, probs: np.ndarray, labels: np.ndarray) -> Non
     )
 
 
-def load_calibration(folder: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """The stored ``(probs, labels)``; a folder trained without ``--conformal-split`` is a
-    one-line error saying how to get one."""
+def load_calibration(folder: str | Path, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stored ``(probs, labels)`` of a model of ``n_classes`` classes, checked
+    (:func:`selfcal.pipeline.folder_schema.read_conformal`); a folder trained without
+    ``--conformal-split`` is a one-line error saying how to get one."""
     path = member(folder, CONFORMAL)
     if path is None:
         raise ValueError(
             f"{folder}: no conformal calibration rows; train it again with --conformal-split "
             "(e.g. 0.3) to hold out validation rows for --conformal"
         )
-    with np.load(path, allow_pickle=False) as data:
-        return data["probs"], data["labels"]
+    return read_conformal(path, n_classes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,7 +143,7 @@ def conformal_sets(
     from selfcal.conformal import SplitConformal
 
     check_choice("--conformal-score", score, SCORES)
-    cal_probs, cal_labels = load_calibration(folder)
+    cal_probs, cal_labels = load_calibration(folder, probs.shape[1])
     check_alpha(alpha, len(cal_labels))
     predictor = SplitConformal(alpha=alpha, nonconformity=score).fit(
         probs=cal_probs, labels=cal_labels

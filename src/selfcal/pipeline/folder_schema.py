@@ -1,6 +1,6 @@
 """What a model folder's files must hold to be read: every field of ``config.json``, the
 tensors of ``model.safetensors``, the thresholds of ``selective.json`` and the arrays of
-``validation.npz``, checked when ``selfcal predict`` reads them.
+``validation.npz`` and ``conformal.npz``, checked when ``selfcal predict`` reads them.
 
 A model folder is untrusted input (:mod:`selfcal.pipeline.model_dir`): its checksums catch a
 file changed by accident, and these checks catch a file that is consistent with its checksum
@@ -13,7 +13,6 @@ only, and its shapes compared with the weights file's header).
 from __future__ import annotations
 
 import math
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from selfcal.io import read_npz_required
 from selfcal.models import build_model
 from selfcal.pipeline.prepare import LabelMap, Standardizer
+from selfcal.predictions import Predictions
 
 BUILT = {"name": "mlp", "activation": "relu", "dropout": 0.0}
 """The architecture ``selfcal train`` builds and ``selfcal predict`` rebuilds (a folder that
@@ -157,14 +158,12 @@ def _header(path: Path) -> dict[str, tuple[str, list[int]]]:
 
 def read_validation(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """``validation.npz``'s ``(confidence, correct)``: two arrays of one length, confidences
-    in [0, 1] and correctness boolean."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            confidence, correct = data["confidence"], data["correct"]
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
-        raise ValueError(
-            f"{path}: not the validation confidences selfcal train writes ({exc})"
-        ) from None
+    in [0, 1] and correctness boolean, read by the one reader of untrusted array files
+    (:func:`selfcal.io.read_npz_required`: a regular file, sizes bounded before any data)."""
+    arrays = read_npz_required(
+        path, ("confidence", "correct"), "the validation confidences selfcal train writes"
+    )
+    confidence, correct = arrays["confidence"], arrays["correct"]
     if (
         confidence.ndim != 1
         or confidence.size == 0
@@ -178,3 +177,30 @@ def read_validation(path: Path) -> tuple[np.ndarray, np.ndarray]:
             "boolean array of the same length"
         )
     return confidence, correct
+
+
+def read_conformal(path: Path, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``conformal.npz``'s ``(probs, labels)`` as ``selfcal train --conformal-split`` writes
+    them: ``probs`` ``(n, n_classes)`` float probabilities (each row in [0, 1], summing to 1)
+    and ``labels`` ``(n,)`` integer classes in ``[0, n_classes)``, ``n >= 1``; read by the one
+    reader of untrusted array files, checked here so that a wrong file is one line naming it
+    rather than an error of the conformal fit."""
+    arrays = read_npz_required(
+        path, ("probs", "labels"), "the conformal calibration rows selfcal train writes"
+    )
+    probs, labels = arrays["probs"], arrays["labels"]
+    if probs.ndim != 2 or probs.shape[1] != n_classes or probs.shape[0] == 0:
+        raise ValueError(
+            f"{path}: probs must be (n, {n_classes}), one column per class of the model, got "
+            f"shape {probs.shape}"
+        )
+    if probs.dtype.kind != "f" or labels.dtype.kind not in "iu":
+        raise ValueError(
+            f"{path}: probs must be floats and labels integers, got {probs.dtype} and "
+            f"{labels.dtype}"
+        )
+    try:
+        Predictions.from_probs(probs, labels)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return probs, labels
