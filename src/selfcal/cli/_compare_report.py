@@ -23,11 +23,14 @@ LABELS = {"nll": "NLL", "brier": "Brier", "ece": "ECE"}
 
 @dataclass
 class Judged:
-    """A set judged: its :class:`~selfcal.posthoc.compare.Comparison` and its figure (PNG
-    bytes, drawn as soon as the set is done so that no set's probabilities are kept)."""
+    """A set judged: its :class:`~selfcal.posthoc.compare.Comparison`, its figure (PNG
+    bytes, drawn as soon as the set is done so that no set's probabilities are kept) and
+    where its files were read from when links led elsewhere
+    (:meth:`selfcal.io.PredictionSet.read_from`)."""
 
     comparison: Comparison
     figure: bytes | None = field(default=None, repr=False)
+    read_from: str = ""
 
 
 def warned_text(warned: Warned) -> str:
@@ -238,13 +241,14 @@ def summary_renderables(judged: list[Judged], failed: dict[str, str], criterion:
 
 
 # ----------------------------------------------------------------------------- report
-def markdown(found: Comparison, figure_file: str | None) -> list[str]:
-    """A set's section of the report: title, split check, the full table (every score's
-    difference from TS's with its interval), the recommendation, the warnings, the figure."""
+def markdown(found: Comparison, figure_file: str | None, read_from: str = "") -> list[str]:
+    """A set's section of the report: title, where its files were read from (links), split
+    check, the full table (every score's difference from TS's with its interval), the
+    recommendation, the warnings, the figure."""
     criterion = found.criterion
     lowest = lowest_name(found.rows, criterion)
     check = found.split_check
-    lines = [f"## {found.name}", ""]
+    lines = [f"## {found.name}", ""] + ([f"Files {read_from}.", ""] if read_from else [])
     if not check.exchangeable:
         lines += [f"> **Warning:** {check.message}", ""]
     lines += [
@@ -317,7 +321,7 @@ def write_report(
         if item.figure is not None:
             file = f"reliability_{item.comparison.name}.png"
             (out / file).write_bytes(item.figure)
-        lines += markdown(item.comparison, file)
+        lines += markdown(item.comparison, file, item.read_from)
     path = out / "README.md"
     partial = out / ".README.md.partial"
     partial.write_text("\n".join(lines))

@@ -10,8 +10,20 @@ A set is either
 * **one** ``.npz`` **file** with the same arrays suffixed ``_val`` and ``_test``
   (``logits_val``, ``labels_val``, ``logits_test``, ``labels_test``, ``groups_val``, ...).
 
-Its name is the folder's or the file's (without ``.npz``). A folder of sets holds any number
-of either. ``$SELFCAL_PREDICTIONS`` names the folder of sets used when none is given.
+Its name is the folder's or the file's (without ``.npz``), and names are unique: a folder
+``a/`` beside a file ``a.npz`` (or two folders given with a set of one name each) is refused
+by :func:`find_prediction_sets`, naming both, rather than one silently taking the other's
+place. A folder of sets holds any number of either. ``$SELFCAL_PREDICTIONS`` names the folder
+of sets used when none is given.
+
+Sets come from anywhere, so every file is read by the one reader of untrusted array files
+(:mod:`selfcal.io._files`: regular files only, every array's header read and its size bounded
+before any data). A symbolic link to a regular file is followed -- gathering one's sets into
+a folder by linking them is legitimate -- and the set records where it led
+(:attr:`PredictionSet.resolved`, said by :meth:`PredictionSet.read_from`), for the reports; a
+link to a device, FIFO or socket is refused. Scores are ``(N, C)`` with ``C >= 2``, one column
+per class: a one-column array is refused rather than read as a binary positive-class score
+(the convention of a plain predictions file, :mod:`selfcal.io`), since a set states its layout.
 
 The kind of the scores comes from the array names, by the rule of every command that reads
 scores (:func:`~selfcal.io.check_named_kind`): an array *named* logits whose every row is a
@@ -33,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from selfcal._validation import check_choice
-from selfcal.io._files import read_npz
+from selfcal.io._files import NpzArchive, open_npz
 from selfcal.io._formats import KINDS, check_named_kind
 from selfcal.predictions import Predictions
 
@@ -55,7 +67,9 @@ LAYOUT = (
 class PredictionSet:
     """Validation and test scores of one model with their labels (numpy, as stored); ``kind``
     says what the scores are (``"logits"`` or ``"probs"``); ``groups``, where the set has
-    them, one value per row (e.g. the MMLU subject of each question)."""
+    them, one value per row (e.g. the MMLU subject of each question); ``resolved``, for each
+    file of the set reached through a symbolic link in the set (its folder or file, or a
+    split's file), ``(the file as named, its real path)`` -- empty when none is."""
 
     kind: str
     val: np.ndarray
@@ -65,6 +79,15 @@ class PredictionSet:
     name: str = ""
     val_groups: np.ndarray | None = None
     test_groups: np.ndarray | None = None
+    resolved: tuple[tuple[Path, Path], ...] = ()
+
+    def read_from(self) -> str:
+        """``read from REAL, REAL`` where the set's files were reached through symbolic links
+        (:attr:`resolved`), for a report to say where the data really came from; else ``""``.
+        One line: a control character in a path (a newline) is written escaped."""
+        if not self.resolved:
+            return ""
+        return "read from " + ", ".join(_printable(str(real)) for _, real in self.resolved)
 
     @property
     def n_classes(self) -> int:
@@ -79,6 +102,10 @@ class PredictionSet:
         if self.kind == "logits":
             return Predictions.from_logits(scores, labels)
         return Predictions.from_probs(scores, labels)
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def default_sets_root() -> Path:
@@ -100,21 +127,42 @@ def default_sets_kind() -> str | None:
     return kind
 
 
-def find_prediction_sets(root: str | Path) -> list[Path]:
-    """The prediction sets under ``root``, sorted by name: ``root`` itself when it is one (a
-    set's folder or file), else its sub-folders holding ``val.npz`` and its ``.npz`` files
-    (each a one-file set). A missing folder is a ``FileNotFoundError``; one holding no set a
-    ``ValueError``."""
-    root = Path(root)
-    if not root.exists():
+def find_prediction_sets(root: str | Path, *more: str | Path) -> list[Path]:
+    """The prediction sets under ``root`` (and ``more`` roots, each after the one before):
+    the root itself when it is one (a set's folder or anything not a folder, which the reader
+    then accepts or refuses by name), else its sub-folders holding ``val.npz`` and its
+    ``.npz`` entries that are not folders, each root's sorted by name. A missing root is a
+    ``FileNotFoundError``; a folder holding no set, or two sets of one name anywhere among
+    the roots, a ``ValueError`` naming them (one set must never stand for another)."""
+    found: dict[Path, None] = {}
+    for path in (path for each in (root, *more) for path in _sets_under(Path(each))):
+        found.setdefault(path)
+    return _unique(list(found))
+
+
+def _sets_under(root: Path) -> list[Path]:
+    if not os.path.lexists(root):
         raise FileNotFoundError(f"{root}: no such folder of prediction sets")
-    if root.is_file() or (root / "val.npz").exists():
+    if not root.is_dir() or os.path.lexists(root / "val.npz"):
         return [root]
-    found = [p for p in root.iterdir() if (p.is_dir() and (p / "val.npz").exists())]
-    found += [p for p in root.glob("*.npz") if p.is_file()]
+    found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(p / "val.npz")]
+    found += [p for p in root.glob("*.npz") if not p.is_dir()]
     if not found:
         raise ValueError(f"{root}: no prediction sets here ({LAYOUT})")
     return sorted(found, key=lambda p: set_name(p))
+
+
+def _unique(paths: list[Path]) -> list[Path]:
+    """``paths``, or a ``ValueError`` naming two of them that give one set name."""
+    named: dict[str, Path] = {}
+    for path in paths:
+        other = named.setdefault(set_name(path), path)
+        if other != path:
+            raise ValueError(
+                f"{path}: another prediction set is named {set_name(path)!r} ({other}); "
+                "rename one (a set is named by its folder, or its file without .npz)"
+            )
+    return paths
 
 
 def set_name(path: Path) -> str:
@@ -130,7 +178,7 @@ def load_prediction_set(path: str | Path, kind: str | None = None) -> Prediction
     path = Path(path)
     if kind is not None:
         check_choice("kind", kind, KINDS)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{path}: no such prediction set ({LAYOUT})")
     if path.is_dir():
         parts = {split: _folder_split(path / f"{split}.npz", kind) for split in SPLITS}
@@ -151,8 +199,27 @@ def load_prediction_set(path: str | Path, kind: str | None = None) -> Prediction
     if (val_groups is None) != (test_groups is None):
         raise ValueError(f"{where}: groups are given for one split only")
     return PredictionSet(
-        kind, val, val_labels, test, test_labels, set_name(path), val_groups, test_groups
+        kind,
+        val,
+        val_labels,
+        test,
+        test_labels,
+        set_name(path),
+        val_groups,
+        test_groups,
+        _resolved(path),
     )
+
+
+def _resolved(path: Path) -> tuple[tuple[Path, Path], ...]:
+    """``(file, real path)`` of each file of the set at ``path`` that a symbolic link in the
+    set (its folder or file, or a split's file) leads elsewhere; links in the folders above
+    the set are the user's layout, not the set's, and are not reported."""
+    absolute = Path(os.path.abspath(path))
+    named = Path(os.path.realpath(absolute.parent)) / absolute.name
+    parts = [Path(f"{split}.npz") for split in SPLITS] if path.is_dir() else [Path()]
+    found = ((path / part, Path(os.path.realpath(path / part)), named / part) for part in parts)
+    return tuple((file, real) for file, real, expected in found if real != expected)
 
 
 Split = tuple[str, np.ndarray, np.ndarray, np.ndarray | None]
@@ -160,22 +227,46 @@ Split = tuple[str, np.ndarray, np.ndarray, np.ndarray | None]
 
 
 def _folder_split(path: Path, kind: str | None) -> Split:
-    if not path.exists():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{path}: no such file ({LAYOUT})")
-    files, _ = read_npz(path, ())
-    return _split(path, files, "", kind)
+    with open_npz(path) as archive:
+        return _split(path, archive, "", kind)
 
 
 def _file_splits(path: Path, kind: str | None) -> dict[str, Split]:
     if path.suffix != ".npz":
         raise ValueError(f"{path}: not a prediction set ({LAYOUT})")
-    files, _ = read_npz(path, ())
-    return {split: _split(path, files, f"_{split}", kind) for split in SPLITS}
+    with open_npz(path) as archive:
+        return {split: _split(path, archive, f"_{split}", kind) for split in SPLITS}
 
 
-def _split(path: Path, files: list[str], suffix: str, given: str | None) -> Split:
+def _split(path: Path, archive: NpzArchive, suffix: str, given: str | None) -> Split:
     """One split of ``path``: arrays ``<kind><suffix>``, ``labels<suffix>`` and optionally
-    ``groups<suffix>``, checked; ``given``: the kind to read (module docstring)."""
+    ``groups<suffix>``, their shapes checked from the headers before any data is read, then
+    the values; ``given``: the kind to read (module docstring)."""
+    kind = _split_kind(path, archive.names, suffix, given)
+    names = [f"{kind}{suffix}", f"labels{suffix}", f"groups{suffix}"]
+    if names[2] not in archive.names:
+        names.pop()
+    _check_shapes(path, archive, names)
+    arrays = archive.read(names)
+    scores, labels = arrays[names[0]], arrays[names[1]]
+    if given is None:
+        check_named_kind(path, kind, scores, names[0])
+    try:
+        if kind == "logits":
+            Predictions.from_logits(scores, labels)
+        else:
+            Predictions.from_probs(scores, labels)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    groups = arrays.get(f"groups{suffix}")
+    return kind, scores, np.asarray(labels, dtype=np.int64), groups
+
+
+def _split_kind(path: Path, files: list[str], suffix: str, given: str | None) -> str:
+    """The kind of the split's scores (``given``, or the one the names say), its labels
+    present; else one line saying what is missing or ambiguous and what the file holds."""
     listed = ", ".join(files) or "none"
     present = [k for k in KINDS if f"{k}{suffix}" in files]
     if given is not None and given not in present:
@@ -186,27 +277,25 @@ def _split(path: Path, files: list[str], suffix: str, given: str | None) -> Spli
             f"{path}: needs exactly one of the arrays 'logits{suffix}' or 'probs{suffix}', found "
             f"{found} (arrays: {listed})" + ("; pass --kind to choose" if present else "")
         )
-    kind = given or present[0]
     if f"labels{suffix}" not in files:
         raise ValueError(f"{path}: no array 'labels{suffix}' (arrays: {listed})")
-    names = (f"{kind}{suffix}", f"labels{suffix}", f"groups{suffix}")
-    _, arrays = read_npz(path, names)
-    scores, labels = arrays[names[0]], arrays[names[1]]
-    if scores.ndim != 2:
-        raise ValueError(f"{path}: '{names[0]}' must be (N, C), got shape {scores.shape}")
-    if given is None:
-        check_named_kind(path, kind, scores, names[0])
-    try:
-        if kind == "logits":
-            Predictions.from_logits(scores, labels)
-        else:
-            Predictions.from_probs(scores, labels)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    groups = arrays.get(names[2])
-    if groups is not None and groups.shape != (len(labels),):
+    return given or present[0]
+
+
+def _check_shapes(path: Path, archive: NpzArchive, names: list[str]) -> None:
+    """Scores ``(N, C)`` with ``C >= 2`` (one column per class), labels and groups one per
+    row -- from the headers, so a set whose arrays disagree is refused before any is read."""
+    scores = archive.header(names[0]).shape
+    if len(scores) != 2:
+        raise ValueError(f"{path}: '{names[0]}' must be (N, C), got shape {scores}")
+    if scores[1] < 2:
         raise ValueError(
-            f"{path}: '{names[2]}' must hold one value per row ({len(labels)}), got shape "
-            f"{groups.shape}"
+            f"{path}: '{names[0]}' has shape {scores}; a prediction set needs one column per "
+            "class (at least 2: a binary model's scores for both classes)"
         )
-    return kind, scores, np.asarray(labels, dtype=np.int64), groups
+    for name, what in zip(names[1:], ("label", "value")):
+        shape = archive.header(name).shape
+        if shape != (scores[0],):
+            raise ValueError(
+                f"{path}: '{name}' must hold one {what} per row ({scores[0]}), got shape {shape}"
+            )
