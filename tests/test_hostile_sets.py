@@ -266,6 +266,9 @@ def test_the_cap_is_stated_and_overridable(tmp_path, monkeypatch):
     assert f"more than the 1,000 bytes selfcal reads (${MAX_BYTES_ENV} raises the cap)" in str(
         caught.value
     )
+    monkeypatch.setenv(MAX_BYTES_ENV, "3000")  # each array fits (2,400 and 800 bytes), not both
+    with pytest.raises(ValueError, match="the arrays logits, labels take 3.1 KiB together"):
+        load_prediction_set(folder)
     monkeypatch.setenv(MAX_BYTES_ENV, "4GB")
     with pytest.raises(ValueError, match=f"\\${MAX_BYTES_ENV} must be a positive number"):
         load_prediction_set(folder)
