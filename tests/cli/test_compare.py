@@ -182,3 +182,27 @@ def test_an_output_folder_that_is_a_file_is_refused_before_any_fit(capsys, sets,
     (tmp_path / "x.txt").write_text("")
     code, text, err = run(capsys, "compare", sets, "--out", tmp_path / "x.txt")
     assert code == 2 and "is a file; the report is a folder" in err and text == ""
+
+
+def test_two_sets_of_one_name_the_second_is_refused_by_name_and_the_first_judged(capsys, tmp_path):
+    root = tmp_path / "dup"
+    write_folder_set(root / "a", 0)
+    write_file_set(root / "a.npz", 1)
+    code, text, err = run(capsys, "compare", root, "--calibrators", "ts", "--json")
+    found = json.loads(text)
+    assert code == 2 and list(found["sets"]) == ["a"] and len(found["failed"]) == 1
+    assert "another prediction set is named 'a'" in err and err.count("error:") == 1
+
+
+def test_a_set_read_through_a_link_names_the_real_files(capsys, tmp_path):
+    real = write_folder_set(tmp_path / "elsewhere" / "m", 0)
+    (tmp_path / "sets").mkdir()
+    (tmp_path / "sets" / "m").symlink_to(real)
+    code, text, err = run(capsys, "compare", tmp_path / "sets", "--calibrators", "ts", "--json")
+    assert code == 0 and str(real) in json.loads(text)["sets"]["m"]["read_from"]
+    code, text, err = run(
+        capsys, "compare", tmp_path / "sets", "--calibrators", "ts", "--out", tmp_path / "r"
+    )
+    assert (
+        str(real) in " ".join(text.split()) and str(real) in (tmp_path / "r/README.md").read_text()
+    )

@@ -100,7 +100,7 @@ def _set_paths(sets: list[Path] | None) -> list[Path]:
     from selfcal.io import default_sets_root, find_prediction_sets
 
     roots = sets or [default_sets_root()]
-    return [path for root in roots for path in find_prediction_sets(root)]
+    return find_prediction_sets(*roots, unique=False)  # a duplicate name: that set's error
 
 
 def _methods(methods: str | None) -> list[str] | None:
@@ -150,24 +150,19 @@ def judge_all(
     set has already, is one ``error:`` line on stderr, recorded in the failures by its path,
     and the others go on."""
     from selfcal.cli._common import rich_bar
-    from selfcal.io._sets import set_name
+    from selfcal.io._sets import duplicate_name
 
     judged: list[Judged] = []
     failed: dict[str, str] = {}
-    named: dict[str, Path] = {}
     bar = rich_bar() if sys.stderr.isatty() and len(paths) > 1 else None
     task = bar.add_task("comparing", total=len(paths)) if bar is not None else None
     if bar is not None:
         bar.start()
     try:
-        for path in paths:
+        for i, path in enumerate(paths):
             try:
-                if set_name(path) in named:
-                    raise ValueError(
-                        f"{path}: another set is named {set_name(path)!r} "
-                        f"({named[set_name(path)]}); rename one"
-                    )
-                named[set_name(path)] = path
+                if duplicate_name(path, paths[:i]):
+                    raise ValueError(duplicate_name(path, paths[:i]))
                 judged.append(judge_one(path, names, criterion, kind, bins, figures))
             except (ValueError, OSError) as exc:
                 failed[str(path)] = _one_line(exc, path)
@@ -193,7 +188,8 @@ def judge_one(
     path: Path, names: list[str] | None, criterion: str, kind: str | None, bins: int, figures: bool
 ) -> Judged:
     """The set at ``path`` read by the one kind rule (``kind``: ``--kind``), compared, its
-    split check and warnings said on stderr, its figure drawn (``figures``)."""
+    split check and warnings said on stderr, its figure drawn (``figures``), and where its
+    files really are when links led elsewhere."""
     from selfcal.cli._compare_report import figure
     from selfcal.io import load_prediction_set
     from selfcal.posthoc.compare import comparison
@@ -204,7 +200,7 @@ def judge_one(
     png = figure(data, found.rows, bins, criterion) if figures else None
     for row in found.rows:
         row.probs = None
-    return Judged(found, png)
+    return Judged(found, png, data.read_from())
 
 
 def say_warnings(found: Comparison) -> None:

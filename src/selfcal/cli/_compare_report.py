@@ -116,7 +116,8 @@ def set_table(found: Comparison) -> Any:
 
 def draw(console: Console, judged: list[Judged], failed: dict[str, str], criterion: str) -> None:
     """The terminal output: the summary across sets (where there are several, or a failure),
-    then each set's title, split warning, table and recommendation."""
+    then each set's title, where its files were read from (links), split warning, table and
+    recommendation."""
     if len(judged) + len(failed) > 1:
         for renderable in summary_renderables(judged, failed, criterion):
             console.print(renderable)
@@ -124,6 +125,8 @@ def draw(console: Console, judged: list[Judged], failed: dict[str, str], criteri
     for item in judged:
         found = item.comparison
         console.print(title(found), style="bold", markup=False)
+        if item.read_from:
+            console.print(f"files {item.read_from}", style="dim", markup=False)
         if not found.split_check.exchangeable:
             console.print(f"! {found.split_check.message}", style="yellow", markup=False)
         console.print(set_table(found))
@@ -373,7 +376,10 @@ def payload(judged: list[Judged], failed: dict[str, str], criterion: str) -> dic
     counts = tally(judged)
     return {
         "criterion": criterion,
-        "sets": {item.comparison.name: item.comparison.to_dict() for item in judged},
+        "sets": {
+            item.comparison.name: {**item.comparison.to_dict(), "read_from": item.read_from}
+            for item in judged
+        },
         "failed": failed,
         "summary": {
             "calibrators": {

@@ -127,17 +127,19 @@ def default_sets_kind() -> str | None:
     return kind
 
 
-def find_prediction_sets(root: str | Path, *more: str | Path) -> list[Path]:
+def find_prediction_sets(root: str | Path, *more: str | Path, unique: bool = True) -> list[Path]:
     """The prediction sets under ``root`` (and ``more`` roots, each after the one before):
     the root itself when it is one (a set's folder or anything not a folder, which the reader
     then accepts or refuses by name), else its sub-folders holding ``val.npz`` and its
     ``.npz`` entries that are not folders, each root's sorted by name. A missing root is a
-    ``FileNotFoundError``; a folder holding no set, or two sets of one name anywhere among
-    the roots, a ``ValueError`` naming them (one set must never stand for another)."""
+    ``FileNotFoundError``; a folder holding no set a ``ValueError``; and (``unique``) so are
+    two sets of one name anywhere among the roots, naming both (one set must never stand
+    for another). ``unique=False`` lists them all, for a caller that refuses each duplicate
+    on its own (:func:`duplicate_name`)."""
     found: dict[Path, None] = {}
     for path in (path for each in (root, *more) for path in _sets_under(Path(each))):
         found.setdefault(path)
-    return _unique(list(found))
+    return _unique(list(found)) if unique else list(found)
 
 
 def _sets_under(root: Path) -> list[Path]:
@@ -154,15 +156,23 @@ def _sets_under(root: Path) -> list[Path]:
 
 def _unique(paths: list[Path]) -> list[Path]:
     """``paths``, or a ``ValueError`` naming two of them that give one set name."""
-    named: dict[str, Path] = {}
-    for path in paths:
-        other = named.setdefault(set_name(path), path)
-        if other != path:
-            raise ValueError(
-                f"{path}: another prediction set is named {set_name(path)!r} ({other}); "
-                "rename one (a set is named by its folder, or its file without .npz)"
-            )
+    for i, path in enumerate(paths):
+        message = duplicate_name(path, paths[:i])
+        if message:
+            raise ValueError(message)
     return paths
+
+
+def duplicate_name(path: Path, before: list[Path]) -> str:
+    """Why ``path`` cannot be read beside the sets ``before`` it -- one of them has its
+    name -- or ``""``."""
+    other = next((p for p in before if set_name(p) == set_name(path) and p != path), None)
+    if other is None:
+        return ""
+    return (
+        f"{path}: another prediction set is named {set_name(path)!r} ({other}); "
+        "rename one (a set is named by its folder, or its file without .npz)"
+    )
 
 
 def set_name(path: Path) -> str:
