@@ -222,6 +222,9 @@ class _StructuredScaling(Calibrator):
         eye = torch.eye(c, dtype=delta.dtype, device=x.device)
         return (eye + delta[:, :c]).cpu().numpy(), delta[:, c].cpu().numpy().copy()
 
+    def _fit_warns_tied_errors(self) -> bool:
+        return True  # its temperature-scaling step reports the NLL's minimiser at T's bound
+
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         return (
             "the NLL falls without limit as the map sharpens (every confidence 1); returned "

@@ -172,6 +172,9 @@ class Uncalibrated(Calibrator):
     def _all_correct_outcome(self, coverage: Any) -> str:
         return "returned the scores unchanged, as always"
 
+    def _tied_errors_outcome(self) -> str:
+        return "returned the scores unchanged, as always"
+
     def _predict(self, pred: Predictions) -> torch.Tensor:
         return pred.probs.double()
 
@@ -329,7 +332,7 @@ class AutoCalibration(Calibrator):
             "error": [by_name[n].error if n in by_name else left_out[n] for n in names],
         }
         self.chosen_ = "none"
-        self.calibrator_ = build_calibrator("none", kind=self.kind).fit(pred)
+        self.calibrator_ = self._refit(pred)
         warnings.warn(
             f"AutoCalibration: no candidate could be cross-validated on these {pred.n_samples} "
             f"validation rows (the smallest class has {int(present.min())} of them, too few "
@@ -403,8 +406,9 @@ class AutoCalibration(Calibrator):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return calibrator
 
-    def _warn_coverage(self, coverage: Any) -> None:
-        """The chosen calibrator's own fit has warned (re-warned by :meth:`_refit`)."""
+    def _coverage_problems(self, coverage: Any) -> list[str]:
+        """None: the chosen calibrator's own fit has warned (re-warned by :meth:`_refit`)."""
+        return []
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         return self.calibrator_.calibrated(pred)

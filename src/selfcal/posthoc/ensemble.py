@@ -309,6 +309,9 @@ class EnsembleTemperatureScaling(Calibrator):
         components = ets_components(z, temperature).cpu()
         self.weights_ = fit_weights(components, y.cpu(), self.loss)
 
+    def _fit_warns_tied_errors(self) -> bool:
+        return True  # _fit returns the scores unchanged and says why
+
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         return (
             "the MSE falls as T -> 0 and the weights follow; returned T = 1 and weights "

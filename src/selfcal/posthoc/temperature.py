@@ -163,6 +163,15 @@ class TemperatureScaling(Calibrator):
         self.temperature_ = fit.temperature
         report_fit(self, fit)
 
+    def _fit_warns_tied_errors(self) -> bool:
+        return self.method != "grid"  # the NLL's minimiser at the interval's end: reported
+
+    def _tied_errors_outcome(self) -> str:
+        return (
+            f"returned the grid's choice T = {self.temperature_:.3g}, as the reference code "
+            "does (method='nll' returns T = 1, the scores unchanged)"
+        )
+
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         if self.method == "grid":
             return (
