@@ -46,7 +46,13 @@ import torch
 
 from selfcal._validation import check_choice
 from selfcal.estimator import SCORE_KINDS, Check, ScoreEstimator, checked_value
-from selfcal.estimator.loading import UNIT, FittedRange, check_probabilities, probe_logits
+from selfcal.estimator.loading import (
+    UNIT,
+    Fitted,
+    FittedType,
+    check_probabilities,
+    probe_logits,
+)
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc._degenerate import REMEDY, Coverage
 from selfcal.posthoc._mixing import check_mix, mix_confidence, mix_uniform, resolve_mix
@@ -69,7 +75,10 @@ class Calibrator(ScoreEstimator):
     _parameters: ClassVar[dict[str, Check]] = {"mix": checked_value(check_mix)}
     _noun: ClassVar[str] = "calibrator"
     _abstract: ClassVar[bool] = True
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"mix_": UNIT, "prob_floor_": UNIT}
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "mix_": Fitted(range=UNIT),
+        "prob_floor_": Fitted(range=UNIT),
+    }
     _per_class: ClassVar[bool] = False
     """Whether the calibrator fits parameters per class, which a class missing from the
     validation labels leaves unidentified (warned, see :meth:`fit`)."""
@@ -287,8 +296,8 @@ class Calibrator(ScoreEstimator):
             module = MixtureModule(module, eps)
         return module.eval()
 
-    def _loaded(self, fitted: dict[str, Any]) -> None:
-        if self._likelihood_fit and "prob_floor_" not in fitted:
+    def _loaded(self, fitted: dict[str, Any], version: int) -> None:
+        if version == 1 and self._likelihood_fit and "prob_floor_" not in fitted:
             self.prob_floor_ = 0.0  # saved before the floor existed: read as before
 
     def _coverage_problems(self, coverage: Coverage) -> list[str]:
@@ -307,7 +316,7 @@ class Calibrator(ScoreEstimator):
                 f"every validation error ({coverage.n - coverage.n_correct} of {coverage.n}) is "
                 "an exact tie (its label shares the top score), so no row is confidently wrong "
                 "and the data cannot say how confident to be; "
-                f"{self._tied_errors_outcome()}"
+                f"{self._tied_errors_outcome(coverage)}"
             )
         if coverage.single and self._rests_on_each_class:
             problems.append(
@@ -326,7 +335,7 @@ class Calibrator(ScoreEstimator):
         returns the scores unchanged and says so."""
         return False
 
-    def _tied_errors_outcome(self) -> str:
+    def _tied_errors_outcome(self, coverage: Coverage) -> str:
         """What this calibrator returned when every validation error is an exact tie."""
         return "returned the map fitted as they give it, which can be far too sharp"
 
@@ -395,3 +404,8 @@ class Calibrator(ScoreEstimator):
         """The module of :meth:`to_module`, taking probabilities if ``from_probs`` else
         logits."""
         raise NotImplementedError
+
+
+CALIBRATOR = FittedType("a calibrator", lambda value: isinstance(value, Calibrator), numeric=False)
+"""The type of a fitted value that is itself a calibrator (``AutoCalibration.calibrator_``),
+read from the file as its own document."""

@@ -14,7 +14,7 @@ import torch
 
 from selfcal._validation import check_choice
 from selfcal.estimator import Check
-from selfcal.estimator.loading import POSITIVE, UNIT, FittedRange
+from selfcal.estimator.loading import FLOATS, POSITIVE, UNIT, Fitted
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage, label_on_top
 from selfcal.posthoc._inverse_temperature import fit_inverse_temperature
@@ -274,7 +274,10 @@ class EnsembleTemperatureScaling(Calibrator):
     }
     _likelihood_fit = True
     _fitted_attributes = ("temperature_", "weights_")
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "weights_": UNIT}
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "temperature_": Fitted(range=POSITIVE),
+        "weights_": Fitted(FLOATS, UNIT),
+    }
 
     @classmethod
     def prepare_fit(cls) -> None:
