@@ -21,6 +21,7 @@ from helpers.posthoc import BINARY_ONLY
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from selfcal.conformal import SplitConformal
 from selfcal.posthoc import CALIBRATORS, Calibrator
 
 SCENARIOS = ("normal", "ties", "huge", "float16-probs", "float16-huge-probs")
@@ -100,6 +101,37 @@ def test_every_fitted_calibrator_loads_back_and_predicts_the_same(
 ):
     kind, s, y = scores_and_labels(n, c, scenario, labels, seed)
     round_trip(name, kind, s, y, tmp_path)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    n=st.integers(2, 40),
+    c=st.integers(2, 6),
+    scenario=st.sampled_from(SCENARIOS),
+    labels=st.sampled_from(LABELS),
+    seed=st.integers(0, 2**16),
+    nonconformity=st.sampled_from(["lac", "aps", "raps", "saps"]),
+    mondrian=st.booleans(),
+)
+def test_a_fitted_conformal_predictor_loads_back_and_predicts_the_same(
+    n, c, scenario, labels, seed, nonconformity, mondrian, tmp_path
+):
+    """The same for the split-conformal predictor (its threshold can be ``+inf``: too few
+    rows for ``alpha``)."""
+    kind, s, y = scores_and_labels(n, c, scenario, labels, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = SplitConformal(alpha=0.1, nonconformity=nonconformity, mondrian=mondrian)
+        fitted.fit(labels=y, **{kind: s})
+        fitted.save(tmp_path / "cp.json")
+        loaded = SplitConformal.load(tmp_path / "cp.json")
+        expected = fitted.predict_set(**{kind: s})
+        np.testing.assert_array_equal(loaded.predict_set(**{kind: s}), expected)
 
 
 def test_the_audit_s_bbq_of_two_rows_loads_back(tmp_path):
