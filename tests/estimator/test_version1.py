@@ -115,3 +115,18 @@ def test_a_version_1_file_may_lack_only_the_hyperparameters_added_while_it_was_w
     del doc["params"]["max_iter"]
     with pytest.raises(ValueError, match=r"params\.max_iter is missing"):
         Calibrator.load(written(tmp_path, doc))
+
+
+def test_a_nan_or_infinity_literal_is_refused(tmp_path):
+    """Python's json reads ``Infinity``, which selfcal never writes: in a version-1 file (no
+    checksum) a conformal threshold of ``Infinity`` loaded, and every set held every label."""
+    doc = json.loads((FIXTURES / "conformal-de4ffcd.json").read_text())
+    doc["fitted"]["threshold_"]["data"][0] = "LITERAL"
+    edited = tmp_path / "conformal.json"
+    edited.write_text(json.dumps(doc).replace('"LITERAL"', "Infinity"))
+    with pytest.raises(ValueError) as error:
+        SplitConformal.load(edited)
+    assert str(error.value) == (
+        f"{edited} is not a calibrator file: it holds Infinity, which selfcal never writes "
+        "(JSON has no such number)"
+    )

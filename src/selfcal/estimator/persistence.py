@@ -80,11 +80,20 @@ def read_json(path: str | Path, what: str, max_bytes: int | None = None) -> Any:
     if size > (MAX_BYTES if max_bytes is None else max_bytes):
         raise ValueError(f"{path}: {size:,} bytes, more than {what} holds")
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not {what} (not JSON: {exc})") from None
     except RecursionError:
         raise ValueError(f"{path}: nested too deeply to be {what}") from None
+    except ValueError as exc:  # from _constant
+        raise ValueError(f"{path} is not {what}: {exc}") from None
+
+
+def _constant(name: str) -> Any:
+    """Refuse ``NaN``, ``Infinity`` and ``-Infinity``: not JSON, though Python reads them;
+    selfcal writes with ``allow_nan=False`` (a non-finite float as a string), so a file
+    holding one was written by other code or edited."""
+    raise ValueError(f"it holds {name}, which selfcal never writes (JSON has no such number)")
 
 
 def read_document(path: str | Path) -> dict[str, Any]:
