@@ -185,3 +185,93 @@ def test_a_file_nested_past_parsing_or_too_large_is_one_line(tmp_path, monkeypat
     path.write_text("{}" * 10)
     with pytest.raises(ValueError, match="more than a calibrator file holds"):
         Calibrator.load(path)
+
+
+def edited(tmp_path: Path, name: str, edit: Any, z: np.ndarray | None = None) -> Path:
+    """A file of the calibrator ``name`` (``conformal``: LAC split conformal) with ``edit``
+    applied to its document, re-signed."""
+    y = RNG.integers(0, 4, 300)
+    z = RNG.normal(size=(300, 4)) * 3 if z is None else z
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name == "conformal":
+            estimator: Any = SplitConformal(alpha=0.1, nonconformity="lac")
+        else:
+            estimator = CALIBRATORS[name]()
+        estimator.fit(logits=z, labels=y)
+    path = tmp_path / f"{name}.json"
+    estimator.save(path)
+    doc = json.loads(path.read_text())
+    edit(doc)
+    doc["checksum"] = checksum(doc)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def setter(block: str, key: str, value: Any) -> Any:
+    return lambda doc: doc[block].__setitem__(key, value)
+
+
+def array_edit(key: str, **changes: Any) -> Any:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["fitted"][key].update(changes)
+        if "first" in changes:
+            doc["fitted"][key]["data"][0] = changes.pop("first")
+            del doc["fitted"][key]["first"]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "message"),
+    [
+        (
+            "vector",
+            setter("fitted", "bias_", True),
+            "fitted.bias_ must be a float64 array, got bool",
+        ),
+        (
+            "vector",
+            array_edit("weight_", dtype="<U5"),
+            "fitted.weight_: array dtype '<U5'; a file holds float64 or int64 arrays",
+        ),
+        (
+            "vector",
+            array_edit("weight_", dtype="object"),
+            "fitted.weight_: array dtype 'object'; a file holds float64 or int64 arrays",
+        ),
+        (
+            "vector",
+            array_edit("weight_", dtype="int8"),
+            "fitted.weight_: array dtype 'int8'; a file holds float64 or int64 arrays",
+        ),
+        ("vector", array_edit("weight_", dtype="int64"), "fitted.weight_: int64 array data must"),
+        (
+            "vector",
+            array_edit("weight_", first=True),
+            'fitted.weight_: float64 array data must be numbers (or "inf", "-inf", "nan"), got '
+            "True",
+        ),
+        ("beta", setter("fitted", "c_", "inf"), "fitted.c_ must be a float64 array, got str"),
+        ("ts", setter("fitted", "temperature_", {"float": True}), "fitted.temperature_: an obj"),
+        ("ts", lambda doc: doc.__setitem__("class", {}), "class must name a calibrator class"),
+        ("ts", lambda doc: doc.__setitem__("class", []), "class must name a calibrator class"),
+        ("bbq", array_edit("table_sizes_", first=1.5), "fitted.table_sizes_: int64 array data"),
+        ("conformal", lambda doc: doc["params"].pop("score"), "params.score is missing"),
+        ("ts", lambda doc: doc["params"].pop("mix"), "params.mix is missing"),
+        ("ts", setter("params", "zz", 1), "TemperatureScaling has no hyperparameter 'zz'"),
+    ],
+)
+def test_a_wrong_type_or_a_missing_hyperparameter_is_refused_naming_the_field(
+    tmp_path, name, edit, message
+):
+    """The audit's re-signed edits that loaded and predicted differently (a JSON ``true``
+    weight, string or int8 dtypes, beta's ``c_ = "inf"``, a conformal ``score`` deleted and
+    defaulted to ``aps``) or crashed naming no file (``unhashable type: 'dict'``): each is
+    one line naming the file and the field."""
+    path = edited(tmp_path, name, edit)
+    load = SplitConformal.load if name == "conformal" else Calibrator.load
+    with pytest.raises(ValueError) as error:
+        load(path)
+    text = str(error.value)
+    assert text.startswith(f"{path}: {message}") and "\n" not in text, text

@@ -72,6 +72,24 @@ def all_correct(seed: int = 0, c: int = 3) -> Case:
     )
 
 
+def tied_errors(seed: int = 0) -> Case:
+    """The all-correct model's rows plus two wrong only by an exact tie: logits of zeros
+    labelled 1 and 2 (the first index wins a tie). No row is confidently wrong, so, as when
+    every row is correct, nothing says how confident to be (the reliability audits'
+    ``repro_tie_errors.py``)."""
+    rng = np.random.default_rng(seed)
+    z, y = _correct_only(*model_logits(rng, 1000, 4, margin=3.2), 400)
+    val = (np.vstack([z, np.zeros((2, 4))]), np.concatenate([y, [1, 2]]))
+    return Case(
+        "tied-errors",
+        "every validation error an exact tie",
+        "logits",
+        val,
+        model_logits(rng, 5000, 4, margin=3.2),
+        "warn",
+    )
+
+
 def one_class(seed: int = 0) -> Case:
     """Validation labels of one class only (578 rows of class 0 of 3)."""
     rng = np.random.default_rng(seed)
@@ -177,6 +195,7 @@ def cases() -> list[Case]:
     return [
         all_correct(),
         all_correct(c=2),
+        tied_errors(),
         one_class(),
         missing_class(),
         huge_logit(),

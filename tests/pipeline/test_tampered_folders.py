@@ -185,6 +185,17 @@ FILE_CASES: dict[str, Edit] = {
         lambda d: {**d, "default": {**d["default"], "target": 7}}
     ),
     "selective a list": selective(lambda d: []),
+    "selective thresholds {}": selective(lambda d: {**d, "thresholds": {}}),
+    "selective thresholds an object": selective(lambda d: {**d, "thresholds": {"a": 1}}),
+    "selective thresholds true": selective(lambda d: {**d, "thresholds": True}),
+    "selective a threshold a string": selective(lambda d: {**d, "thresholds": ["x"]}),
+    "selective a threshold a list": selective(lambda d: {**d, "thresholds": [[0.5]]}),
+    "selective threshold true": selective(set_threshold(True)),
+    "selective default a list": selective(lambda d: {**d, "default": []}),
+    "selective default target true": selective(
+        lambda d: {**d, "default": {**d["default"], "target": True}}
+    ),
+    "selective an extra field": selective(lambda d: {**d, "extra": 1}),
     "selective not JSON": write_bytes("selective.json", lambda b: b"{x"),
     "validation not a zip": write_bytes("validation.npz", lambda b: b"PK garbage"),
     "validation no confidence": validation(confidence=None),
@@ -250,3 +261,38 @@ def test_every_tampered_folder_is_refused_naming_its_file_or_predicts_the_same(
     summary = {k: len(v) for k, v in counts.items()}
     assert not bad, f"{summary}\n" + "\n".join(f"{k}: {line}" for k, v in bad.items() for line in v)
     assert summary["clear"] >= 80, summary
+
+
+def test_selective_json_with_thresholds_an_object_names_the_file_and_field(
+    capsys, intact, tmp_path
+):
+    """The audit's case: ``thresholds: {"a": 1}`` ended in ``AttributeError: 'str' object has
+    no attribute 'get'`` (exit 1, no file named)."""
+    folder, test = intact
+    copy = tmp_path / "m"
+    shutil.copytree(folder, copy)
+    selective(lambda d: {**d, "thresholds": {"a": 1}})(copy)
+    reseal(copy)
+    code, _, err = run(
+        capsys, "predict", copy, test, "--out", tmp_path / "p.csv", "--target-accuracy", "0.9"
+    )
+    assert code == 2
+    assert err.strip() == (
+        f"error: {copy / 'selective.json'}: thresholds must be a non-empty list, got {{'a': 1}}"
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["model.safetensors", "calibrator.json", "selective.json", "validation.npz"]
+)
+def test_a_checksummed_file_that_is_missing_is_called_missing(capsys, intact, tmp_path, name):
+    """A folder without a file whose checksum config.json records was said to be "edited or
+    damaged"; the file is absent, and the message now says so."""
+    folder, test = intact
+    copy = tmp_path / "m"
+    shutil.copytree(folder, copy)
+    (copy / name).unlink()
+    code, _, err = run(capsys, "predict", copy, test, "--out", tmp_path / "p.csv")
+    assert code == 2
+    assert f"{copy / name}: missing, though selfcal train wrote it" in err
+    assert "edited" not in err and len(err.strip().splitlines()) == 1

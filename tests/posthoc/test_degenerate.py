@@ -62,6 +62,7 @@ TS_FAMILY = {"ts", "ts-mix", "vector", "matrix", "svs", "sms", "dirichlet"}
 WARNS: dict[str, set[str]] = {
     "all-correct": set(calibrator_names()),
     "binary-separable": set(calibrator_names()),
+    "tied-errors": set(calibrator_names()),
     "missing-class": PER_CLASS,
     "huge-logit": set(),
     "outlier-logit": TS_FAMILY,
@@ -77,6 +78,7 @@ WARNS: dict[str, set[str]] = {
 IDENTITY = {
     "all-correct": {"ets", *TS_FAMILY},
     "binary-separable": {"ets", *TS_FAMILY},
+    "tied-errors": {"ets", *TS_FAMILY},
     "outlier-logit": TS_FAMILY,
 }
 """Where the rule returns the identity map (the scores unchanged; mixed with the uniform
@@ -230,3 +232,43 @@ def test_errors_that_are_all_exact_ties_warn_where_the_map_follows_the_rows(name
         DegenerateCalibration, match=r"every validation error \(4 of 60\) is an exact tie"
     ):
         build_calibrator(name).fit(logits=z, labels=y)
+
+
+TINY_TIES = {
+    # the audit's repro_auto_ties_4rows.py: 4 rows of integer logits, labels of 2 of the 4
+    # classes, every row wrong only by a tie (auto: test NLL 0.81 -> 2.46, silently)
+    "4 rows, all wrong by a tie": (
+        np.array([[1, 1, 0, 0], [3, 3, 0, 2], [0, 1, 1, 0], [2, 0, 2, 1]], dtype=float),
+        np.array([1, 1, 2, 2]),
+    ),
+    "3 rows, one wrong by a tie": (
+        np.array([[2, 0, 0], [0, 3, 0], [1, 1, 0]], dtype=float),
+        np.array([0, 1, 1]),
+    ),
+    "2 binary rows, one wrong by a tie": (
+        np.array([[1, 1], [2, 0]], dtype=float),
+        np.array([1, 0]),
+    ),
+}
+
+
+@pytest.mark.parametrize("rows", TINY_TIES)
+@pytest.mark.parametrize("name", calibrator_names())
+def test_errors_that_are_all_exact_ties_warn_for_every_calibrator(name, rows):
+    """The audit's tiny sets whose only errors are exact ties: ``auto``, top-label isotonic
+    and ``none`` (and ``ts-grid``) fitted without the warning the all-correct set gives
+    (``auto`` and isotonic: test NLL 0.56 -> 1.47, 0.81 -> 2.46). Every calibrator now warns;
+    where :meth:`fit` warns (not the temperature fits, which find the NLL's minimiser at
+    their bound, and say so), the warning says what the data cannot identify."""
+    z, y = TINY_TIES[rows]
+    if name in BINARY_ONLY and z.shape[1] != 2:
+        pytest.skip("binary calibrator")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_calibrator(name).fit(logits=z, labels=y)
+    text = " ".join(str(w.message) for w in caught if w.category is DegenerateCalibration)
+    assert text, f"{name} fitted silently"
+    if name not in {"auto", "ets", *TS_FAMILY}:
+        wrong = int((z.argmax(1) != y).sum())
+        assert f"every validation error ({wrong} of {len(y)}) is an exact tie" in text
+        assert "cannot say how confident to be" in text

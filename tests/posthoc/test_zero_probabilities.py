@@ -130,6 +130,7 @@ def test_the_floor_is_saved_and_an_older_file_reads_as_no_floor(tmp_path):
     doc = json.loads(path.read_text())
     del doc["fitted"]["prob_floor_"], doc["checksum"]
     doc["format_version"] = 1  # as selfcal 0.1 wrote it: no floor, no checksum
+    doc["selfcal_version"] = "0.1.0"
     path.write_text(json.dumps(doc))
     assert Calibrator.load(path).prob_floor_ == 0.0
 

@@ -36,7 +36,15 @@ from selfcal.conformal.scores import (
     uniforms,
 )
 from selfcal.estimator import SCORE_KINDS, Check, ScoreEstimator, checked_value
-from selfcal.estimator.loading import NON_NEGATIVE, FittedRange, probe_logits
+from selfcal.estimator.loading import (
+    INTEGER,
+    INTEGERS,
+    NON_NEGATIVE,
+    NUMBER_OR_FLOATS,
+    Fitted,
+    FittedRange,
+    probe_logits,
+)
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.predictions import ArrayLike, Predictions
 
@@ -132,12 +140,12 @@ class SplitConformal(ScoreEstimator):
         "class_counts_",
     )
     _noun: ClassVar[str] = "conformal predictor"
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
-        "threshold_": NON_NEGATIVE,  # conformity scores are >= 0; +inf: a set holds the label
-        "n_calibration_": FittedRange(1.0),
-        "class_counts_": NON_NEGATIVE,
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        # conformity scores are >= 0; +inf: every set holds the label; one per class (Mondrian)
+        "threshold_": Fitted(NUMBER_OR_FLOATS, NON_NEGATIVE, infinite=True),
+        "n_calibration_": Fitted(INTEGER, FittedRange(1.0)),
+        "class_counts_": Fitted(INTEGERS, NON_NEGATIVE),
     }
-    _may_be_infinite: ClassVar[tuple[str, ...]] = ("threshold_",)
     _stored_names: ClassVar[dict[str, str]] = {"nonconformity": "score"}
 
     def __init__(

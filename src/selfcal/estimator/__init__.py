@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 from selfcal._validation import check_choice
 from selfcal.estimator.inputs import resolve_predictions
-from selfcal.estimator.loading import FittedRange, check_values, field, mapping
+from selfcal.estimator.loading import INTEGER, Fitted, FittedRange, check_values, field, mapping
 from selfcal.estimator.persistence import (
     decode,
     encode,
@@ -62,11 +62,15 @@ class ScoreEstimator:
     """What the family is called in error messages (``"calibrator"``)."""
     _abstract: ClassVar[bool] = False
     """Set on a family's base class that a file may not name (only in its own body)."""
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {}
-    """Where each numeric fitted value must lie (checked when a file is loaded; every
-    numeric fitted value must be finite in any case)."""
-    _may_be_infinite: ClassVar[tuple[str, ...]] = ()
-    """Fitted values that may hold infinities (never NaN)."""
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {"n_classes_": Fitted(INTEGER, FittedRange(2.0))}
+    """What each fitted value is (checked when a file is loaded): its type and where it
+    lies (:class:`~selfcal.estimator.loading.Fitted`). A class's entries add to (and
+    override) its bases'; a value without one is a finite number. The round trip of every
+    registered calibrator on the reliability audit's fuzz cases checks that it is what the
+    fits write (``tests/estimator/test_round_trip.py``)."""
+    _version_1_lacks: ClassVar[tuple[str, ...]] = ()
+    """Hyperparameters added while format version 1 was written, which a version-1 file may
+    lack: each acts on the fit only, so its default loads the same predictions."""
     _stored_names: ClassVar[dict[str, str]] = {}
     """Hyperparameters stored in files under another name: the name they had when the file
     format was set (``{"nonconformity": "score"}``), so that a file's bytes do not change when
@@ -120,7 +124,7 @@ class ScoreEstimator:
         class; called on the family's base class, the class named in the file is built."""
         doc = read_document(path)
         cls._resolve(doc.get("class"), path)
-        return cls._root()._from_document(doc, path)
+        return cls._root()._from_document(doc, path, doc["format_version"])
 
     # ------------------------------------------------------------------ helpers
     @classmethod
@@ -142,16 +146,17 @@ class ScoreEstimator:
         }
 
     @classmethod
-    def _from_document(cls, doc: dict[str, Any], path: str | Path) -> Any:
-        """The estimator of a document (:meth:`_document`); ``cls`` is the family's base.
-        Every field is read and checked (:mod:`selfcal.estimator.loading`): what is wrong is
-        one ``ValueError`` naming the file and the field."""
+    def _from_document(cls, doc: dict[str, Any], path: str | Path, version: int) -> Any:
+        """The estimator of a document (:meth:`_document`) of a file of format ``version``;
+        ``cls`` is the family's base. Every field is read and checked
+        (:mod:`selfcal.estimator.loading`): what is wrong is one ``ValueError`` naming the
+        file and the field."""
         name = doc.get("class") if isinstance(doc, dict) else None
         target = cls._resolve(name, path)
-        names = {stored: name for name, stored in target._stored_names.items()}
+        decoded = partial(decode, path=path, calibrator_type=cls, version=version)
         params = {
-            names.get(key, key): field(path, f"params.{key}", partial(decode, value, path, cls))
-            for key, value in mapping(doc, "params", path).items()
+            target._param_name(key): field(path, f"params.{key}", partial(decoded, value))
+            for key, value in target._stored_params(mapping(doc, "params", path), path, version)
         }
         obj = field(path, "params", lambda: target(**params))
         fitted = mapping(doc, "fitted", path)
@@ -162,15 +167,45 @@ class ScoreEstimator:
                 f"{', '.join(obj._all_fitted())})"
             )
         for key, value in fitted.items():
-            setattr(obj, key, field(path, f"fitted.{key}", partial(decode, value, path, cls)))
-        obj._loaded(fitted)
+            setattr(obj, key, field(path, f"fitted.{key}", partial(decoded, value)))
+        obj._loaded(fitted, version)
         missing = [n for n in obj._all_fitted() if not hasattr(obj, n)]
         if missing:
             raise ValueError(f"{path}: {name} lacks its fitted {', '.join(missing)}")
-        field(path, "params", obj._validate_params)
         check_values(obj, path)
+        field(path, "params", obj._validate_params)
         field(path, "fitted", obj._check_loaded)
         return obj
+
+    @classmethod
+    def _stored_params(
+        cls, params: dict[str, Any], path: str | Path, version: int
+    ) -> list[tuple[str, Any]]:
+        """The ``(stored name, value)`` pairs of a file's ``params``, which must be exactly
+        this class's hyperparameters: a missing one is refused, not defaulted -- the
+        constructor's default need not be what was fitted (a conformal predictor's ``score``
+        deleted became ``aps`` for ``lac``, and every set changed) -- except, in a version-1
+        file, one added while version 1 was written (:data:`_version_1_lacks`)."""
+        stored = [cls._stored_names.get(n, n) for n in cls._param_names()]
+        unknown = sorted(set(params) - set(stored))
+        if unknown:
+            raise ValueError(
+                f"{path}: {cls.__name__} has no hyperparameter {unknown[0]!r} (it has "
+                f"{', '.join(stored)})"
+            )
+        excused = cls._version_1_lacks if version == 1 else ()
+        missing = [k for k in stored if k not in params and cls._param_name(k) not in excused]
+        if missing:
+            raise ValueError(
+                f"{path}: params.{missing[0]} is missing; a file holds every hyperparameter "
+                "its estimator was fitted with (a default need not be the value fitted)"
+            )
+        return list(params.items())
+
+    @classmethod
+    def _param_name(cls, stored: str) -> str:
+        """The hyperparameter a file stores under ``stored`` (:data:`_stored_names`)."""
+        return next((n for n, s in cls._stored_names.items() if s == stored), stored)
 
     def _validate_params(self) -> None:
         """Hook: the hyperparameter checks ``fit`` makes (run on a loaded estimator too)."""
@@ -196,15 +231,18 @@ class ScoreEstimator:
 
     def _check_loaded(self) -> None:
         """Hook: raise ``ValueError`` when a loaded estimator's fitted values, each valid
-        alone (:data:`_fitted_ranges`), do not make a working estimator together."""
+        alone (:data:`_fitted_schema`), do not make a working estimator together."""
 
-    def _loaded(self, fitted: dict[str, Any]) -> None:
-        """Hook: complete an estimator read from a file written by an older version."""
+    def _loaded(self, fitted: dict[str, Any], version: int) -> None:
+        """Hook: complete an estimator read from a file of format ``version`` 1 (which some
+        fitted values postdate)."""
 
     @classmethod
     def _resolve(cls, name: Any, path: str | Path) -> type[Any]:
         root = cls._root()
         noun = root._noun
+        if not isinstance(name, str):
+            raise ValueError(f"{path}: class must name a {noun} class, got {name!r:.60}")
         if cls is not root:
             if name != cls.__name__:
                 raise ValueError(

@@ -1,14 +1,15 @@
 """Reading an estimator back from its file: every field named when it is wrong.
 
 A calibrator or conformal file is untrusted input (:mod:`selfcal.estimator.persistence` checks
-its format and checksum). :func:`build` turns its document into the estimator field by field,
-so that a wrong type or a missing key is a one-line ``ValueError`` naming the file and the
-field (``params.mix``, ``fitted.temperature_``) instead of a ``KeyError`` from deep inside.
-:func:`fitted_problem` is the schema every fitted value is then checked against: numbers (and
-numeric arrays) are finite -- unless the estimator lists the value as possibly infinite -- and
-lie in the range its class declares (:attr:`ScoreEstimator._fitted_ranges`). The estimator's
-own hooks then check its hyperparameters as ``fit`` would, and what it computes (a calibrator
-must map scores to probabilities).
+its format and checksum, and decodes its values strictly). :func:`field` reads it field by
+field, so that a wrong type or a missing key is a one-line ``ValueError`` naming the file and
+the field (``params.mix``, ``fitted.temperature_``) instead of a ``KeyError`` from deep inside.
+:func:`fitted_problem` is the schema every fitted value is then checked against
+(:attr:`ScoreEstimator._fitted_schema`, :class:`Fitted`): its type -- a number unless its
+class declares otherwise (a float64 array, an integer count, a string...) -- and, for numbers
+and numeric arrays, finite (unless declared possibly infinite) and within the declared range.
+The estimator's own hooks then check its hyperparameters as ``fit`` would, and what it
+computes (a calibrator must map scores to probabilities).
 """
 
 from __future__ import annotations
@@ -50,6 +51,49 @@ NON_NEGATIVE = FittedRange(0.0)
 UNIT = FittedRange(0.0, 1.0)
 
 
+@dataclass(frozen=True)
+class FittedType:
+    """The type of a fitted value as read from its file: ``accepts`` says whether a value is
+    one, ``name`` says what it must be in a message; ``numeric`` values are then checked for
+    finiteness and range."""
+
+    name: str
+    accepts: Callable[[Any], bool]
+    numeric: bool = True
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number: an ``int`` or a ``float`` -- not a ``bool``, which Python counts as an
+    ``int`` but JSON's ``true`` never means a number."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _array_of(dtype: type) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, np.ndarray) and value.dtype == dtype
+
+
+NUMBER = FittedType("a number", is_number)
+INTEGER = FittedType("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
+FLOATS = FittedType("a float64 array", _array_of(np.float64))
+INTEGERS = FittedType("an int64 array", _array_of(np.int64))
+NUMBER_OR_FLOATS = FittedType(
+    "a number or a float64 array", lambda v: is_number(v) or FLOATS.accepts(v)
+)
+TEXT = FittedType("a string", lambda v: isinstance(v, str), numeric=False)
+MAPPING = FittedType("an object of named values", lambda v: isinstance(v, dict), numeric=False)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The schema of one fitted value: its type (a number unless declared otherwise), where
+    every element lies (``None``: anywhere finite), and whether elements may be infinite
+    (never NaN)."""
+
+    type: FittedType = NUMBER
+    range: FittedRange | None = None
+    infinite: bool = False
+
+
 def field(path: str | Path, name: str, read: Callable[[], T]) -> T:
     """``read()``, with any error it raises turned into ``"PATH: NAME: reason"``."""
     try:
@@ -79,50 +123,44 @@ def mapping(doc: Any, key: str, path: str | Path) -> dict[str, Any]:
     return value
 
 
-def numeric(value: Any) -> np.ndarray | None:
-    """``value`` as a float64 array when it is a number or a numeric array (``None`` for
-    anything else: strings, mappings, estimators); booleans are not numbers here."""
-    if isinstance(value, (bool, np.bool_)):
+def fitted_problem(value: Any, schema: Fitted) -> str | None:
+    """What is wrong with one fitted value (``None``: nothing): it must be of the schema's
+    type; a number or numeric array must be finite (``schema.infinite``: not NaN) and in the
+    schema's range."""
+    if not schema.type.accepts(value):
+        return f"must be {schema.type.name}, got {_described(value)}"
+    if not schema.type.numeric:
         return None
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return np.asarray([value], dtype=np.float64)
-    if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
-        return value.astype(np.float64, copy=False)
-    return None
-
-
-def fitted_problem(value: Any, declared: FittedRange | None, may_be_infinite: bool) -> str | None:
-    """What is wrong with one fitted value (``None``: nothing): a declared range needs a
-    number; numbers must be finite (``may_be_infinite``: not NaN) and in the range."""
-    values = numeric(value)
-    if values is None:
-        return None if declared is None else f"must be a number, got {type(value).__name__}"
-    bad = np.isnan(values) if may_be_infinite else ~np.isfinite(values)
+    try:
+        values = np.asarray(value, dtype=np.float64).reshape(-1)
+    except OverflowError:  # an integer beyond float64
+        return "must be finite"
+    bad = np.isnan(values) if schema.infinite else ~np.isfinite(values)
     if bad.any():
-        return "must be finite" if not may_be_infinite else "must not be NaN"
-    if declared is not None and not declared.holds(values):
-        return f"must be {declared.describe()}"
+        return "must not be NaN" if schema.infinite else "must be finite"
+    if schema.range is not None and not schema.range.holds(values):
+        return f"must be {schema.range.describe()}"
     return None
+
+
+def _described(value: Any) -> str:
+    """A value's type as a message names it (``bool``, ``an int8 array``)."""
+    if isinstance(value, np.ndarray):
+        return f"a {value.dtype} array"
+    return type(value).__name__
 
 
 def check_values(estimator: ScoreEstimator, path: str | Path) -> None:
-    """Every fitted value of ``estimator`` against its class's schema, and ``n_classes_``."""
-    n_classes = estimator.n_classes_  # type: ignore[attr-defined]
-    if (
-        isinstance(n_classes, bool)
-        or not isinstance(n_classes, (int, np.integer))
-        or (n_classes < 2)
-    ):
-        raise ValueError(f"{path}: fitted.n_classes_ must be an integer >= 2, got {n_classes!r}")
-    ranges = {  # a class's declarations add to (and override) its bases'
+    """Every fitted value of ``estimator`` against its class's schema
+    (:attr:`~selfcal.estimator.ScoreEstimator._fitted_schema`, merged along its bases: a
+    class's declarations add to and override its bases'; an undeclared value is a number)."""
+    schema = {
         name: declared
         for klass in reversed(type(estimator).__mro__)
-        for name, declared in vars(klass).get("_fitted_ranges", {}).items()
+        for name, declared in vars(klass).get("_fitted_schema", {}).items()
     }
     for name in estimator._all_fitted():
-        problem = fitted_problem(
-            getattr(estimator, name), ranges.get(name), name in estimator._may_be_infinite
-        )
+        problem = fitted_problem(getattr(estimator, name), schema.get(name, Fitted()))
         if problem is not None:
             raise ValueError(f"{path}: fitted.{name} {problem}")
 

@@ -25,6 +25,7 @@ from torch import nn
 from selfcal.io import read_npz_required
 from selfcal.models import build_model
 from selfcal.pipeline.prepare import LabelMap, Standardizer
+from selfcal.pipeline.selective import Threshold
 from selfcal.predictions import Predictions
 
 BUILT = {"name": "mlp", "activation": "relu", "dropout": 0.0}
@@ -204,3 +205,42 @@ def read_conformal(path: Path, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     return probs, labels
+
+
+THRESHOLD_FIELDS = ("kind", "target", "threshold", "coverage", "accuracy")
+"""The fields of each threshold of ``selective.json`` (:meth:`Threshold.to_json`)."""
+
+
+def read_thresholds(path: Path, doc: Any) -> tuple[list[Threshold], tuple[str, float]]:
+    """``selective.json``'s thresholds and its default ``(kind, target)``, every field checked:
+    an object of exactly ``default`` (``{"kind", "target"}``) and ``thresholds`` (a non-empty
+    list of objects of exactly :data:`THRESHOLD_FIELDS`, each checked by
+    :meth:`Threshold.from_json`) -- what ``selfcal train`` writes, nothing else, so that a
+    wrong type is one line naming the field rather than an error from inside."""
+    _exact_keys(path, "selective.json", doc, ("default", "thresholds"))
+    _exact_keys(path, "default", doc["default"], ("kind", "target"))
+    default = _threshold(path, "default", {**doc["default"], "coverage": 0})
+    listed = doc["thresholds"]
+    if not isinstance(listed, list) or not listed:
+        raise ValueError(f"{path}: thresholds must be a non-empty list, got {listed!r:.60}")
+    thresholds = []
+    for i, entry in enumerate(listed):
+        _exact_keys(path, f"thresholds[{i}]", entry, THRESHOLD_FIELDS)
+        thresholds.append(_threshold(path, f"thresholds[{i}]", entry))
+    return thresholds, (default.kind, default.target)
+
+
+def _exact_keys(path: Path, field: str, value: Any, keys: tuple[str, ...]) -> None:
+    """``value`` must be an object with exactly ``keys``."""
+    if not isinstance(value, dict) or set(value) != set(keys):
+        got = sorted(value) if isinstance(value, dict) else type(value).__name__
+        raise ValueError(
+            f"{path}: {field} must be an object of exactly {', '.join(keys)}; got {got}"
+        )
+
+
+def _threshold(path: Path, field: str, entry: dict[str, Any]) -> Threshold:
+    try:
+        return Threshold.from_json(entry)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {field}.{exc}") from None

@@ -43,7 +43,12 @@ from torch import nn
 
 from selfcal.estimator import persistence
 from selfcal.methods import network_logits
-from selfcal.pipeline.folder_schema import folder_parts, load_network, read_validation
+from selfcal.pipeline.folder_schema import (
+    folder_parts,
+    load_network,
+    read_thresholds,
+    read_validation,
+)
 from selfcal.pipeline.prepare import LabelMap, Standardizer, aligned_features
 from selfcal.pipeline.selective import Threshold, choose_threshold
 from selfcal.pipeline.tables import FeatureTable
@@ -147,6 +152,10 @@ EDITED = (
     "its content does not match the checksum selfcal train wrote, so it was edited or damaged "
     "after training; train the model again"
 )
+MISSING = (
+    "missing, though selfcal train wrote it (config.json records its checksum): the folder is "
+    "incomplete; copy the whole folder, or train the model again"
+)
 
 
 def sha256(path: Path) -> str:
@@ -182,8 +191,10 @@ def check_files(folder: Path, config: dict[str, Any]) -> None:
         raise ValueError(f"{folder / CONFIG}: no checksums of the folder's files")
     for name, expected in sums.items():
         path = member(folder, str(name))
-        if path is None or sha256(path) != expected:
-            raise ValueError(f"{Path(folder) / str(name)}: {EDITED}")
+        if path is None:
+            raise ValueError(f"{Path(folder) / str(name)}: {MISSING}")
+        if sha256(path) != expected:
+            raise ValueError(f"{path}: {EDITED}")
 
 
 @dataclass(eq=False)
@@ -296,12 +307,7 @@ def stored_thresholds(folder: str | Path) -> tuple[list[Threshold], tuple[str, f
     path = member(folder, SELECTIVE)
     if path is None:
         raise ValueError(f"{folder}: {SELECTIVE} is missing")
-    doc = read_json(path)
-    try:
-        default = Threshold.from_json({**doc["default"], "coverage": 0})
-        return [Threshold.from_json(t) for t in doc["thresholds"]], (default.kind, default.target)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not the thresholds selfcal train writes ({exc})") from None
+    return read_thresholds(path, read_json(path))
 
 
 def threshold_for(

@@ -46,7 +46,13 @@ import torch
 
 from selfcal._validation import check_choice
 from selfcal.estimator import SCORE_KINDS, Check, ScoreEstimator, checked_value
-from selfcal.estimator.loading import UNIT, FittedRange, check_probabilities, probe_logits
+from selfcal.estimator.loading import (
+    UNIT,
+    Fitted,
+    FittedType,
+    check_probabilities,
+    probe_logits,
+)
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.posthoc._degenerate import REMEDY, Coverage
 from selfcal.posthoc._mixing import check_mix, mix_confidence, mix_uniform, resolve_mix
@@ -69,20 +75,25 @@ class Calibrator(ScoreEstimator):
     _parameters: ClassVar[dict[str, Check]] = {"mix": checked_value(check_mix)}
     _noun: ClassVar[str] = "calibrator"
     _abstract: ClassVar[bool] = True
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"mix_": UNIT, "prob_floor_": UNIT}
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "mix_": Fitted(range=UNIT),
+        "prob_floor_": Fitted(range=UNIT),
+    }
     _per_class: ClassVar[bool] = False
+    """Whether the calibrator fits parameters per class, which a class missing from the
+    validation labels leaves unidentified (warned, see :meth:`fit`)."""
     _rests_on_each_class: ClassVar[bool] = False
     """Whether a class's few rows alone shape its map (unregularised per-class or binary
     fits: Platt, beta, histogram, BBQ, one-vs-rest isotonic): a single row of a class warns."""
-    """Whether the calibrator fits parameters per class, which a class missing from the
-    validation labels leaves unidentified (warned, see :meth:`fit`)."""
     _likelihood_fit: ClassVar[bool] = False
-    _shared_fits: TemperatureFits | None = None
-    """The temperature fits this calibrator shares (:meth:`share_temperature_fits`)."""
     """Whether the fit is a likelihood optimisation in the logits (``log p`` for
     probabilities), whose float64 arithmetic limits their magnitude to
     :data:`LARGEST_FITTABLE` (larger is a ``ValueError``), and which reads exact zero
     probabilities through the floor of :func:`zero_floor` (fitted as ``prob_floor_``)."""
+    _shared_fits: TemperatureFits | None = None
+    """The temperature fits this calibrator shares (:meth:`share_temperature_fits`)."""
+    _found: list[str] | None = None
+    """During :meth:`fit`, the problems its fit has found (:meth:`warn_degenerate`)."""
 
     @classmethod
     def prepare_fit(cls) -> None:
@@ -130,12 +141,19 @@ class Calibrator(ScoreEstimator):
             check_fittable(pred, type(self).__name__)
             self.prob_floor_ = zero_floor(pred)
             pred = self._floored(pred)
-        coverage = Coverage.of(pred, ties=self._rests_on_each_class)
-        self._fit(pred)
+        coverage = Coverage.of(pred, ties=not self._fit_warns_tied_errors())
+        self._found = []
+        try:
+            self._fit(pred)
+        finally:
+            found = self._found
+            del self._found
         self.n_classes_ = pred.n_classes
         if "mix" in self._param_names():
             self.mix_ = resolve_mix(self._mix_setting(), pred.n_samples)
-        self._warn_coverage(coverage)
+        problems = [*found, *self._coverage_problems(coverage)]
+        if problems:
+            self.warn_degenerate("; also ".join(problems))
         return self
 
     def predict_proba(
@@ -187,9 +205,14 @@ class Calibrator(ScoreEstimator):
         ``"Name: problem. Remedy."`` (``problem`` says, in one clause, what the validation data
         leave unidentified and what the fit returned instead). Called from the fit (a fit
         helper such as :func:`~selfcal.posthoc._temperature_fits.report_fit` calls it on
-        the calibrator it fits), so the warning points at the caller of ``fit``."""
+        the calibrator it fits): what the fit finds is collected and warned once, after it,
+        with what the data's coverage shows (:meth:`_coverage_problems`) -- one warning names
+        every cause, and points at the caller of ``fit``."""
+        if self._found is not None:
+            self._found.append(problem)
+            return
         warnings.warn(
-            f"{type(self).__name__}: {problem}. {REMEDY}.", DegenerateCalibration, stacklevel=4
+            f"{type(self).__name__}: {problem}. {REMEDY}.", DegenerateCalibration, stacklevel=3
         )
 
     def score(
@@ -273,13 +296,13 @@ class Calibrator(ScoreEstimator):
             module = MixtureModule(module, eps)
         return module.eval()
 
-    def _loaded(self, fitted: dict[str, Any]) -> None:
-        if self._likelihood_fit and "prob_floor_" not in fitted:
+    def _loaded(self, fitted: dict[str, Any], version: int) -> None:
+        if version == 1 and self._likelihood_fit and "prob_floor_" not in fitted:
             self.prob_floor_ = 0.0  # saved before the floor existed: read as before
 
-    def _warn_coverage(self, coverage: Coverage) -> None:
-        """One :class:`~selfcal.exceptions.DegenerateCalibration` warning for what the
-        validation data leave unidentified (see :meth:`fit`)."""
+    def _coverage_problems(self, coverage: Coverage) -> list[str]:
+        """What the validation data leave unidentified (see :meth:`fit`), one clause each for
+        the warning of :meth:`fit`."""
         problems = []
         if coverage.all_correct:
             problems.append(
@@ -288,19 +311,33 @@ class Calibrator(ScoreEstimator):
             )
         if coverage.missing and self._per_class:
             problems.append(f"{coverage.missing_text()}; {self._missing_outcome(coverage)}")
-        if coverage.errors_all_tied and self._rests_on_each_class:
+        if coverage.errors_all_tied and not self._fit_warns_tied_errors():
             problems.append(
                 f"every validation error ({coverage.n - coverage.n_correct} of {coverage.n}) is "
-                "an exact tie (its label shares the top score), so the data cannot say how "
-                "confident to be; the map is fitted as they give it and can be far too sharp"
+                "an exact tie (its label shares the top score), so no row is confidently wrong "
+                "and the data cannot say how confident to be; "
+                f"{self._tied_errors_outcome(coverage)}"
             )
         if coverage.single and self._rests_on_each_class:
             problems.append(
                 f"{coverage.single_text()}, so its map rests on one example and the calibrated "
                 "probabilities can be far off"
             )
-        if problems:
-            self.warn_degenerate("; also ".join(problems))
+        return problems
+
+    def _fit_warns_tied_errors(self) -> bool:
+        """Whether this calibrator's own fit warns when every validation error is an exact tie
+        (:attr:`~selfcal.posthoc._degenerate.Coverage.errors_all_tied`); for every other
+        calibrator :meth:`fit` warns, as when every prediction is correct -- both leave the
+        confidence unidentified. The fits that solve temperature scaling's NLL say so
+        themselves (the tied rows' likelihood rises as ``T`` falls, so the minimiser lies at
+        the end of the interval, and they return ``T = 1``), and ensemble temperature scaling
+        returns the scores unchanged and says so."""
+        return False
+
+    def _tied_errors_outcome(self, coverage: Coverage) -> str:
+        """What this calibrator returned when every validation error is an exact tie."""
+        return "returned the map fitted as they give it, which can be far too sharp"
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         """What this calibrator returned when every validation prediction is correct."""
@@ -367,3 +404,8 @@ class Calibrator(ScoreEstimator):
         """The module of :meth:`to_module`, taking probabilities if ``from_probs`` else
         logits."""
         raise NotImplementedError
+
+
+CALIBRATOR = FittedType("a calibrator", lambda value: isinstance(value, Calibrator), numeric=False)
+"""The type of a fitted value that is itself a calibrator (``AutoCalibration.calibrator_``),
+read from the file as its own document."""

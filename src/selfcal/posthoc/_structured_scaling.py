@@ -14,6 +14,7 @@ import torch
 
 from selfcal._validation import check_int, check_nonnegative
 from selfcal.estimator import Check
+from selfcal.estimator.loading import FLOATS, Fitted
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._lbfgs import FLOAT32_GTOL, LBFGS_GTOL, lbfgs
@@ -103,6 +104,10 @@ class _StructuredScaling(Calibrator):
         "diagonal_l2": check_nonnegative,
         "bias_l2": check_nonnegative,
         "max_iter": check_int,
+    }
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "weight_": Fitted(FLOATS),
+        "bias_": Fitted(FLOATS),
     }
     _per_class = True
     _likelihood_fit = True
@@ -221,6 +226,9 @@ class _StructuredScaling(Calibrator):
             delta = solution.theta.reshape(c, c + 1)
         eye = torch.eye(c, dtype=delta.dtype, device=x.device)
         return (eye + delta[:, :c]).cpu().numpy(), delta[:, c].cpu().numpy().copy()
+
+    def _fit_warns_tied_errors(self) -> bool:
+        return True  # its temperature-scaling step reports the NLL's minimiser at T's bound
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         return (

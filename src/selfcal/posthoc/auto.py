@@ -20,11 +20,12 @@ import torch
 
 from selfcal._validation import check_choice, check_int
 from selfcal.estimator import Check
+from selfcal.estimator.loading import MAPPING, TEXT, Fitted
 from selfcal.exceptions import CalibrationNotConverged, DegenerateCalibration
 from selfcal.metrics import brier, ece, nll
 from selfcal.metrics._api import weighted_mean
 from selfcal.metrics.scores import brier_terms, nll_terms
-from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._base import CALIBRATOR, Calibrator
 from selfcal.posthoc._temperature_fits import TemperatureFits
 from selfcal.posthoc.crossfit import (
     Kept,
@@ -35,6 +36,7 @@ from selfcal.posthoc.crossfit import (
     paired_intervals,
     random_folds,
     stratified_folds,
+    warn_single_row_classes,
 )
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
 from selfcal.predictions import Predictions
@@ -172,6 +174,8 @@ class Uncalibrated(Calibrator):
     def _all_correct_outcome(self, coverage: Any) -> str:
         return "returned the scores unchanged, as always"
 
+    _tied_errors_outcome = _all_correct_outcome
+
     def _predict(self, pred: Predictions) -> torch.Tensor:
         return pred.probs.double()
 
@@ -264,12 +268,16 @@ class AutoCalibration(Calibrator):
         "seed": functools.partial(check_int, minimum=0),
     }
     _fitted_attributes = ("chosen_", "calibrator_", "cv_results_")
+    _version_1_lacks = ("selection",)
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "chosen_": Fitted(TEXT),
+        "calibrator_": Fitted(CALIBRATOR),
+        "cv_results_": Fitted(MAPPING),
+    }
 
     def _check_loaded(self) -> None:
         """The loaded choice names the calibrator it holds, fitted on as many classes."""
         inner = self.calibrator_
-        if not isinstance(inner, Calibrator) or not isinstance(self.chosen_, str):
-            raise ValueError("chosen_ must name the calibrator that calibrator_ holds")
         if type(build_calibrator(self.chosen_)) is not type(inner):
             raise ValueError(f"chosen_ {self.chosen_!r} is not the {type(inner).__name__} held")
         if inner.n_classes_ != self.n_classes_:
@@ -329,7 +337,7 @@ class AutoCalibration(Calibrator):
             "error": [by_name[n].error if n in by_name else left_out[n] for n in names],
         }
         self.chosen_ = "none"
-        self.calibrator_ = build_calibrator("none", kind=self.kind).fit(pred)
+        self.calibrator_ = self._refit(pred)
         warnings.warn(
             f"AutoCalibration: no candidate could be cross-validated on these {pred.n_samples} "
             f"validation rows (the smallest class has {int(present.min())} of them, too few "
@@ -403,8 +411,9 @@ class AutoCalibration(Calibrator):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return calibrator
 
-    def _warn_coverage(self, coverage: Any) -> None:
-        """The chosen calibrator's own fit has warned (re-warned by :meth:`_refit`)."""
+    def _coverage_problems(self, coverage: Any) -> list[str]:
+        """None: the chosen calibrator's own fit has warned (re-warned by :meth:`_refit`)."""
+        return []
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
         return self.calibrator_.calibrated(pred)
@@ -424,21 +433,3 @@ def prepare_fits(names: list[str]) -> None:
             type(build_calibrator(name)).prepare_fit()
         except ImportError:  # an optional package missing: its fold fits record why
             pass
-
-
-def warn_single_row_classes(pred: Predictions) -> None:
-    """Warn (:class:`~selfcal.exceptions.DegenerateCalibration`) when a class has a single
-    validation row: the fold that holds it out fits every candidate without that class, so the
-    cross-validated scores, and the choice made from them, rest on fits that never saw it."""
-    counts = torch.bincount(pred.require_labels(), minlength=pred.n_classes).cpu()
-    single = torch.nonzero(counts == 1).squeeze(1).tolist()
-    if single:
-        shown = ", ".join(map(str, single[:10])) + (", ..." if len(single) > 10 else "")
-        warnings.warn(
-            f"AutoCalibration: {len(single)} class(es) have a single validation row (class "
-            f"{shown}), so the fold holding that row out fits every candidate without its "
-            "class: the cross-validated scores and the choice are unreliable. Fit on more "
-            "validation rows, stratified, with at least two rows of every class.",
-            DegenerateCalibration,
-            stacklevel=4,
-        )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
-from selfcal.estimator.loading import UNIT, FittedRange
+from selfcal.estimator.loading import FLOATS, INTEGERS, NON_NEGATIVE, UNIT, Fitted
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._modules import padded_table, renormalise, score_probs
 from selfcal.posthoc._tensors import as_tensor
@@ -250,14 +250,17 @@ class BBQ(Calibrator):
     ----------
     cut_points_ : (K,) float64 array -- the cut points of all maps concatenated
     bin_values_ : (K + R,) float64 array -- the values of all maps concatenated
-    table_sizes_ : (R,) int64 array -- cut points per map (``R = 1`` binary, else ``C``)
+    table_sizes_ : (R,) int64 array -- cut points per map (``R = 1`` binary, else ``C``); 0
+        where a map is constant (every binning model of that class's scores has one bin:
+        too few rows, or scores all tied), as fitting 2 rows gives
     mix_ : float, the mixing weight ``eps``
     """
 
     _fitted_attributes = ("cut_points_", "bin_values_", "table_sizes_")
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
-        "bin_values_": UNIT,
-        "table_sizes_": FittedRange(1.0),
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "cut_points_": Fitted(FLOATS),
+        "bin_values_": Fitted(FLOATS, UNIT),
+        "table_sizes_": Fitted(INTEGERS, NON_NEGATIVE),  # 0: a constant map (one bin)
     }
     _per_class = True
     _rests_on_each_class = True
@@ -265,6 +268,23 @@ class BBQ(Calibrator):
     def __init__(self, mix: float | str = "auto", kind: str | None = None) -> None:
         self.mix = mix
         self.kind = kind
+
+    def _check_loaded(self) -> None:
+        """A loaded file's tables: one per map (one for two classes, else one per class), as
+        many cut points as their sizes add up to and one value more per map (a map of size 0
+        is a constant: one bin, no cut), cut points that never decrease within a map (the
+        binary search reads anything else as garbage)."""
+        maps = 1 if self.n_classes_ == 2 else self.n_classes_
+        sizes = self.table_sizes_
+        if sizes.shape != (maps,):
+            raise ValueError(f"table_sizes_ must hold {maps} size(s), one per map")
+        total = int(sizes.sum())
+        if self.cut_points_.shape != (total,) or self.bin_values_.shape != (total + maps,):
+            raise ValueError("cut_points_, bin_values_ and table_sizes_ disagree in length")
+        for segment in np.split(self.cut_points_, np.cumsum(sizes)[:-1]):
+            if np.any(np.diff(segment) < 0):
+                raise ValueError("cut_points_ must not decrease within a map")
+        super()._check_loaded()
 
     def _fit(self, pred: Predictions) -> None:
         p, y = pred.probs, pred.require_labels()

@@ -10,7 +10,7 @@ import torch
 
 from selfcal._validation import check_flag, check_int
 from selfcal.estimator import Check
-from selfcal.estimator.loading import NON_NEGATIVE, FittedRange
+from selfcal.estimator.loading import FLOATS, NON_NEGATIVE, Fitted
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
 from selfcal.posthoc._modules import log_one_minus, score_log_probs
@@ -144,7 +144,12 @@ class BetaCalibration(Calibrator):
     _parameters: ClassVar[dict[str, Check]] = {"smooth_targets": check_flag, "max_iter": check_int}
     _likelihood_fit = True
     _fitted_attributes = ("a_", "b_", "c_")
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"a_": NON_NEGATIVE, "b_": NON_NEGATIVE}
+    _version_1_lacks = ("smooth_targets",)
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "a_": Fitted(FLOATS, NON_NEGATIVE),
+        "b_": Fitted(FLOATS, NON_NEGATIVE),
+        "c_": Fitted(FLOATS),
+    }
     _per_class = True
     _rests_on_each_class = True
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
 from selfcal.posthoc._temperature_fits import TemperatureFits
 from selfcal.posthoc.registry import build_calibrator
@@ -215,3 +216,21 @@ def paired_intervals(
         out["low"].append(float(low))
         out["high"].append(float(high))
     return out
+
+
+def warn_single_row_classes(pred: Predictions) -> None:
+    """Warn (:class:`~selfcal.exceptions.DegenerateCalibration`) when a class has a single
+    validation row: the fold that holds it out fits every candidate without that class, so the
+    cross-validated scores, and the choice made from them, rest on fits that never saw it."""
+    counts = torch.bincount(pred.require_labels(), minlength=pred.n_classes).cpu()
+    single = torch.nonzero(counts == 1).squeeze(1).tolist()
+    if single:
+        shown = ", ".join(map(str, single[:10])) + (", ..." if len(single) > 10 else "")
+        warnings.warn(
+            f"AutoCalibration: {len(single)} class(es) have a single validation row (class "
+            f"{shown}), so the fold holding that row out fits every candidate without its "
+            "class: the cross-validated scores and the choice are unreliable. Fit on more "
+            "validation rows, stratified, with at least two rows of every class.",
+            DegenerateCalibration,
+            stacklevel=4,
+        )

@@ -14,7 +14,7 @@ import torch
 
 from selfcal._validation import check_choice
 from selfcal.estimator import Check
-from selfcal.estimator.loading import POSITIVE, UNIT, FittedRange
+from selfcal.estimator.loading import FLOATS, POSITIVE, UNIT, Fitted
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage, label_on_top
 from selfcal.posthoc._inverse_temperature import fit_inverse_temperature
@@ -274,7 +274,10 @@ class EnsembleTemperatureScaling(Calibrator):
     }
     _likelihood_fit = True
     _fitted_attributes = ("temperature_", "weights_")
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "weights_": UNIT}
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "temperature_": Fitted(range=POSITIVE),
+        "weights_": Fitted(FLOATS, UNIT),
+    }
 
     @classmethod
     def prepare_fit(cls) -> None:
@@ -308,6 +311,9 @@ class EnsembleTemperatureScaling(Calibrator):
         # the weights' solver works on the CPU (3 x 3 systems): bring its (3, N, C) input there
         components = ets_components(z, temperature).cpu()
         self.weights_ = fit_weights(components, y.cpu(), self.loss)
+
+    def _fit_warns_tied_errors(self) -> bool:
+        return True  # _fit returns the scores unchanged and says why
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         return (

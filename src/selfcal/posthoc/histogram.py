@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 
 from selfcal.estimator import Check, checked_value
-from selfcal.estimator.loading import NON_NEGATIVE, UNIT, FittedRange
+from selfcal.estimator.loading import FLOATS, NON_NEGATIVE, UNIT, Fitted
 from selfcal.metrics.binning import bin_index, bin_statistics, check_n_bins, uniform_edges
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._modules import HistogramModule, renormalise
@@ -50,9 +50,9 @@ class HistogramBinning(Calibrator):
 
     _parameters: ClassVar[dict[str, Check]] = {"n_bins": checked_value(check_n_bins)}
     _fitted_attributes = ("bin_values_", "bin_counts_")
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
-        "bin_values_": UNIT,
-        "bin_counts_": NON_NEGATIVE,
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "bin_values_": Fitted(FLOATS, UNIT),
+        "bin_counts_": Fitted(FLOATS, NON_NEGATIVE),
     }
     _per_class = True
     _rests_on_each_class = True

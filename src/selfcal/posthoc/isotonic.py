@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from selfcal._optional import require
-from selfcal.estimator.loading import UNIT, FittedRange
+from selfcal.estimator.loading import FLOATS, INTEGERS, UNIT, Fitted, FittedRange
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._modules import OneVsRestModule, TopLabelIsotonicModule, renormalise
 from selfcal.posthoc._tensors import as_tensor, interp
@@ -85,7 +85,10 @@ class IsotonicCalibration(Calibrator):
     """
 
     _fitted_attributes = ("x_thresholds_", "y_thresholds_")
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"y_thresholds_": UNIT}
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "x_thresholds_": Fitted(FLOATS),
+        "y_thresholds_": Fitted(FLOATS, UNIT),
+    }
 
     def _check_loaded(self) -> None:
         check_knots(self.x_thresholds_, self.y_thresholds_, [len(self.x_thresholds_)])
@@ -170,9 +173,10 @@ class OneVsRestIsotonic(Calibrator):
     """
 
     _fitted_attributes = ("x_thresholds_", "y_thresholds_", "knot_counts_")
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {
-        "y_thresholds_": UNIT,
-        "knot_counts_": FittedRange(1.0),
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "x_thresholds_": Fitted(FLOATS),
+        "y_thresholds_": Fitted(FLOATS, UNIT),
+        "knot_counts_": Fitted(INTEGERS, FittedRange(1.0)),
     }
     _per_class = True
     _rests_on_each_class = True

@@ -70,6 +70,7 @@ class VectorScaling(_StructuredScaling):
     """
 
     _fitted_attributes = ("weight_", "bias_")
+    _version_1_lacks = ("diagonal_l2", "bias_l2")
 
     def __init__(
         self,
@@ -138,6 +139,7 @@ class MatrixScaling(_StructuredScaling):
     """
 
     _fitted_attributes = ("weight_", "bias_")
+    _version_1_lacks = ("diagonal_l2",)
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from selfcal.estimator import Check, checked_value
-from selfcal.estimator.loading import POSITIVE, UNIT, FittedRange
+from selfcal.estimator.loading import POSITIVE, UNIT, Fitted
 from selfcal.posthoc._mixing import check_mix, resolve_mix
 from selfcal.posthoc._modules import (
     AffineModule,
@@ -50,7 +50,10 @@ class _TSMixScaling(_StructuredScaling):
 
     _parameters: ClassVar[dict[str, Check]] = {"ts_mix": checked_value(check_mix)}
     _fitted_attributes = ("temperature_", "ts_mix_", "weight_", "bias_")
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE, "ts_mix_": UNIT}
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {
+        "temperature_": Fitted(range=POSITIVE),
+        "ts_mix_": Fitted(range=UNIT),
+    }
     ts_mix: float | str
 
     def _ts_mix(self, z: torch.Tensor) -> torch.Tensor:

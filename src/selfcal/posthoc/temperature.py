@@ -19,7 +19,7 @@ import torch
 
 from selfcal._validation import check_choice
 from selfcal.estimator import Check
-from selfcal.estimator.loading import POSITIVE, FittedRange
+from selfcal.estimator.loading import POSITIVE, Fitted
 from selfcal.metrics import ece, nll
 from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._degenerate import Coverage
@@ -137,7 +137,7 @@ class TemperatureScaling(Calibrator):
     }
     _likelihood_fit = True
     _fitted_attributes = ("temperature_",)
-    _fitted_ranges: ClassVar[dict[str, FittedRange]] = {"temperature_": POSITIVE}
+    _fitted_schema: ClassVar[dict[str, Fitted]] = {"temperature_": Fitted(range=POSITIVE)}
 
     def __init__(
         self,
@@ -162,6 +162,15 @@ class TemperatureScaling(Calibrator):
             fit = solve_temperature(z, y, all_correct, self._shared_fits)
         self.temperature_ = fit.temperature
         report_fit(self, fit)
+
+    def _fit_warns_tied_errors(self) -> bool:
+        return self.method != "grid"  # the NLL's minimiser at the interval's end: reported
+
+    def _tied_errors_outcome(self, coverage: Coverage) -> str:
+        return (
+            f"returned the grid's choice T = {self.temperature_:.3g}, as the reference code "
+            "does (method='nll' returns T = 1, the scores unchanged)"
+        )
 
     def _all_correct_outcome(self, coverage: Coverage) -> str:
         if self.method == "grid":

@@ -98,7 +98,14 @@ def probmetrics_fit_predict(data: PredictionSet) -> tuple[torch.Tensor, float] |
     probmetrics is not installed. Their calibrators take probabilities, so logits go through
     a softmax first."""
     try:
-        from probmetrics.calibrators import get_calibrator
+        with warnings.catch_warnings():
+            # importing probmetrics' calibrators imports torchmin, whose functions are
+            # decorated with torch.jit.script: torch's deprecation of that is about a third
+            # party's code, not ours and nothing about the user's data, so it is not shown
+            warnings.filterwarnings(
+                "ignore", message=r"`torch\.jit\.script` is deprecated", category=DeprecationWarning
+            )
+            from probmetrics.calibrators import get_calibrator
     except ImportError:
         return None
 
