@@ -194,7 +194,8 @@ def test_two_sets_of_one_name_the_second_is_refused_by_name_and_the_first_judged
     assert "another prediction set is named 'a'" in err and err.count("error:") == 1
 
 
-def test_a_set_read_through_a_link_names_the_real_files(capsys, tmp_path):
+def test_a_set_read_through_a_link_names_the_real_files(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # a long temporary path, whole on its line
     real = write_folder_set(tmp_path / "elsewhere" / "m", 0)
     (tmp_path / "sets").mkdir()
     (tmp_path / "sets" / "m").symlink_to(real)
