@@ -150,6 +150,7 @@ def judge_all(
     set has already, is one ``error:`` line on stderr, recorded in the failures by its path,
     and the others go on."""
     from selfcal.cli._common import rich_bar
+    from selfcal.exceptions import one_line
     from selfcal.io._sets import set_name
 
     judged: list[Judged] = []
@@ -170,7 +171,7 @@ def judge_all(
                 named[set_name(path)] = path
                 judged.append(judge_one(path, names, criterion, kind, bins, figures))
             except (ValueError, OSError) as exc:
-                failed[str(path)] = _one_line(exc, path)
+                failed[str(path)] = one_line(exc, path)
                 sys.stderr.write(f"error: {failed[str(path)]}\n")
             if bar is not None:
                 bar.advance(task)
@@ -178,15 +179,6 @@ def judge_all(
         if bar is not None:
             bar.stop()
     return judged, failed
-
-
-def _one_line(exc: BaseException, path: Path) -> str:
-    """The error's one line, led by the set's path unless it names it already."""
-    if isinstance(exc, OSError) and exc.strerror and exc.filename:
-        text = f"{exc.filename}: {exc.strerror}"
-    else:
-        text = " ".join(str(exc).split())
-    return text if str(path) in text or path.name in text else f"{path}: {text}"
 
 
 def judge_one(
