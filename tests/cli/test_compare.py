@@ -181,4 +181,39 @@ def test_piped_output_is_at_most_120_columns_with_each_interval_on_one_line(
 def test_an_output_folder_that_is_a_file_is_refused_before_any_fit(capsys, sets, tmp_path):
     (tmp_path / "x.txt").write_text("")
     code, text, err = run(capsys, "compare", sets, "--out", tmp_path / "x.txt")
-    assert code == 2 and "is a file; the report is a folder" in err and text == ""
+    assert code == 2 and "x.txt: is a file; a report is written as a folder" in err and text == ""
+
+
+def test_an_interrupt_after_the_first_new_figure_leaves_the_old_report_whole(
+    capsys, sets, tmp_path, monkeypatch
+):
+    """The audit's kill of ``compare --out DIR`` over an earlier report (6 of 8 left the old
+    README beside a mix of figures): interrupted after its first figure, the rerun on other
+    data with the same set names leaves the old report, every file of it, and nothing beside."""
+    import hashlib
+    from pathlib import Path
+
+    def contents(folder):
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+
+    out, other = tmp_path / "report", tmp_path / "other"
+    write_folder_set(other / "cnn", 7)
+    write_file_set(other / "llm.npz", 8)
+    assert run(capsys, "compare", sets, "--calibrators", "ts,svs", "--out", out)[0] == 0
+    old = contents(out)
+    assert {"README.md", "reliability_cnn.png", "reliability_llm.png"} <= set(old)
+    real = Path.write_bytes
+
+    def interrupted(self, data):
+        real(self, data)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_bytes", interrupted)
+    code, _, err = run(capsys, "compare", other, "--calibrators", "ts,svs", "--out", out)
+    monkeypatch.undo()
+    assert code == 130 and "interrupted" in err
+    assert contents(out) == old
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert run(capsys, "compare", other, "--calibrators", "ts,svs", "--out", out)[0] == 0
+    new = contents(out)
+    assert all(new[name] != old[name] for name in old)  # every file replaced, none mixed

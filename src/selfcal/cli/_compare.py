@@ -80,8 +80,10 @@ def compare(
         check_choice("--criterion", criterion, CRITERIA)
         check_kind(kind)
         names = _methods(methods)
-        if not as_json and out.exists() and not out.is_dir():
-            raise ValueError(f"--out {out}: is a file; the report is a folder")
+        if not as_json:  # refused before any fit, not after
+            from selfcal._folders import check_replaceable, is_report_file
+
+            check_replaceable(out, is_report_file, "report")
         paths = _set_paths(sets)
         judged, failed = judge_all(paths, names, criterion, kind, bins, figures=not as_json)
         if as_json:

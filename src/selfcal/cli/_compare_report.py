@@ -304,25 +304,24 @@ def write_report(
     judged: list[Judged], failed: dict[str, str], out: Path, bins: int, command: str
 ) -> Path:
     """``out/README.md``: the summary across sets, then each set's section with its figure
-    (``reliability_<set>.png``, where matplotlib is installed). The figures are written
-    first and the README last, replacing the old one in one step."""
-    out.mkdir(parents=True, exist_ok=True)
+    (``reliability_<set>.png``, where matplotlib is installed); the folder is replaced whole
+    (:func:`selfcal._folders.whole_folder`: a kill leaves the old report or the new one)."""
+    from selfcal._folders import whole_folder
+
     criterion = judged[0].comparison.criterion if judged else "nll"
     lines = ["# Calibrators compared on prediction sets", "", f"Command: `{command}`", ""]
     lines += [" ".join(REPORT_HEAD.format(bins=bins, criterion=LABELS[criterion]).split()), ""]
     if len(judged) + len(failed) > 1:
         lines += ["## Summary", "", *summary_lines(judged, failed, criterion), ""]
-    for item in judged:
-        file = None
-        if item.figure is not None:
-            file = f"reliability_{item.comparison.name}.png"
-            (out / file).write_bytes(item.figure)
-        lines += markdown(item.comparison, file)
-    path = out / "README.md"
-    partial = out / ".README.md.partial"
-    partial.write_text("\n".join(lines))
-    partial.replace(path)
-    return path
+    with whole_folder(out) as scratch:
+        for item in judged:
+            file = None
+            if item.figure is not None:
+                file = f"reliability_{item.comparison.name}.png"
+                (scratch / file).write_bytes(item.figure)
+            lines += markdown(item.comparison, file)
+        (scratch / "README.md").write_text("\n".join(lines), encoding="utf-8")
+    return out / "README.md"
 
 
 def figure(data: PredictionSet, rows: list[Row], bins: int, criterion: str) -> bytes | None:

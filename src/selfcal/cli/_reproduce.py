@@ -192,6 +192,7 @@ def _reproduce(
     (``executor``, ``address``), write its report to ``out``, and print the summary (or the
     JSON payload); ``sets`` and ``kind``: the folder of prediction sets and ``--kind``, as
     given (for the command line the report names)."""
+    from selfcal._folders import check_replaceable, is_report_file
     from selfcal._validation import check_choice
     from selfcal.experiments import ResultsStore
     from selfcal.experiments._groups import summarized_warnings
@@ -204,6 +205,7 @@ def _reproduce(
     if address is not None and executor != "ray":
         raise ValueError("--address is the Ray cluster's: use it with --executor ray")
     protocol = study.protocol("quick" if quick else protocol_name)
+    check_replaceable(out, is_report_file, "report")  # now, not after the sweep
     start = time.perf_counter()
     with ResultsStore(store) as results_store:
         summary = run_study(
