@@ -217,3 +217,17 @@ def test_an_interrupt_after_the_first_new_figure_leaves_the_old_report_whole(
     assert run(capsys, "compare", other, "--calibrators", "ts,svs", "--out", out)[0] == 0
     new = contents(out)
     assert all(new[name] != old[name] for name in old)  # every file replaced, none mixed
+
+
+def test_a_set_name_is_text_in_the_report_never_markdown(capsys, tmp_path):
+    """The audit: a set folder named ``x | y`` + newline + ``# injected heading`` put a heading
+    into the report."""
+    write_folder_set(tmp_path / "sets" / "x | y\n# injected heading", 0, n=200, c=3)
+    out = tmp_path / "report"
+    code, _, err = run(capsys, "compare", tmp_path / "sets", "--calibrators", "ts", "--out", out)
+    assert code == 0, err
+    lines = (out / "README.md").read_text().splitlines()
+    assert not any(line.startswith("# injected") for line in lines)
+    assert "## x \\| y # injected heading" in lines
+    image = next(line for line in lines if line.startswith("![reliability diagrams of x"))
+    assert image.endswith("(reliability_x%20%7C%20y%0A%23%20injected%20heading.png)")

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from selfcal._markdown import markdown_link, markdown_text
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from rich.console import Console
 
@@ -194,7 +196,8 @@ def summary_lines(judged: list[Judged], failed: dict[str, str], criterion: str) 
     for item in judged:
         lines.append(set_summary_row(item.comparison))
     for path, message in failed.items():
-        lines.append(f"| {Path(path).name} | — | — | could not be read: {message} |")
+        name, reason = markdown_text(Path(path).name), markdown_text(message)
+        lines.append(f"| {name} | — | — | could not be read: {reason} |")
     return lines
 
 
@@ -205,13 +208,14 @@ def set_summary_row(found: Comparison) -> str:
 
     rec = found.recommendation
     if rec is None:
-        return f"| {found.name} | — | — | temperature scaling could not be fitted |"
+        return f"| {markdown_text(found.name)} | — | — | temperature scaling could not be fitted |"
     shown = difference_text(rec.row, rec.criterion) if rec.criterion in rec.row.difference else ""
     also = list(rec.costs)
     if not found.split_check.exchangeable:
         also.append("splits differ")
     return (
-        f"| {found.name} | {rec.name} | {shown if rec.name != 'ts' else '—'} | {'; '.join(also)} |"
+        f"| {markdown_text(found.name)} | {rec.name} | {shown if rec.name != 'ts' else '—'} | "
+        f"{'; '.join(also)} |"
     )
 
 
@@ -244,7 +248,7 @@ def markdown(found: Comparison, figure_file: str | None) -> list[str]:
     criterion = found.criterion
     lowest = lowest_name(found.rows, criterion)
     check = found.split_check
-    lines = [f"## {found.name}", ""]
+    lines = [f"## {markdown_text(found.name)}", ""]
     if not check.exchangeable:
         lines += [f"> **Warning:** {check.message}", ""]
     lines += [
@@ -259,7 +263,7 @@ def markdown(found: Comparison, figure_file: str | None) -> list[str]:
     ]
     for row in ordered(found.rows, criterion):
         if row.error:
-            lines.append(f"| {row.name} | — | — | — | — | — | — | — | {row.error} |")
+            lines.append(f"| {row.name} | — | — | — | — | — | — | — | {markdown_text(row.error)} |")
             continue
         diffs = {
             s: _marked(row, s) if s in row.difference else "—" for s in ("nll", "ece", "brier")
@@ -272,9 +276,10 @@ def markdown(found: Comparison, figure_file: str | None) -> list[str]:
         )
     if found.warnings:
         lines += ["", "Warnings raised by the fits:", ""]
-        lines += [f"- {warned_text(w)}" for w in found.warnings]
+        lines += [f"- {markdown_text(warned_text(w))}" for w in found.warnings]
     if figure_file:
-        lines += ["", f"![reliability diagrams of {found.name}]({figure_file})"]
+        alt = markdown_text(f"reliability diagrams of {found.name}")
+        lines += ["", f"![{alt}]({markdown_link(figure_file)})"]
     return lines + [""]
 
 

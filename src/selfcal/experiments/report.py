@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from selfcal._folders import whole_folder
+from selfcal._markdown import markdown_names, markdown_text
 from selfcal.exceptions import StaleResults
 from selfcal.experiments.figure_cache import figures_key, kept_figures, remember_figures
 from selfcal.experiments.selection import hyperparameters, regime
@@ -120,7 +121,7 @@ def header(results: StudyResults, command: str, seconds: float | None) -> list[s
         command_line(command, seconds, results.records),
         f"Protocol `{protocol.name}` (fingerprint `{study.fingerprint(protocol)}`, study "
         f"version {study.version}), seeds {list(protocol.seeds)}, datasets "
-        f"{list(results.datasets)}, {protocol.threads} thread(s) per run.",
+        f"{markdown_names(results.datasets)}, {protocol.threads} thread(s) per run.",
         f"Environment: selfcal {env.get('selfcal')}, torch {env.get('torch')}, python "
         f"{env.get('python')}, {env.get('device')}; git {', '.join(commits) or '—'}.",
         *[f"> {note}" for note in protocol.notes],
@@ -135,8 +136,8 @@ def failure_lines(results: StudyResults) -> list[str]:
         f"## Failed runs ({len(results.failures)}; not in any table)",
         "",
         *[
-            f"- {r.spec.dataset} / {r.spec.method} {_regime_tag(r)}/ seed {r.spec.seed} "
-            f"{_hp_text(hyperparameters(r))}: {r.reason}"
+            f"- {markdown_text(r.spec.dataset)} / {r.spec.method} {_regime_tag(r)}/ seed "
+            f"{r.spec.seed} {_hp_text(hyperparameters(r))}: {markdown_text(r.reason)}"
             for r in results.failures
         ],
         "",

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from selfcal._markdown import markdown_text
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.studies.conformal.execute import key
@@ -115,7 +116,8 @@ def group_table(results: StudyResults, record: RunRecord, alpha: float) -> list[
     found = group_names(record)
     names = found[0] if found else None
     lines = [
-        f"**{record.spec.dataset}** ({int(record.metrics['n_groups'])} groups), α = {alpha:g}:",
+        f"**{markdown_text(record.spec.dataset)}** ({int(record.metrics['n_groups'])} groups), "
+        f"α = {alpha:g}:",
         "",
         "| step | predictor | worst group: coverage | groups below 1 − α | set size |",
         "|---|---|---|---|---|",
@@ -124,7 +126,7 @@ def group_table(results: StudyResults, record: RunRecord, alpha: float) -> list[
         coverage = results.store.artefact(record.key, f"group_coverage.{step}.{alpha:g}")
         for i, predictor in enumerate(GROUPED):
             worst = int(np.nanargmin(coverage[i]))
-            label = names[worst] if names else f"group {worst}"
+            label = markdown_text(names[worst]) if names else f"group {worst}"
             below = int((coverage[i] < 1 - alpha).sum())
             size = record.metrics[key("group_size", step, predictor, alpha)]
             lines.append(
@@ -149,7 +151,8 @@ def per_group_table(results: StudyResults, record: RunRecord, alpha: float) -> l
     rows = found[1] if found else np.full(n_groups, -1)
     shown = [STEPS.get(step, step) for step in steps]
     lines = [
-        f"Each group of **{record.spec.dataset}**, α = {alpha:g}: coverage under the marginal "
+        f"Each group of **{markdown_text(record.spec.dataset)}**, α = {alpha:g}: coverage under "
+        "the marginal "
         "predictor, then under the Mondrian-by-group one.",
         "",
         "| group | test rows | "
@@ -161,7 +164,7 @@ def per_group_table(results: StudyResults, record: RunRecord, alpha: float) -> l
     ]
     for g in np.argsort(coverage[steps[0]][0], kind="stable"):
         cells = [f"{coverage[step][i, g]:.3f}" for i in range(len(GROUPED)) for step in steps]
-        lines.append(f"| {names[g]} | {rows[g]} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_text(names[g])} | {rows[g]} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -170,7 +173,7 @@ def sections(results: StudyResults) -> list[str]:
 
     out = [*prose(__doc__), ""]
     for n_classes, records in families(results):
-        sets = ", ".join(r.spec.dataset for r in records)
+        sets = ", ".join(markdown_text(r.spec.dataset) for r in records)
         out += [f"## {n_classes} classes: {len(records)} sets", "", f"Sets: {sets}.", ""]
         out += ["### Coverage (each predictor's guarantee is 1 − α)", ""]
         out += [*coverage_table(results, records), ""]

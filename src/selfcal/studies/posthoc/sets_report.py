@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal._markdown import markdown_text
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference
@@ -138,7 +139,7 @@ def table(family: Family, found: list[Row]) -> list[str]:
     ts = next(r.seconds for r in found if r.calibrator == BASELINE)
     lines = [
         f"**{family.name}**: {len(family.records)} prediction sets "
-        f"({', '.join(r.spec.dataset for r in family.records)}).",
+        f"({', '.join(markdown_text(r.spec.dataset) for r in family.records)}).",
         "",
         "| calibrator | sets better / tied / worse than TS | win rate vs TS | NLL − TS's | "
         "vs TS | Brier − TS's (×100) | ECE − TS's (points) | median fit (ms) | × TS's time |",
@@ -170,7 +171,7 @@ def auto_lines(family: Family) -> list[str]:
         name = AUTO_NAMES[int(r.metrics["auto.chosen"])]
         counts[name] = counts.get(name, 0) + 1
     picks = ", ".join(f"{n} {c}" for n, c in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
-    worse = [r.spec.dataset for r in family.records if r.metrics["nll_low.auto"] > 0]
+    worse = [markdown_text(r.spec.dataset) for r in family.records if r.metrics["nll_low.auto"] > 0]
     better = sum(r.metrics["nll_high.auto"] < 0 for r in family.records)
     return [
         "",
@@ -194,7 +195,7 @@ def per_set(families_: list[Family]) -> list[str]:
             m = r.metrics
             chosen = AUTO_NAMES[int(m["auto.chosen"])] if "auto.chosen" in m else "—"
             lines.append(
-                f"| {r.spec.dataset} | {family.n_classes} | {int(m['n_val'])} / "
+                f"| {markdown_text(r.spec.dataset)} | {family.n_classes} | {int(m['n_val'])} / "
                 f"{int(m['n_test'])} | {m['nll.ts']:.4f} | {chosen} | {difference(m, 'auto')} "
                 f"| {difference(m, 'sms')} |"
             )
