@@ -10,8 +10,9 @@ interval over the set's test rows (1,000 resamples, centred) -- and over the fam
 mean difference from TS of the test NLL, Brier score and 15-bin ECE. A family's intervals
 resample the test rows, the same resample for every set of a size -- jointly, where sets share
 their test rows -- so they say how sure the numbers are for these models on test sets like
-these, not for other models. Fit times are medians over the family's sets, in one process on
-one thread, beside other work: read them as ratios.
+these, not for other models. A calibrator that could not be fitted on a set of the family is
+not in its table; the line under the table says on which sets and why. Fit times are medians
+over the family's sets, in one process on one thread, beside other work: read them as ratios.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference
 from selfcal.metrics.bootstrap import interval_bounds
 from selfcal.posthoc.compare import BASELINE, SCORES
+from selfcal.studies._sets import stored_reasons
 from selfcal.studies.posthoc.execute import AUTO_NAMES
 from selfcal.studies.posthoc.protocol import REFERENCE
 
@@ -222,8 +224,33 @@ def sections(results: StudyResults) -> list[str]:
     found = families(results)
     out = [*prose(__doc__), ""]
     for family in found:
-        out += [*table(family, rows(family, calibrators(results))), *auto_lines(family), ""]
+        shown = rows(family, calibrators(results))
+        out += [*table(family, shown), *not_fitted(results, family, shown), *auto_lines(family)]
+        out.append("")
     return out + per_set(found)
+
+
+def not_fitted(results: StudyResults, family: Family, shown: list[Row]) -> list[str]:
+    """A line for each calibrator left out of ``family``'s table because it could not be fitted
+    on some of its sets: which sets, and why (each distinct reason once)."""
+    in_table = {r.calibrator for r in shown}
+    reasons = {r.key: stored_reasons(results, r) for r in family.records}
+    parts = []
+    for name in calibrators(results):
+        failed = [r for r in family.records if f"failed.{name}" in r.metrics]
+        if name in in_table or not failed:
+            continue
+        sets = ", ".join(markdown_text(r.spec.dataset) for r in failed)
+        why = dict.fromkeys(reasons[r.key].get(name, "reason not stored") for r in failed)
+        parts.append(
+            f"{name} on {len(failed)} of {len(family.records)} sets ({sets}: "
+            f"{'; '.join(map(markdown_text, why))})"
+        )
+    return (
+        ["", "Not in the table, as not fitted on every set: " + "; ".join(parts) + "."]
+        if parts
+        else []
+    )
 
 
 def summary(results: StudyResults) -> list[str]:
