@@ -1,12 +1,13 @@
 """The ``--sets`` studies fail as ``selfcal compare`` does (the audit's reproducers, small): a
 set that cannot be read or is refused is one ``error:`` line naming it and why, the other sets
 still run, the report lists it, and the command exits 2; a calibrator or post-hoc step that
-cannot be fitted on a set is recorded with its reason, and the set keeps the others. Also: a
-set's name is text in the reports, never Markdown."""
+cannot be fitted on a set is recorded with its reason, and the set keeps the others. Also: the
+win rate's interval stays in [0, 1], and a set's name is text in the reports, never Markdown."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -77,6 +78,20 @@ def test_a_set_that_cannot_be_read_is_one_error_line_and_exit_2_and_the_others_r
     assert list(payload["5 classes"]) != []  # the good set has its results
     text = report.read_text()
     assert "## Failed runs (1; not in any table)" in text and "- bad / set / seed 0" in text
+
+
+def test_the_win_rate_interval_is_a_fraction_of_sets(capsys, mixed, tmp_path):
+    """A percentile interval of the resampled win rates: in [0, 1] (the centred one gave ets
+    ``1.00 [1.00, 2.00]`` on this set)."""
+    code, payload, err, report = study(capsys, "posthoc", mixed, tmp_path)
+    rates = {name: row["win_rate"] for name, row in payload["5 classes"].items()}
+    assert "ets" in rates and len(rates) > 10
+    for name, rate in rates.items():
+        assert 0.0 <= rate["ci"][0] <= rate["ci"][1] <= 1.0, (name, rate)
+    assert any(low < high for low, high in (rate["ci"] for rate in rates.values()))
+    cells = re.findall(r"\| (\d\.\d\d) \[(-?\d\.\d\d), (-?\d\.\d\d)\] \|", report.read_text())
+    assert len(cells) == len(rates)
+    assert all(0.0 <= float(low) <= float(high) <= 1.0 for _, low, high in cells)
 
 
 @pytest.mark.parametrize("name", ["posthoc", "conformal"])

@@ -10,9 +10,12 @@ interval over the set's test rows (1,000 resamples, centred) -- and over the fam
 mean difference from TS of the test NLL, Brier score and 15-bin ECE. A family's intervals
 resample the test rows, the same resample for every set of a size -- jointly, where sets share
 their test rows -- so they say how sure the numbers are for these models on test sets like
-these, not for other models. A calibrator that could not be fitted on a set of the family is
-not in its table; the line under the table says on which sets and why. Fit times are medians
-over the family's sets, in one process on one thread, beside other work: read them as ratios.
+these, not for other models. The differences' intervals are centred; the win rate's is the
+percentile interval of the resampled win rates, which are fractions of sets, so it stays in
+[0, 1] (the centred interval, moved to sit on the point, can leave it). A calibrator that could
+not be fitted on a set of the family is not in its table; the line under the table says on
+which sets and why. Fit times are medians over the family's sets, in one process on one
+thread, beside other work: read them as ratios.
 """
 
 from __future__ import annotations
@@ -90,10 +93,12 @@ def families(results: StudyResults) -> list[Family]:
     ]
 
 
-def centred(values: np.ndarray, point: float) -> Difference:
-    """``point`` with the centred 95% interval of its resampled ``values``."""
-    low, high = interval_bounds(torch.from_numpy(values), torch.tensor(point), 0.95)
-    return Difference(point, float(low), float(high), len(values), float(values.std()))
+def centred(values: np.ndarray, point: float, method: str = "centred") -> Difference:
+    """``point`` with the ``method`` 95% interval of its resampled ``values`` (centred, or
+    ``"percentile"`` for a win rate: :func:`~selfcal.metrics.bootstrap.interval_bounds`)."""
+    bounds = interval_bounds(torch.from_numpy(values), torch.tensor(point), 0.95, method)
+    low, high = (float(bound) for bound in bounds)
+    return Difference(point, low, high, len(values), float(values.std()))
 
 
 def row(family: Family, calibrator: str) -> Row | None:
@@ -110,9 +115,8 @@ def row(family: Family, calibrator: str) -> Row | None:
         assert mine is not None and theirs is not None  # checked above
         scores[score] = centred((mine - theirs).mean(0), float(diff.mean()))
         if score == "nll":
-            wins = centred(
-                ((mine < theirs) + 0.5 * (mine == theirs)).mean(0), win_rate(nll, family)
-            )
+            resampled_wins = ((mine < theirs) + 0.5 * (mine == theirs)).mean(0)
+            wins = centred(resampled_wins, win_rate(nll, family), "percentile")
     low, high = family.column("nll_low", calibrator), family.column("nll_high", calibrator)
     return Row(
         calibrator,
