@@ -122,3 +122,37 @@ class NonFinite(Exception):
     """Internal: something became NaN/inf inside a training epoch. The training loop turns it
     into :class:`TrainingDiverged` with the epoch and the history so far; it never reaches a
     caller."""
+
+
+def one_line(error: BaseException | str, about: object = None) -> str:
+    """What a user reads of an error (or of a warning's text): one line -- each run of
+    whitespace one space -- led by ``about: `` (the file or prediction set it concerns) unless it
+    names ``about`` already, whole or by its last part as a word of its own (a set named ``s``
+    is not named by "scaling"). An ``OSError`` reads ``filename: strerror``, a ``KeyError`` its
+    key (not the key's repr), an error without a message its class name. The one rule of the
+    command line's ``error:`` lines, ``selfcal compare``'s failed sets and the ``--sets``
+    studies' failed runs."""
+    if isinstance(error, KeyError) and error.args:
+        text = str(error.args[0])
+    elif isinstance(error, OSError) and error.strerror and error.filename:
+        text = f"{error.filename}: {error.strerror}"
+    elif isinstance(error, BaseException):
+        text = str(error) or type(error).__name__
+    else:
+        text = error
+    text = " ".join(text.split())
+    if about is None or _names(text, str(about)):
+        return text
+    return f"{about}: {text}"
+
+
+def _names(text: str, about: str) -> bool:
+    """Whether ``text`` names ``about``, whole or by its last part, as a word of its own (not
+    inside a longer name)."""
+    import os
+    import re
+
+    for name in (about, os.path.basename(about.rstrip("/"))):
+        if name and re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text):
+            return True
+    return False

@@ -181,7 +181,7 @@ def test_piped_output_is_at_most_120_columns_with_each_interval_on_one_line(
 def test_an_output_folder_that_is_a_file_is_refused_before_any_fit(capsys, sets, tmp_path):
     (tmp_path / "x.txt").write_text("")
     code, text, err = run(capsys, "compare", sets, "--out", tmp_path / "x.txt")
-    assert code == 2 and "is a file; the report is a folder" in err and text == ""
+    assert code == 2 and "x.txt: is a file; a report is written as a folder" in err and text == ""
 
 
 def test_two_sets_of_one_name_the_second_is_refused_by_name_and_the_first_judged(capsys, tmp_path):
@@ -207,3 +207,52 @@ def test_a_set_read_through_a_link_names_the_real_files(capsys, tmp_path, monkey
     assert (
         str(real) in " ".join(text.split()) and str(real) in (tmp_path / "r/README.md").read_text()
     )
+
+
+def test_an_interrupt_after_the_first_new_figure_leaves_the_old_report_whole(
+    capsys, sets, tmp_path, monkeypatch
+):
+    """The audit's kill of ``compare --out DIR`` over an earlier report (6 of 8 left the old
+    README beside a mix of figures): interrupted after its first figure, the rerun on other
+    data with the same set names leaves the old report, every file of it, and nothing beside."""
+    import hashlib
+    from pathlib import Path
+
+    def contents(folder):
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+
+    out, other = tmp_path / "report", tmp_path / "other"
+    write_folder_set(other / "cnn", 7)
+    write_file_set(other / "llm.npz", 8)
+    assert run(capsys, "compare", sets, "--calibrators", "ts,svs", "--out", out)[0] == 0
+    old = contents(out)
+    assert {"README.md", "reliability_cnn.png", "reliability_llm.png"} <= set(old)
+    real = Path.write_bytes
+
+    def interrupted(self, data):
+        real(self, data)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_bytes", interrupted)
+    code, _, err = run(capsys, "compare", other, "--calibrators", "ts,svs", "--out", out)
+    monkeypatch.undo()
+    assert code == 130 and "interrupted" in err
+    assert contents(out) == old
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert run(capsys, "compare", other, "--calibrators", "ts,svs", "--out", out)[0] == 0
+    new = contents(out)
+    assert all(new[name] != old[name] for name in old)  # every file replaced, none mixed
+
+
+def test_a_set_name_is_text_in_the_report_never_markdown(capsys, tmp_path):
+    """The audit: a set folder named ``x | y`` + newline + ``# injected heading`` put a heading
+    into the report."""
+    write_folder_set(tmp_path / "sets" / "x | y\n# injected heading", 0, n=200, c=3)
+    out = tmp_path / "report"
+    code, _, err = run(capsys, "compare", tmp_path / "sets", "--calibrators", "ts", "--out", out)
+    assert code == 0, err
+    lines = (out / "README.md").read_text().splitlines()
+    assert not any(line.startswith("# injected") for line in lines)
+    assert "## x \\| y # injected heading" in lines
+    image = next(line for line in lines if line.startswith("![reliability diagrams of x"))
+    assert image.endswith("(reliability_x%20%7C%20y%0A%23%20injected%20heading.png)")

@@ -66,3 +66,38 @@ def test_a_damaged_key_file_redraws(tmp_path):
     (tmp_path / "a.png").write_bytes(b"")
     assert kept_figures(tmp_path, "k") == ["a.png"]
     assert kept_figures(tmp_path, "other") is None
+
+
+def test_an_interrupt_while_the_figures_are_redrawn_leaves_the_old_report(
+    gra_toy, tmp_path, monkeypatch
+):
+    """A study's report folder is replaced whole: interrupted after its first new figure,
+    the old README, provenance and figures stay as they were, with nothing beside them."""
+    import hashlib
+
+    from matplotlib.figure import Figure
+
+    def figures(self, results):
+        figure = Figure()
+        figure.add_subplot().plot([0, 1])
+        return {"a.png": figure, "b.png": figure}
+
+    monkeypatch.setattr(type(gra_toy.study), "figures", figures)
+    out = tmp_path / "report"
+    write_report(gra_toy, out, command="old")
+    old = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()}
+    saved = []
+    real = Figure.savefig
+
+    def interrupted(self, path, **kwargs):
+        real(self, path, **kwargs)
+        saved.append(path)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("selfcal.experiments.report.kept_figures", lambda out, key: None)
+    monkeypatch.setattr(Figure, "savefig", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_report(gra_toy, out, command="new")
+    assert len(saved) == 1  # one new figure was written (in the scratch folder) before
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()} == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]

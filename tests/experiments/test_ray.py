@@ -305,7 +305,7 @@ def test_without_ray_the_error_names_the_extra(
     assert caught.value.name == "ray"
     assert store.keys(status=None) == set()
     args = ["reproduce", "gra-toy", "--quick", "--executor", "ray"]
-    assert main([*args, "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path)]) == 2
+    assert main([*args, "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "r")]) == 2
     assert 'executor="ray" needs Ray' in capsys.readouterr().err
 
 

@@ -295,29 +295,6 @@ def test_retry_failed_runs_a_changed_run_again(store: ResultsStore) -> None:
     assert_stored_as_expected(store, specs)
 
 
-def test_a_report_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
-    """A full disk while writing a report leaves the previous file (never a truncated one)
-    and says which file in one line."""
-    from pathlib import Path
-
-    from selfcal.experiments.report import write_whole
-
-    path = tmp_path / "README.md"
-    path.write_text("the previous report\n")
-    real = Path.write_text
-
-    def full_disk(self, text, *args, **kwargs):
-        real(self, text[:5], *args, **kwargs)
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(Path, "write_text", full_disk)
-    with pytest.raises(ValueError, match=f"cannot write {path}: No space left on device"):
-        write_whole(path, "the new report, longer\n")
-    monkeypatch.undo()
-    assert path.read_text() == "the previous report\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["README.md"]
-
-
 def _sweep_in_child(path, specs, ready, flags) -> None:
     """Child: wait until every sweep is ready, then run the shared specs on the store."""
     import os

@@ -80,8 +80,10 @@ def compare(
         check_choice("--criterion", criterion, CRITERIA)
         check_kind(kind)
         names = _methods(methods)
-        if not as_json and out.exists() and not out.is_dir():
-            raise ValueError(f"--out {out}: is a file; the report is a folder")
+        if not as_json:  # refused before any fit, not after
+            from selfcal._folders import check_replaceable, is_report_file
+
+            check_replaceable(out, is_report_file, "report")
         paths = _set_paths(sets)
         judged, failed = judge_all(paths, names, criterion, kind, bins, figures=not as_json)
         if as_json:
@@ -150,6 +152,7 @@ def judge_all(
     set has already, is one ``error:`` line on stderr, recorded in the failures by its path,
     and the others go on."""
     from selfcal.cli._common import rich_bar
+    from selfcal.exceptions import one_line
     from selfcal.io._sets import duplicate_name
 
     judged: list[Judged] = []
@@ -165,7 +168,7 @@ def judge_all(
                     raise ValueError(duplicate_name(path, paths[:i]))
                 judged.append(judge_one(path, names, criterion, kind, bins, figures))
             except (ValueError, OSError) as exc:
-                failed[str(path)] = _one_line(exc, path)
+                failed[str(path)] = one_line(exc, path)
                 sys.stderr.write(f"error: {failed[str(path)]}\n")
             if bar is not None:
                 bar.advance(task)
@@ -173,15 +176,6 @@ def judge_all(
         if bar is not None:
             bar.stop()
     return judged, failed
-
-
-def _one_line(exc: BaseException, path: Path) -> str:
-    """The error's one line, led by the set's path unless it names it already."""
-    if isinstance(exc, OSError) and exc.strerror and exc.filename:
-        text = f"{exc.filename}: {exc.strerror}"
-    else:
-        text = " ".join(str(exc).split())
-    return text if str(path) in text or path.name in text else f"{path}: {text}"
 
 
 def judge_one(

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from selfcal._markdown import markdown_link, markdown_text
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from rich.console import Console
 
@@ -200,7 +202,8 @@ def summary_lines(judged: list[Judged], failed: dict[str, str], criterion: str) 
     for item in judged:
         lines.append(set_summary_row(item.comparison))
     for path, message in failed.items():
-        lines.append(f"| {Path(path).name} | — | — | could not be read: {message} |")
+        name, reason = markdown_text(Path(path).name), markdown_text(message)
+        lines.append(f"| {name} | — | — | could not be read: {reason} |")
     return lines
 
 
@@ -211,13 +214,14 @@ def set_summary_row(found: Comparison) -> str:
 
     rec = found.recommendation
     if rec is None:
-        return f"| {found.name} | — | — | temperature scaling could not be fitted |"
+        return f"| {markdown_text(found.name)} | — | — | temperature scaling could not be fitted |"
     shown = difference_text(rec.row, rec.criterion) if rec.criterion in rec.row.difference else ""
     also = list(rec.costs)
     if not found.split_check.exchangeable:
         also.append("splits differ")
     return (
-        f"| {found.name} | {rec.name} | {shown if rec.name != 'ts' else '—'} | {'; '.join(also)} |"
+        f"| {markdown_text(found.name)} | {rec.name} | {shown if rec.name != 'ts' else '—'} | "
+        f"{'; '.join(also)} |"
     )
 
 
@@ -251,7 +255,9 @@ def markdown(found: Comparison, figure_file: str | None, read_from: str = "") ->
     criterion = found.criterion
     lowest = lowest_name(found.rows, criterion)
     check = found.split_check
-    lines = [f"## {found.name}", ""] + ([f"Files {read_from}.", ""] if read_from else [])
+    lines = [f"## {markdown_text(found.name)}", ""] + (
+        [f"Files {markdown_text(read_from)}.", ""] if read_from else []
+    )
     if not check.exchangeable:
         lines += [f"> **Warning:** {check.message}", ""]
     lines += [
@@ -266,7 +272,7 @@ def markdown(found: Comparison, figure_file: str | None, read_from: str = "") ->
     ]
     for row in ordered(found.rows, criterion):
         if row.error:
-            lines.append(f"| {row.name} | — | — | — | — | — | — | — | {row.error} |")
+            lines.append(f"| {row.name} | — | — | — | — | — | — | — | {markdown_text(row.error)} |")
             continue
         diffs = {
             s: _marked(row, s) if s in row.difference else "—" for s in ("nll", "ece", "brier")
@@ -279,9 +285,10 @@ def markdown(found: Comparison, figure_file: str | None, read_from: str = "") ->
         )
     if found.warnings:
         lines += ["", "Warnings raised by the fits:", ""]
-        lines += [f"- {warned_text(w)}" for w in found.warnings]
+        lines += [f"- {markdown_text(warned_text(w))}" for w in found.warnings]
     if figure_file:
-        lines += ["", f"![reliability diagrams of {found.name}]({figure_file})"]
+        alt = markdown_text(f"reliability diagrams of {found.name}")
+        lines += ["", f"![{alt}]({markdown_link(figure_file)})"]
     return lines + [""]
 
 
@@ -311,25 +318,24 @@ def write_report(
     judged: list[Judged], failed: dict[str, str], out: Path, bins: int, command: str
 ) -> Path:
     """``out/README.md``: the summary across sets, then each set's section with its figure
-    (``reliability_<set>.png``, where matplotlib is installed). The figures are written
-    first and the README last, replacing the old one in one step."""
-    out.mkdir(parents=True, exist_ok=True)
+    (``reliability_<set>.png``, where matplotlib is installed); the folder is replaced whole
+    (:func:`selfcal._folders.whole_folder`: a kill leaves the old report or the new one)."""
+    from selfcal._folders import whole_folder
+
     criterion = judged[0].comparison.criterion if judged else "nll"
     lines = ["# Calibrators compared on prediction sets", "", f"Command: `{command}`", ""]
     lines += [" ".join(REPORT_HEAD.format(bins=bins, criterion=LABELS[criterion]).split()), ""]
     if len(judged) + len(failed) > 1:
         lines += ["## Summary", "", *summary_lines(judged, failed, criterion), ""]
-    for item in judged:
-        file = None
-        if item.figure is not None:
-            file = f"reliability_{item.comparison.name}.png"
-            (out / file).write_bytes(item.figure)
-        lines += markdown(item.comparison, file, item.read_from)
-    path = out / "README.md"
-    partial = out / ".README.md.partial"
-    partial.write_text("\n".join(lines))
-    partial.replace(path)
-    return path
+    with whole_folder(out) as scratch:
+        for item in judged:
+            file = None
+            if item.figure is not None:
+                file = f"reliability_{item.comparison.name}.png"
+                (scratch / file).write_bytes(item.figure)
+            lines += markdown(item.comparison, file, item.read_from)
+        (scratch / "README.md").write_text("\n".join(lines), encoding="utf-8")
+    return out / "README.md"
 
 
 def figure(data: PredictionSet, rows: list[Row], bins: int, criterion: str) -> bytes | None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import typer
 
+from selfcal.exceptions import one_line
+
 _SOURCE: ContextVar[str | None] = ContextVar("source", default=None)
 
 USAGE_EXIT = 2
@@ -34,26 +36,17 @@ def _debug() -> bool:
     return os.environ.get("SELFCAL_DEBUG", "") not in ("", "0")
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def fail(message: str, code: int = USAGE_EXIT) -> typer.Exit:
     """Print ``error: message`` (one line) to stderr and return the exit to raise."""
-    sys.stderr.write(f"error: {_one_line(message)}\n")
+    sys.stderr.write(f"error: {one_line(message)}\n")
     sys.stderr.flush()
     return typer.Exit(code)
 
 
 def _message(exc: BaseException) -> str:
-    """The error's one message, led by the file it is about when :func:`source` knows it."""
-    if isinstance(exc, KeyError) and exc.args:
-        text = str(exc.args[0])
-    elif isinstance(exc, OSError) and exc.strerror and exc.filename:
-        text = f"{exc.filename}: {exc.strerror}"
-    else:
-        text = str(exc) or type(exc).__name__
-    return _prefixed(text, getattr(exc, "selfcal_source", None))
+    """The error's one message, led by the file it is about when :func:`source` knows it
+    (:func:`selfcal.exceptions.one_line`)."""
+    return one_line(exc, getattr(exc, "selfcal_source", None))
 
 
 @contextmanager
@@ -70,13 +63,6 @@ def source(name: object) -> Iterator[None]:
         _SOURCE.reset(token)
 
 
-def _prefixed(text: str, name: str | None) -> str:
-    """``name: text`` unless ``text`` names it (or its file name) already."""
-    if name is None or name in text or os.path.basename(name) in text:
-        return text
-    return f"{name}: {text}"
-
-
 @contextmanager
 def one_line_warnings() -> Iterator[None]:
     """Each warning as ``warning: [SOURCE: ]message`` on stderr, once; repeats are counted and
@@ -84,7 +70,7 @@ def one_line_warnings() -> Iterator[None]:
     seen: Counter[str] = Counter()
 
     def show(message: Any, *_: Any, **__: Any) -> None:
-        text = _prefixed(_one_line(str(message)), _SOURCE.get())
+        text = one_line(str(message), _SOURCE.get())
         seen[text] += 1
         if seen[text] == 1:
             sys.stderr.write(f"warning: {text}\n")

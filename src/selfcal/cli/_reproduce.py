@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from selfcal.cli._errors import errors
+from selfcal.cli._errors import USAGE_EXIT, errors
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from selfcal.experiments.study import Study
@@ -192,6 +192,7 @@ def _reproduce(
     (``executor``, ``address``), write its report to ``out``, and print the summary (or the
     JSON payload); ``sets`` and ``kind``: the folder of prediction sets and ``--kind``, as
     given (for the command line the report names)."""
+    from selfcal._folders import check_replaceable, is_report_file
     from selfcal._validation import check_choice
     from selfcal.experiments import ResultsStore
     from selfcal.experiments._groups import summarized_warnings
@@ -204,6 +205,7 @@ def _reproduce(
     if address is not None and executor != "ray":
         raise ValueError("--address is the Ray cluster's: use it with --executor ray")
     protocol = study.protocol("quick" if quick else protocol_name)
+    check_replaceable(out, is_report_file, "report")  # now, not after the sweep
     start = time.perf_counter()
     with ResultsStore(store) as results_store:
         summary = run_study(
@@ -226,17 +228,32 @@ def _reproduce(
             kind,
         )
         results = StudyResults.load(study, protocol, results_store)
+        failed = say_failed_sets(results) if protocol.name == SETS_PROTOCOL else 0
         with summarized_warnings("in the report"):
             path = write_report(results, out, command=command, seconds=seconds)
             lines = study.summary(results)
         if as_json:
             sys.stdout.write(json.dumps(json_payload(results)) + "\n")
-            return
-        head = (
-            f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
-            f"failed ({seconds:.0f} s); store {store}"
-        )
-        print_summary(head, lines, f"report: {path}")
+        else:
+            head = (
+                f"{summary.done} runs done, {summary.skipped} already stored, {summary.failed} "
+                f"failed ({seconds:.0f} s); store {store}"
+            )
+            print_summary(head, lines, f"report: {path}")
+    if failed:
+        raise typer.Exit(USAGE_EXIT)
+
+
+def say_failed_sets(results: Any) -> int:
+    """One ``error:`` line on stderr per prediction set without results (its stored reason,
+    naming the set), as ``selfcal compare`` says a set it cannot read; how many. The report
+    lists them too, and the command exits 2 once it is written."""
+    from selfcal.exceptions import one_line
+
+    for record in results.failures:
+        sys.stderr.write(f"error: {one_line(str(record.reason), record.spec.dataset)}\n")
+    sys.stderr.flush()
+    return len(results.failures)
 
 
 def _use_sets(study: Study, sets: Path, protocol: str | None, kind: str | None) -> str:

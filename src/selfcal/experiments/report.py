@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from selfcal._folders import whole_folder
+from selfcal._markdown import markdown_names, markdown_text
 from selfcal.exceptions import StaleResults
 from selfcal.experiments.figure_cache import figures_key, kept_figures, remember_figures
 from selfcal.experiments.selection import hyperparameters, regime
@@ -75,41 +77,37 @@ class Provenance:
 def write_report(
     results: StudyResults, out: Path, *, command: str, seconds: float | None = None
 ) -> Path:
-    """Write ``out/README.md``, the figures and ``out/provenance.json``; return the README.
-    Figures drawn from the same runs by the same code are kept, not redrawn
-    (:mod:`selfcal.experiments.figure_cache`)."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``out/README.md``, the figures and ``out/provenance.json``, the folder replaced
+    whole (:func:`selfcal._folders.whole_folder`: a kill leaves the old report or the new one);
+    return the README. Figures drawn from the same runs by the same code are kept, not
+    redrawn (:mod:`selfcal.experiments.figure_cache`)."""
+    out = Path(out)
     study = results.study
     key = figures_key(results, FIGURE_DPI)
-    written = kept_figures(out, key)
-    if written is None:  # something they are drawn from changed: draw them
-        written = []
-        for name, figure in study.figures(results).items():
-            if figure is not None:
-                figure.savefig(out / name, dpi=FIGURE_DPI)
-                written.append(name)
-        remember_figures(out, key, written)
-    parts = [*header(results, command, seconds), *study.sections(results), *failure_lines(results)]
-    if written:
-        parts += ["## Figures", "", *[f"![{name}]({name})" for name in written], ""]
-    path = out / README
-    write_whole(path, "\n".join(parts).rstrip("\n") + "\n")
-    provenance = Provenance.of(results, command, seconds)
-    write_whole(out / PROVENANCE, json.dumps(asdict(provenance), indent=2) + "\n")
-    return path
-
-
-def write_whole(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: into a scratch file beside it, then
-    renamed over it (a full disk leaves the previous file, never a truncated one); a failure
-    is one line naming the file."""
-    scratch = path.with_name(f".{path.name}.partial")
-    try:
-        scratch.write_text(text, encoding="utf-8")
-        os.replace(scratch, path)
-    except OSError as err:
-        scratch.unlink(missing_ok=True)
-        raise ValueError(f"cannot write {path}: {err.strerror or err}") from None
+    with whole_folder(out) as scratch:
+        written = kept_figures(out, key)
+        if written is not None:
+            for name in written:
+                shutil.copy2(out / name, scratch / name)
+        else:  # something they are drawn from changed: draw them
+            written = []
+            for name, figure in study.figures(results).items():
+                if figure is not None:
+                    figure.savefig(scratch / name, dpi=FIGURE_DPI)
+                    written.append(name)
+        remember_figures(scratch, key, written)
+        parts = [
+            *header(results, command, seconds),
+            *study.sections(results),
+            *failure_lines(results),
+        ]
+        if written:
+            parts += ["## Figures", "", *[f"![{name}]({name})" for name in written], ""]
+        text = "\n".join(parts).rstrip("\n") + "\n"
+        (scratch / README).write_text(text, encoding="utf-8")
+        provenance = Provenance.of(results, command, seconds)
+        (scratch / PROVENANCE).write_text(json.dumps(asdict(provenance), indent=2) + "\n")
+    return out / README
 
 
 def header(results: StudyResults, command: str, seconds: float | None) -> list[str]:
@@ -123,7 +121,7 @@ def header(results: StudyResults, command: str, seconds: float | None) -> list[s
         command_line(command, seconds, results.records),
         f"Protocol `{protocol.name}` (fingerprint `{study.fingerprint(protocol)}`, study "
         f"version {study.version}), seeds {list(protocol.seeds)}, datasets "
-        f"{list(results.datasets)}, {protocol.threads} thread(s) per run.",
+        f"{markdown_names(results.datasets)}, {protocol.threads} thread(s) per run.",
         f"Environment: selfcal {env.get('selfcal')}, torch {env.get('torch')}, python "
         f"{env.get('python')}, {env.get('device')}; git {', '.join(commits) or '—'}.",
         *[f"> {note}" for note in protocol.notes],
@@ -138,8 +136,8 @@ def failure_lines(results: StudyResults) -> list[str]:
         f"## Failed runs ({len(results.failures)}; not in any table)",
         "",
         *[
-            f"- {r.spec.dataset} / {r.spec.method} {_regime_tag(r)}/ seed {r.spec.seed} "
-            f"{_hp_text(hyperparameters(r))}: {r.reason}"
+            f"- {markdown_text(r.spec.dataset)} / {r.spec.method} {_regime_tag(r)}/ seed "
+            f"{r.spec.seed} {_hp_text(hyperparameters(r))}: {markdown_text(r.reason)}"
             for r in results.failures
         ],
         "",

@@ -4,7 +4,6 @@ the calibrator and the abstention thresholds on validation, and writes the model
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import tempfile
@@ -16,6 +15,7 @@ from typing import Any, Literal
 import torch
 
 import selfcal
+from selfcal._folders import remove_abandoned_scratch
 from selfcal._validation import check_choice, check_int, check_optional_int, check_positive
 from selfcal.evaluation import default_resamples
 from selfcal.methods import TABULAR, Method, Recipe, get_method, resolve_batch_size
@@ -190,25 +190,6 @@ def train(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return TrainResult(folder, report, selection)
-
-
-def remove_abandoned_scratch(folder: Path) -> None:
-    """Remove the scratch folders (``.NAME.PID.xxxx`` beside ``folder``) that a ``train``
-    killed while writing left behind: those whose process is gone. A live run's is kept."""
-    for path in folder.parent.glob(f".{glob.escape(folder.name)}.*.*"):
-        pid = path.name[len(folder.name) + 2 :].split(".", 1)[0]
-        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _replace(folder: Path, scratch: Path) -> None:

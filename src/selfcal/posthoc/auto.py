@@ -26,6 +26,7 @@ from selfcal.metrics import brier, ece, nll
 from selfcal.metrics._api import weighted_mean
 from selfcal.metrics.scores import brier_terms, nll_terms
 from selfcal.posthoc._base import CALIBRATOR, Calibrator
+from selfcal.posthoc._costs import SCAN_ENTRIES, memory_refusal
 from selfcal.posthoc._temperature_fits import TemperatureFits
 from selfcal.posthoc.crossfit import (
     Kept,
@@ -75,24 +76,6 @@ for binary tasks; on selfcal's leaderboard they tie temperature scaling, quadrat
 worse on small validation sets)."""
 BASELINE = "ts"
 """The candidate every other is also compared with in ``cv_results_`` (``ts_difference``)."""
-SCAN_ENTRIES = 10**5
-"""Ensemble temperature scaling is left out of the default candidates past this many scores
-(``N C``) -- a rule of cost, which can leave out the lowest NLL, by little. Its fit scans the
-scores about 75 times and holds about seven float64 copies of them: 0.9 of ``auto``'s 2.1 s
-on 5,000 x 100; 21 s and 2,770 MiB on 50,000 x 1,000 (``auto``'s whole fit: at most 1.9
-copies). Under ``auto``'s NLL it never cross-validated better than temperature scaling on the
-20 CIFAR-100 shared sets (``results/posthoc-real``), its log-loss was worse than temperature
-scaling's on all 8 of CalArena's ImageNet models, and where it fits what no other candidate
-can -- 50,000 x 1,000 logits with 10% of the labels uniform -- its test NLL was 0.006 nats
-below ``auto``'s choice, TS-mix (``benchmarks/results/auto_scale.md``)."""
-MATRIX_PARAMETERS = 4 * 10**6
-"""Structured matrix scaling is left out of the default candidates past this many parameters
-``C (C + 1)`` (from 2,000 classes) -- a rule of memory, not of evidence: its L-BFGS fit holds about
-32 float64 vectors of them, 1 GB here, 26 GB at 10,000 classes. Below, cross-validation
-decides: on 50,000 x 1,000 logits whose true map is a vector scaling with per-class scales and
-biases sized like real networks', SMS had the lowest test NLL of every candidate, 0.057 nats
-below SVS, which ``auto`` chose under the rule this one replaces (SMS left out whenever
-``C (C - 1) / N > 10``, "where it fits what SVS fits"; ``benchmarks/results/auto_scale.md``)."""
 FOLD_ROWS = 80_000
 """``n_folds="auto"``: ``K = 1 + FOLD_ROWS // N`` folds, between 2 and 5 -- five up to 20,000
 validation rows; fewer beyond, so that the fold fits see about ``FOLD_ROWS`` rows in all
@@ -117,18 +100,16 @@ TERMS = {"nll": nll_terms, "brier": brier_terms}
 
 def default_candidates(pred: Predictions) -> tuple[list[str], dict[str, str]]:
     """:data:`CANDIDATES` (with :data:`BINARY_CANDIDATES` after ``ts`` for two classes), less
-    those whose cost the problem's size rules out (:data:`SCAN_ENTRIES`,
-    :data:`MATRIX_PARAMETERS`), with the reason each is left out."""
+    those whose cost the problem's size rules out (:data:`~selfcal.posthoc._costs.SCAN_ENTRIES`,
+    :func:`~selfcal.posthoc._costs.memory_refusal`), with the reason each is left out."""
     n, c = pred.n_samples, pred.n_classes
     binary = list(BINARY_CANDIDATES) if c == 2 else []
     after_ts = CANDIDATES.index("ts") + 1
     names = list(CANDIDATES[:after_ts]) + binary + list(CANDIDATES[after_ts:])
     left_out = {}
-    if c * (c + 1) > MATRIX_PARAMETERS:
-        left_out["sms"] = (
-            f"left out: its {c * (c + 1):,} parameters exceed {MATRIX_PARAMETERS:,} (its L-BFGS "
-            f"fit would hold about {32 * 8 * c * (c + 1) / 2**30:.0f} GiB)"
-        )
+    too_large = memory_refusal("sms", c)
+    if too_large is not None:
+        left_out["sms"] = too_large
     if n * c > SCAN_ENTRIES:
         left_out["ets"] = (
             f"left out: its fit scans the {n * c:,} scores about 75 times (above "

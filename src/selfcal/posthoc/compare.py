@@ -20,6 +20,7 @@ from selfcal.io import PredictionSet
 from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
 from selfcal.metrics.scores import brier_terms, nll_terms
 from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._costs import memory_refusal
 from selfcal.posthoc.auto import AutoCalibration, default_candidates, prepare_fits
 from selfcal.posthoc.registry import build_calibrator
 from selfcal.predictions import Predictions
@@ -189,7 +190,11 @@ def fit_predict(name: str, data: PredictionSet, criterion: str = "nll") -> Fitte
     """Calibrator ``name`` fitted on ``data``'s validation split (timed; its warnings kept
     as one-line messages, not shown) and predicting its test split; ``auto`` chooses by
     ``criterion``. A ``ValueError`` (e.g. a binary calibrator on more classes) is recorded as
-    the reason."""
+    the reason, and so is the rule of memory (:func:`~selfcal.posthoc.auto.memory_refusal`:
+    matrix scaling on 100,000 classes is not tried)."""
+    too_large = memory_refusal(name, data.n_classes)
+    if too_large is not None:
+        return Fitted(None, error=too_large)
     options = {"criterion": criterion} if name == "auto" else {}
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:

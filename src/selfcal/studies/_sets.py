@@ -2,16 +2,22 @@
 the folder ``$SELFCAL_PREDICTIONS`` names (``selfcal reproduce NAME --sets DIR`` sets it for
 the sweep and its workers), identified by the set's name and the digest of its files -- so a
 set whose files change is a new run, never a stale stored one, and moving the folder changes
-nothing -- and the set's rows, resampled for paired intervals over its test rows."""
+nothing -- and the set's rows, resampled for paired intervals over its test rows. A set that
+cannot be read or is refused is a failed run whose reason names it in the one line ``selfcal
+compare`` prints (:func:`set_result`); what fails inside a set is recorded by name and reason
+(:data:`REASONS`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from selfcal.experiments.spec import RunSpec
+from selfcal.exceptions import one_line
+from selfcal.experiments.spec import RunResult, RunSpec
+from selfcal.experiments.store import RunRecord
 from selfcal.io import (
     PredictionSet,
     default_sets_kind,
@@ -66,6 +72,52 @@ def spec_set(spec: RunSpec) -> PredictionSet:
     return load_prediction_set(path, kind=None if kind is None else str(kind))
 
 
+def set_place(name: str) -> Path:
+    """Where the set ``name`` lies under ``$SELFCAL_PREDICTIONS`` (its folder or its one
+    file), to name it in a message; the folder joined with the name where it is gone."""
+    root = default_sets_root()
+    try:
+        found = [path for path in find_prediction_sets(root) if set_name(path) == name]
+    except (OSError, ValueError):
+        found = []
+    return found[0] if found else root / name
+
+
+def set_result(evaluate: Any, protocol: Any, spec: RunSpec) -> RunResult:
+    """``evaluate(protocol, spec)``, or -- where the set cannot be read or is refused (a
+    ``ValueError`` or ``OSError``) -- a failed run whose reason is the one line ``selfcal
+    compare`` prints for it, naming the set (:func:`selfcal.exceptions.one_line`). What fails
+    inside a set (one calibrator, one step) is the executor's to record, not a reason to lose
+    the set."""
+    try:
+        return evaluate(protocol, spec)
+    except (OSError, ValueError) as error:
+        return RunResult.failure(one_line(error, set_place(spec.dataset)))
+
+
+REASONS = "reasons"
+"""The artefact that says why each calibrator or step could not be fitted on a set
+(``{name: reason}`` as UTF-8 JSON bytes: a run's metrics and arrays are numbers only); absent
+where every one was fitted."""
+
+
+def reasons_artefact(reasons: dict[str, str]) -> dict[str, np.ndarray]:
+    """``{REASONS: bytes}`` for a run's artefacts; nothing where ``reasons`` is empty."""
+    if not reasons:
+        return {}
+    text = json.dumps(reasons, sort_keys=True, ensure_ascii=False)
+    return {REASONS: np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()}
+
+
+def stored_reasons(results: Any, record: RunRecord) -> dict[str, str]:
+    """Why each calibrator or step could not be fitted on ``record``'s set (empty where every
+    one was, or the run was stored before the reasons were)."""
+    if REASONS not in record.artefacts:
+        return {}
+    found = json.loads(results.store.artefact(record.key, REASONS).tobytes().decode("utf-8"))
+    return {str(name): str(reason) for name, reason in found.items()}
+
+
 def test_resamples(n: int, count: int) -> np.ndarray:
     """``(count, n)`` multiplicities of seeded bootstrap resamples of ``n`` test rows (the same
     for every set of ``n`` rows, so sets that share their test rows are resampled jointly)."""
@@ -107,7 +159,7 @@ class SetsStudy:
     def execute(self, protocol: Any, group: list[RunSpec]) -> list[Any]:
         if self._on_sets(protocol):
             evaluate = self.part("sets").evaluate_set  # type: ignore[attr-defined]
-            return [evaluate(protocol, spec) for spec in group]
+            return [set_result(evaluate, protocol, spec) for spec in group]
         return super().execute(protocol, group)  # type: ignore[misc]
 
     def heading(self, protocol: Any) -> str:

@@ -70,7 +70,10 @@ def test_probs(data: PredictionSet, posthoc: str) -> np.ndarray:
     if posthoc == "none":
         if data.kind == "probs":
             return data.test
-        return torch.softmax(torch.as_tensor(data.test), 1).numpy()
+        scores = torch.as_tensor(data.test)
+        if not scores.is_floating_point():  # integer logits (a softmax takes none)
+            scores = scores.double()
+        return torch.softmax(scores, 1).numpy()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate fits warn; they are still a step
         cal = build_calibrator(posthoc, kind=data.kind).fit(data.val, data.val_labels)

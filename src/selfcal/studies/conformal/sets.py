@@ -17,7 +17,9 @@ from selfcal.conformal import conformal_quantile, conformity_scores
 from selfcal.conformal.scores import class_quantiles
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.experiments import RunResult, RunSpec
-from selfcal.studies._sets import spec_set
+from selfcal.io import PredictionSet
+from selfcal.posthoc.compare import fit_predict
+from selfcal.studies._sets import reasons_artefact, spec_set
 from selfcal.studies.conformal.execute import conformalise, halvings, key, test_probs
 from selfcal.studies.conformal.protocol import ConformalSetsProtocol
 
@@ -43,10 +45,13 @@ def evaluate_set(protocol: ConformalSetsProtocol, spec: RunSpec) -> RunResult:
         names, codes = np.unique(data.test_groups, return_inverse=True)
         groups = torch.from_numpy(codes.astype(np.int64))
         metrics["n_groups"] = float(len(names))
+    reasons = {}
     for posthoc in protocol.posthoc:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # auto's and the fits' degenerate-data warnings
-            probs = torch.from_numpy(test_probs(data, posthoc))
+        found_probs, reasons[posthoc] = step_probs(data, posthoc)
+        if found_probs is None:
+            metrics[f"failed.{posthoc}"] = 1.0
+            continue
+        probs = torch.from_numpy(found_probs)
         for name in protocol.score_names:
             found = conformalise(probs, labels, splits, name, protocol.alphas)
             metrics.update({key(m, posthoc, name, a): v for (m, a), v in found.items()})
@@ -60,7 +65,22 @@ def evaluate_set(protocol: ConformalSetsProtocol, spec: RunSpec) -> RunResult:
                     np.nanmin(coverage[i])
                 )
                 metrics[key("group_size", posthoc, predictor, alpha)] = size[i]
-    return RunResult(metrics=metrics, artefacts=artefacts)
+    failed = {step: reason for step, reason in reasons.items() if reason}
+    return RunResult(metrics=metrics, artefacts={**artefacts, **reasons_artefact(failed)})
+
+
+def step_probs(data: PredictionSet, posthoc: str) -> tuple[np.ndarray | None, str]:
+    """The test split's probabilities after ``posthoc`` fitted on the validation split, and
+    ``""``; or ``None`` and why it could not be fitted, as ``selfcal compare`` records a
+    calibrator it cannot fit (:func:`selfcal.posthoc.compare.fit_predict`: its
+    ``ValueError``, or the rule of memory). A step that cannot be fitted loses its own
+    numbers on the set, not the set's."""
+    if posthoc == "none":
+        return test_probs(data, posthoc), ""
+    fitted = fit_predict(posthoc, data)  # its warnings (degenerate data) kept, not shown
+    if fitted.probs is None:
+        return None, fitted.error
+    return np.asarray(fitted.probs, dtype=np.float64), ""
 
 
 def group_coverage(

@@ -18,6 +18,10 @@ set holds the label, pooled over the halvings, under the marginal LAC predictor 
 is covered at ``1 - α`` on average, at the price of larger sets -- every label, where a group
 has too few calibration rows for ``α``). A group's coverage rests on a few dozen rows a
 halving, so the worst of 57 groups lies below ``1 - α`` by chance alone.
+
+A step that could not be fitted on a set (a line under the family's heading says which and
+why) has no numbers there: its means are over the sets it was fitted on, and its change from
+no step over those sets.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from selfcal._markdown import markdown_text
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
+from selfcal.studies._sets import stored_reasons
 from selfcal.studies.conformal.execute import key
 from selfcal.studies.conformal.sets import GROUPED
 
@@ -82,15 +88,17 @@ def size_table(results: StudyResults, records: list[RunRecord], alpha: float) ->
             size = column(records, key("size", step, score, alpha))
             if np.isnan(size).all():
                 continue
-            if step == "none":
+            diff = size - column(records, key("size", "none", score, alpha))
+            diff = diff[~np.isnan(diff)]
+            if step == "none" or not len(diff):
                 change = "— | —"
             else:
-                diff = size - column(records, key("size", "none", score, alpha))
                 change = (
                     f"{int((diff < 0).sum())} / {int((diff > 0).sum())} | {np.mean(diff):+.3f} "
                     f"[{np.min(diff):+.3f}, {np.max(diff):+.3f}]"
                 )
-            lines.append(f"| {STEPS.get(step, step)} | {score} | {np.mean(size):.3f} | {change} |")
+            mean = f"{np.nanmean(size):.3f}"
+            lines.append(f"| {STEPS.get(step, step)} | {score} | {mean} | {change} |")
     return lines
 
 
@@ -115,16 +123,17 @@ def group_table(results: StudyResults, record: RunRecord, alpha: float) -> list[
     found = group_names(record)
     names = found[0] if found else None
     lines = [
-        f"**{record.spec.dataset}** ({int(record.metrics['n_groups'])} groups), α = {alpha:g}:",
+        f"**{markdown_text(record.spec.dataset)}** ({int(record.metrics['n_groups'])} groups), "
+        f"α = {alpha:g}:",
         "",
         "| step | predictor | worst group: coverage | groups below 1 − α | set size |",
         "|---|---|---|---|---|",
     ]
-    for step in results.protocol.posthoc:
+    for step in fitted_steps(results, record):
         coverage = results.store.artefact(record.key, f"group_coverage.{step}.{alpha:g}")
         for i, predictor in enumerate(GROUPED):
             worst = int(np.nanargmin(coverage[i]))
-            label = names[worst] if names else f"group {worst}"
+            label = markdown_text(names[worst]) if names else f"group {worst}"
             below = int((coverage[i] < 1 - alpha).sum())
             size = record.metrics[key("group_size", step, predictor, alpha)]
             lines.append(
@@ -139,7 +148,7 @@ def per_group_table(results: StudyResults, record: RunRecord, alpha: float) -> l
     predictor and Mondrian-by-group one (pooled over the halvings, which score half the rows
     each), lowest marginal coverage without a post-hoc step first."""
     found = group_names(record)
-    steps = results.protocol.posthoc
+    steps = fitted_steps(results, record)
     coverage = {
         step: results.store.artefact(record.key, f"group_coverage.{step}.{alpha:g}")
         for step in steps
@@ -149,7 +158,8 @@ def per_group_table(results: StudyResults, record: RunRecord, alpha: float) -> l
     rows = found[1] if found else np.full(n_groups, -1)
     shown = [STEPS.get(step, step) for step in steps]
     lines = [
-        f"Each group of **{record.spec.dataset}**, α = {alpha:g}: coverage under the marginal "
+        f"Each group of **{markdown_text(record.spec.dataset)}**, α = {alpha:g}: coverage under "
+        "the marginal "
         "predictor, then under the Mondrian-by-group one.",
         "",
         "| group | test rows | "
@@ -161,8 +171,30 @@ def per_group_table(results: StudyResults, record: RunRecord, alpha: float) -> l
     ]
     for g in np.argsort(coverage[steps[0]][0], kind="stable"):
         cells = [f"{coverage[step][i, g]:.3f}" for i in range(len(GROUPED)) for step in steps]
-        lines.append(f"| {names[g]} | {rows[g]} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_text(names[g])} | {rows[g]} | " + " | ".join(cells) + " |")
     return lines
+
+
+def fitted_steps(results: StudyResults, record: RunRecord) -> list[str]:
+    """The post-hoc steps fitted on ``record``'s set (a step that failed stored no numbers)."""
+    return [s for s in results.protocol.posthoc if f"failed.{s}" not in record.metrics]
+
+
+def not_fitted(results: StudyResults, records: list[RunRecord]) -> list[str]:
+    """A line naming the steps that could not be fitted on ``records``' sets: per set, the
+    steps of each reason; nothing where every step was fitted on every set."""
+    parts = []
+    for record in records:
+        stored = stored_reasons(results, record)
+        by_reason: dict[str, list[str]] = {}
+        for step in results.protocol.posthoc:
+            if f"failed.{step}" in record.metrics:
+                why = stored.get(step, "reason not stored")
+                by_reason.setdefault(why, []).append(STEPS.get(step, step))
+        name = markdown_text(record.spec.dataset)
+        for why, steps in by_reason.items():
+            parts.append(f"{', '.join(steps)} on {name} ({markdown_text(why)})")
+    return ["Not fitted: " + "; ".join(parts) + ".", ""] if parts else []
 
 
 def sections(results: StudyResults) -> list[str]:
@@ -170,8 +202,9 @@ def sections(results: StudyResults) -> list[str]:
 
     out = [*prose(__doc__), ""]
     for n_classes, records in families(results):
-        sets = ", ".join(r.spec.dataset for r in records)
+        sets = ", ".join(markdown_text(r.spec.dataset) for r in records)
         out += [f"## {n_classes} classes: {len(records)} sets", "", f"Sets: {sets}.", ""]
+        out += not_fitted(results, records)
         out += ["### Coverage (each predictor's guarantee is 1 − α)", ""]
         out += [*coverage_table(results, records), ""]
         for alpha in results.protocol.alphas:
@@ -196,10 +229,12 @@ def summary(results: StudyResults) -> list[str]:
             diff = column(records, key("size", step, "lac", MAIN_ALPHA)) - column(
                 records, key("size", "none", "lac", MAIN_ALPHA)
             )
-            parts.append(
-                f"{STEPS.get(step, step)} shrinks LAC sets on {int((diff < 0).sum())} of "
-                f"{len(records)} sets (mean {np.mean(diff):+.3f})"
-            )
+            diff = diff[~np.isnan(diff)]
+            if len(diff):
+                parts.append(
+                    f"{STEPS.get(step, step)} shrinks LAC sets on {int((diff < 0).sum())} of "
+                    f"{len(diff)} sets (mean {np.mean(diff):+.3f})"
+                )
         lines.append(f"- {n_classes} classes, α = {MAIN_ALPHA:g}: " + "; ".join(parts) + ".")
     return lines
 

@@ -10,8 +10,12 @@ interval over the set's test rows (1,000 resamples, centred) -- and over the fam
 mean difference from TS of the test NLL, Brier score and 15-bin ECE. A family's intervals
 resample the test rows, the same resample for every set of a size -- jointly, where sets share
 their test rows -- so they say how sure the numbers are for these models on test sets like
-these, not for other models. Fit times are medians over the family's sets, in one process on
-one thread, beside other work: read them as ratios.
+these, not for other models. The differences' intervals are centred; the win rate's is the
+percentile interval of the resampled win rates, which are fractions of sets, so it stays in
+[0, 1] (the centred interval, moved to sit on the point, can leave it). A calibrator that could
+not be fitted on a set of the family is not in its table; the line under the table says on
+which sets and why. Fit times are medians over the family's sets, in one process on one
+thread, beside other work: read them as ratios.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfcal._markdown import markdown_text
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference
 from selfcal.metrics.bootstrap import interval_bounds
 from selfcal.posthoc.compare import BASELINE, SCORES
+from selfcal.studies._sets import stored_reasons
 from selfcal.studies.posthoc.execute import AUTO_NAMES
 from selfcal.studies.posthoc.protocol import REFERENCE
 
@@ -87,10 +93,12 @@ def families(results: StudyResults) -> list[Family]:
     ]
 
 
-def centred(values: np.ndarray, point: float) -> Difference:
-    """``point`` with the centred 95% interval of its resampled ``values``."""
-    low, high = interval_bounds(torch.from_numpy(values), torch.tensor(point), 0.95)
-    return Difference(point, float(low), float(high), len(values), float(values.std()))
+def centred(values: np.ndarray, point: float, method: str = "centred") -> Difference:
+    """``point`` with the ``method`` 95% interval of its resampled ``values`` (centred, or
+    ``"percentile"`` for a win rate: :func:`~selfcal.metrics.bootstrap.interval_bounds`)."""
+    bounds = interval_bounds(torch.from_numpy(values), torch.tensor(point), 0.95, method)
+    low, high = (float(bound) for bound in bounds)
+    return Difference(point, low, high, len(values), float(values.std()))
 
 
 def row(family: Family, calibrator: str) -> Row | None:
@@ -107,9 +115,8 @@ def row(family: Family, calibrator: str) -> Row | None:
         assert mine is not None and theirs is not None  # checked above
         scores[score] = centred((mine - theirs).mean(0), float(diff.mean()))
         if score == "nll":
-            wins = centred(
-                ((mine < theirs) + 0.5 * (mine == theirs)).mean(0), win_rate(nll, family)
-            )
+            resampled_wins = ((mine < theirs) + 0.5 * (mine == theirs)).mean(0)
+            wins = centred(resampled_wins, win_rate(nll, family), "percentile")
     low, high = family.column("nll_low", calibrator), family.column("nll_high", calibrator)
     return Row(
         calibrator,
@@ -138,7 +145,7 @@ def table(family: Family, found: list[Row]) -> list[str]:
     ts = next(r.seconds for r in found if r.calibrator == BASELINE)
     lines = [
         f"**{family.name}**: {len(family.records)} prediction sets "
-        f"({', '.join(r.spec.dataset for r in family.records)}).",
+        f"({', '.join(markdown_text(r.spec.dataset) for r in family.records)}).",
         "",
         "| calibrator | sets better / tied / worse than TS | win rate vs TS | NLL − TS's | "
         "vs TS | Brier − TS's (×100) | ECE − TS's (points) | median fit (ms) | × TS's time |",
@@ -170,7 +177,7 @@ def auto_lines(family: Family) -> list[str]:
         name = AUTO_NAMES[int(r.metrics["auto.chosen"])]
         counts[name] = counts.get(name, 0) + 1
     picks = ", ".join(f"{n} {c}" for n, c in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
-    worse = [r.spec.dataset for r in family.records if r.metrics["nll_low.auto"] > 0]
+    worse = [markdown_text(r.spec.dataset) for r in family.records if r.metrics["nll_low.auto"] > 0]
     better = sum(r.metrics["nll_high.auto"] < 0 for r in family.records)
     return [
         "",
@@ -194,7 +201,7 @@ def per_set(families_: list[Family]) -> list[str]:
             m = r.metrics
             chosen = AUTO_NAMES[int(m["auto.chosen"])] if "auto.chosen" in m else "—"
             lines.append(
-                f"| {r.spec.dataset} | {family.n_classes} | {int(m['n_val'])} / "
+                f"| {markdown_text(r.spec.dataset)} | {family.n_classes} | {int(m['n_val'])} / "
                 f"{int(m['n_test'])} | {m['nll.ts']:.4f} | {chosen} | {difference(m, 'auto')} "
                 f"| {difference(m, 'sms')} |"
             )
@@ -221,8 +228,33 @@ def sections(results: StudyResults) -> list[str]:
     found = families(results)
     out = [*prose(__doc__), ""]
     for family in found:
-        out += [*table(family, rows(family, calibrators(results))), *auto_lines(family), ""]
+        shown = rows(family, calibrators(results))
+        out += [*table(family, shown), *not_fitted(results, family, shown), *auto_lines(family)]
+        out.append("")
     return out + per_set(found)
+
+
+def not_fitted(results: StudyResults, family: Family, shown: list[Row]) -> list[str]:
+    """A line for each calibrator left out of ``family``'s table because it could not be fitted
+    on some of its sets: which sets, and why (each distinct reason once)."""
+    in_table = {r.calibrator for r in shown}
+    reasons = {r.key: stored_reasons(results, r) for r in family.records}
+    parts = []
+    for name in calibrators(results):
+        failed = [r for r in family.records if f"failed.{name}" in r.metrics]
+        if name in in_table or not failed:
+            continue
+        sets = ", ".join(markdown_text(r.spec.dataset) for r in failed)
+        why = dict.fromkeys(reasons[r.key].get(name, "reason not stored") for r in failed)
+        parts.append(
+            f"{name} on {len(failed)} of {len(family.records)} sets ({sets}: "
+            f"{'; '.join(map(markdown_text, why))})"
+        )
+    return (
+        ["", "Not in the table, as not fitted on every set: " + "; ".join(parts) + "."]
+        if parts
+        else []
+    )
 
 
 def summary(results: StudyResults) -> list[str]:
