@@ -15,6 +15,7 @@ and the set says where they led.
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import socket
@@ -320,21 +321,22 @@ def test_compare_refuses_two_sets_of_one_name(capsys, tmp_path):
 @pytest.mark.parametrize(
     "case", ["dev-zero", "fifo", "declared-1e12x5", "member-inflates-past-declared", "one-class"]
 )
-def test_the_posthoc_study_gives_the_readers_reason_without_blocking(
+def test_the_posthoc_study_refuses_a_hostile_set_in_one_line_and_runs_the_others(
     capsys, tmp_path, monkeypatch, case
 ):
-    """Whether the study stops or records a failed run, the reader's one line reaches the
-    user (stderr, stdout or the report) -- and nothing blocks or is read past the headers."""
+    """As ``compare``: the reader's one line naming the file on stderr, the set beside it run,
+    exit 2 -- and nothing blocks or is read past the headers."""
     monkeypatch.setenv(PREDICTIONS_ENV, str(tmp_path))  # restored after the --sets run
     root = tmp_path / "sets"
     hostile_set(root / "s", case)
-    out = tmp_path / "report"
+    write_folder_set(root / "good", 1, n=100, c=3)
     args = ["reproduce", "posthoc", "--sets", root, "--store", tmp_path / "s.sqlite"]
-    code, text, err = run(capsys, *args, "--out", out, "--workers", "1")
-    report = (out / "README.md").read_text() if (out / "README.md").exists() else ""
-    said = " ".join((text + err + report).split())
-    assert CASES[case][1] in said, (code, said[-800:])
-    assert str(root / "s" / "val.npz") in said
+    code, text, err = run(capsys, *args, "--out", tmp_path / "report", "--workers", "1", "--json")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, (code, err[-800:])
+    assert errors[0].startswith(f"error: {root / 's' / 'val.npz'}: ")
+    assert CASES[case][1] in errors[0]
+    assert json.loads(text)["3 classes"]["ts"]["sets"] == 1  # the good set, run
 
 
 def test_the_posthoc_study_refuses_two_sets_of_one_name(capsys, tmp_path, monkeypatch):
@@ -356,7 +358,7 @@ def test_the_compare_report_says_where_linked_files_were_read_from_on_one_line(t
     (tmp_path / "sets" / "m").symlink_to(outside)
     data = load_prediction_set(tmp_path / "sets" / "m")
     lines = markdown(comparison(data, ["ts"]), None, data.read_from())
-    escaped = str(outside).replace("\n", "\\n")
+    escaped = str(outside).replace("\n", "\\\\n")  # escaped on one line, then as Markdown
     assert lines[:3] == ["## m", "", f"Files read from {escaped}/val.npz, {escaped}/test.npz."]
     assert "# injected" not in "\n".join(lines).replace("\\n# injected", "")
 

@@ -122,7 +122,9 @@ def degenerate(tmp_path_factory):
     return root
 
 
-REFUSED = ("all-one-label-val", "logits-huge-1e300", "single-row", "one-class")
+REFUSED = ("all-one-label-val", "logits-huge-1e300", "single-row")
+"""Read, then refused by the fit every calibrator is compared with (``one-class`` is refused
+by the reader: a set needs a column per class, at least two)."""
 
 
 def test_sets_temperature_scaling_cannot_be_fitted_on_are_refused_in_one_line_each(
@@ -131,7 +133,11 @@ def test_sets_temperature_scaling_cannot_be_fitted_on_are_refused_in_one_line_ea
     code, payload, err, report = study(capsys, "posthoc", degenerate, tmp_path)
     assert code == 2 and not any(word in err for word in NOT_INTERNAL)
     errors = sorted(line for line in err.splitlines() if line.startswith("error:"))
-    assert len(errors) == len(REFUSED)
+    assert len(errors) == len(REFUSED) + 1
+    one_class = next(line for line in errors if "one-class" in line)
+    errors.remove(one_class)
+    assert one_class.startswith(f"error: {degenerate / 'one-class' / 'val.npz'}: 'logits' has ")
+    assert "a prediction set needs one column per class (at least 2" in one_class
     for line, name in zip(errors, sorted(REFUSED)):
         head = f"error: {degenerate / name}: temperature scaling, which every calibrator is "
         assert line.startswith(head + "compared with, could not be fitted: "), line
@@ -155,7 +161,8 @@ def test_a_step_the_conformal_study_cannot_fit_loses_its_numbers_not_the_set(
     capsys, degenerate, tmp_path
 ):
     code, payload, err, report = study(capsys, "conformal", degenerate, tmp_path)
-    assert code == 0 and "error:" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "one-class" in errors[0]  # refused by the reader
     assert set(payload["4 classes"]) == {
         "all-one-label-val",
         "logits-huge-1e300",

@@ -43,6 +43,22 @@ def set_digest(path: Path) -> str:
     return file_digest(*files)[:12]
 
 
+UNREAD = "unread"
+"""The ``hp.digest`` of a set whose files the reader refused when the sweep listed them: its
+run reads them again (:func:`spec_set`) and fails with the reader's line naming the file, as
+``selfcal compare`` refuses it, while the other sets run."""
+
+
+def listed_digest(path: Path) -> str:
+    """:func:`set_digest`, or :data:`UNREAD` where the reader refuses the set's files (a
+    device, a FIFO, past the cap): one set's refusal is its own failed run, never the
+    sweep's."""
+    try:
+        return set_digest(path)
+    except (OSError, ValueError):
+        return UNREAD
+
+
 def set_specs(study: Any, protocol: Any) -> list[RunSpec]:
     """One spec per prediction set under ``$SELFCAL_PREDICTIONS``: ``dataset`` its name,
     ``hp.digest`` its files' digest, and ``hp.kind`` the kind the scores are read as where
@@ -52,7 +68,7 @@ def set_specs(study: Any, protocol: Any) -> list[RunSpec]:
     extra = {} if kind is None else {"kind": kind}
     return [
         study.spec(
-            protocol, set_name(path), SET_METHOD, 0, config={"digest": set_digest(path), **extra}
+            protocol, set_name(path), SET_METHOD, 0, config={"digest": listed_digest(path), **extra}
         )
         for path in find_prediction_sets(default_sets_root())
     ]
