@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.signal
+import torch
 from helpers.smooth import random_logits
 
 from selfcal.metrics.smooth import kde_ece
@@ -89,3 +90,20 @@ def test_a_bandwidth_below_the_grid_step_is_refused_where_the_reference_exceeds_
     with pytest.raises(ValueError, match="bandwidth=1e-05 is below"):
         kde_ece(probs=probs, labels=y, bandwidth=1e-5)
     assert 0 <= kde_ece(probs=probs, labels=y, bandwidth=0.05) <= 1
+
+
+def test_a_bandwidth_of_a_few_grid_steps_is_refused_where_the_reference_exceeds_one():
+    """Above the grid step, but by 1.3 steps (a hypothesis case of ``test_never_silent``: seven
+    correct confidences within 1.2e-3 of 1): the density falls to zero within a step, the
+    reference's carried integrand gives 1.36, selfcal refuses (and a resample gets NaN)."""
+    k = np.linspace(4.6, 15, 27)
+    c = np.array([0.8536, 0.9878, 0.9946, 0.9953, 0.9976, 0.99878, 0.99881, 0.99978, 0.99993])
+    c = np.concatenate([c, 1 - 10.0**-k])
+    correct = np.isin(np.arange(36), [6, 23, 25, 27, 30, 32, 33])
+    probs, y = np.stack([c, 1 - c], axis=1), np.where(correct, 0, 1)
+    assert zhang_kde_ece(probs, y) > 1
+    with pytest.raises(ValueError, match=r"above its bound 1: the bandwidth .* spans 1\.3 grid"):
+        kde_ece(probs=probs, labels=y)
+    assert 0 <= kde_ece(probs=probs, labels=y, bandwidth=0.05) <= 1
+    weights = torch.ones(2, 36, dtype=torch.float64)
+    assert torch.isnan(kde_ece.core(Predictions.from_probs(probs, y), weights)).all()

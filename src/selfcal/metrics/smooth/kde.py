@@ -119,6 +119,15 @@ def _bandwidth_problem(bw: float, default: bool) -> str:
     return f"kde_ece: bandwidth={bw:.3g} is below the estimator's grid step {KDE_STEP:.3g}"
 
 
+def _carried_problem(value: float, bw: float) -> str:
+    """The one-line error for an estimate the reference grid cannot resolve."""
+    return (
+        f"kde_ece: the estimate is {value:.3g}, above its bound 1: the bandwidth {bw:.3g} spans "
+        f"{bw / KDE_STEP:.1f} grid steps, so the density falls to zero within a step and the "
+        "reference procedure's carried-forward integrand dominates; pass a larger bandwidth"
+    )
+
+
 @metric(differentiable=True)
 def kde_ece(
     pred: Predictions, weights: Weights = None, *, bandwidth: float | None = None, order: int = 1
@@ -146,7 +155,10 @@ def kde_ece(
 
     ``order=1`` is the L1 error. Without a correct prediction the default bandwidth is
     undefined, and one below the grid step (:data:`KDE_STEP`: confidences that barely differ)
-    is not resolved: ``ValueError`` (bootstrap resamples get NaN).
+    is not resolved: ``ValueError`` (bootstrap resamples get NaN). Nor is a bandwidth of a few
+    grid steps whose carried-forward integrand (the rule above, after a density that falls to
+    zero within a step) lifts the estimate above its bound 1, which no ``|x - r(x)|^order``
+    can reach: ``ValueError`` (NaN), never a value above 1.
     """
     check_int("order", order)
     c = pred.confidence
@@ -169,5 +181,8 @@ def kde_ece(
     accuracy = (w * correct).sum(1) / w.sum(1)
     integrand = _kde_integrand(x, dens_correct, dens_all, accuracy, order)
     value = torch.trapezoid(integrand, x) / torch.trapezoid(dens_all, x)
-    value = torch.where(ok, value, torch.full_like(value, float("nan")))
+    unresolved = value > 1  # only the carried integrand exceeds the bound of |x - r(x)|^order
+    if weights is None and bool(ok.all()) and bool(unresolved.any()):
+        raise ValueError(_carried_problem(float(value[0]), float(bw[0])))
+    value = torch.where(ok & ~unresolved, value, torch.full_like(value, float("nan")))
     return finish(value, weights)
