@@ -258,6 +258,25 @@ def test_links_to_regular_files_are_followed_and_the_set_says_where_they_led(tmp
     assert load_prediction_set(plain).val.shape == (60, 3)
 
 
+@pytest.mark.parametrize("study", ["posthoc", "conformal"])
+def test_the_study_reports_say_where_linked_sets_were_read_from(
+    capsys, tmp_path, monkeypatch, study
+):
+    monkeypatch.setenv(PREDICTIONS_ENV, str(tmp_path))  # restored after the --sets run
+    outside = write_folder_set(tmp_path / "outside" / "secret", 0, n=120, c=3)
+    root = tmp_path / "sets"
+    write_folder_set(root / "plain", 1, n=120, c=3)
+    (root / "linked").symlink_to(outside)
+    out = tmp_path / "report"
+    args = ["reproduce", study, "--sets", root, "--store", tmp_path / "s.sqlite", "--out", out]
+    code, _, err = run(capsys, *args, "--workers", "1")
+    assert code == 0, err
+    lines = (out / "README.md").read_text().splitlines()
+    section = lines[lines.index("## Sets read through links") :]
+    assert section[2] == f"- linked: read from {outside / 'val.npz'}, {outside / 'test.npz'}"
+    assert not any("plain" in line for line in section)
+
+
 def test_the_cap_is_stated_and_overridable(tmp_path, monkeypatch):
     folder = write_folder_set(tmp_path / "s", 0, n=100, c=3)
     monkeypatch.setenv(MAX_BYTES_ENV, "1000")

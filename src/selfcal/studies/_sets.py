@@ -117,21 +117,44 @@ REASONS = "reasons"
 where every one was fitted."""
 
 
-def reasons_artefact(reasons: dict[str, str]) -> dict[str, np.ndarray]:
-    """``{REASONS: bytes}`` for a run's artefacts; nothing where ``reasons`` is empty."""
-    if not reasons:
-        return {}
-    text = json.dumps(reasons, sort_keys=True, ensure_ascii=False)
-    return {REASONS: np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()}
+READ_FROM = "read_from"
+"""The artefact that says where a set's files were read from when symbolic links in the set led
+elsewhere (:meth:`~selfcal.io.PredictionSet.read_from`, UTF-8 bytes); absent where none did."""
+
+
+def set_artefacts(data: PredictionSet, reasons: dict[str, str]) -> dict[str, np.ndarray]:
+    """``{REASONS: ..., READ_FROM: ...}`` for a run's artefacts, each only where it says
+    something: why calibrators or steps could not be fitted, where linked files led."""
+    texts = {REASONS: json.dumps(reasons, sort_keys=True, ensure_ascii=False) if reasons else ""}
+    texts[READ_FROM] = data.read_from()
+    return {
+        name: np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
+        for name, text in texts.items()
+        if text
+    }
+
+
+def _stored_text(results: Any, record: RunRecord, name: str) -> str:
+    if name not in record.artefacts:
+        return ""
+    return str(results.store.artefact(record.key, name).tobytes().decode("utf-8"))
 
 
 def stored_reasons(results: Any, record: RunRecord) -> dict[str, str]:
     """Why each calibrator or step could not be fitted on ``record``'s set (empty where every
     one was, or the run was stored before the reasons were)."""
-    if REASONS not in record.artefacts:
-        return {}
-    found = json.loads(results.store.artefact(record.key, REASONS).tobytes().decode("utf-8"))
+    found = json.loads(_stored_text(results, record, REASONS) or "{}")
     return {str(name): str(reason) for name, reason in found.items()}
+
+
+def linked_lines(results: Any) -> list[str]:
+    """A report's section naming, for each set whose files symbolic links in the set led
+    elsewhere, where they were read from (nothing where no set's did)."""
+    from selfcal._markdown import markdown_text
+
+    found = [(r.spec.dataset, _stored_text(results, r, READ_FROM)) for r in results.records]
+    lines = [f"- {markdown_text(name)}: {markdown_text(text)}" for name, text in found if text]
+    return ["## Sets read through links", "", *lines, ""] if lines else []
 
 
 def test_resamples(n: int, count: int) -> np.ndarray:

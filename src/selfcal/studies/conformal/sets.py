@@ -19,7 +19,7 @@ from selfcal.exceptions import DegenerateCalibration
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.io import PredictionSet
 from selfcal.posthoc.compare import fit_predict
-from selfcal.studies._sets import reasons_artefact, spec_set
+from selfcal.studies._sets import set_artefacts, spec_set
 from selfcal.studies.conformal.execute import conformalise, halvings, key, test_probs
 from selfcal.studies.conformal.protocol import ConformalSetsProtocol
 
@@ -66,7 +66,7 @@ def evaluate_set(protocol: ConformalSetsProtocol, spec: RunSpec) -> RunResult:
                 )
                 metrics[key("group_size", posthoc, predictor, alpha)] = size[i]
     failed = {step: reason for step, reason in reasons.items() if reason}
-    return RunResult(metrics=metrics, artefacts={**artefacts, **reasons_artefact(failed)})
+    return RunResult(metrics=metrics, artefacts={**artefacts, **set_artefacts(data, failed)})
 
 
 def step_probs(data: PredictionSet, posthoc: str) -> tuple[np.ndarray | None, str]:

@@ -34,7 +34,7 @@ import numpy as np
 from selfcal._markdown import markdown_text
 from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
-from selfcal.studies._sets import stored_reasons
+from selfcal.studies._sets import linked_lines, stored_reasons
 from selfcal.studies.conformal.execute import key
 from selfcal.studies.conformal.sets import GROUPED
 
@@ -217,7 +217,7 @@ def sections(results: StudyResults) -> list[str]:
                     out += [*group_table(results, record, alpha), ""]
             for record in grouped:
                 out += [*per_group_table(results, record, MAIN_ALPHA), ""]
-    return out
+    return out + linked_lines(results)
 
 
 def summary(results: StudyResults) -> list[str]:

@@ -28,7 +28,7 @@ from selfcal.posthoc.compare import (
     resampled_scores,
     test_scores,
 )
-from selfcal.studies._sets import reasons_artefact, spec_set
+from selfcal.studies._sets import set_artefacts, spec_set
 from selfcal.studies.posthoc.execute import AUTO_NAMES, probmetrics_fit_predict
 from selfcal.studies.posthoc.protocol import BINARY_ONLY, REFERENCE, PosthocSetsProtocol
 
@@ -63,7 +63,7 @@ def evaluate_set(protocol: PosthocSetsProtocol, spec: RunSpec) -> RunResult:
         metrics.update(row_metrics(row))
     metrics.update({f"replicate.{row.name}": float(i) for i, row in enumerate(kept)})
     stacked = np.stack([row.resampled for row in kept if row.resampled is not None])
-    reasons = reasons_artefact({row.name: row.error for row in rows if row.error})
+    reasons = set_artefacts(data, {row.name: row.error for row in rows if row.error})
     return RunResult(metrics=metrics, artefacts={"replicates": stacked, **reasons})
 
 

@@ -34,7 +34,7 @@ from selfcal.experiments.study import StudyResults
 from selfcal.experiments.tables import Difference
 from selfcal.metrics.bootstrap import interval_bounds
 from selfcal.posthoc.compare import BASELINE, SCORES
-from selfcal.studies._sets import stored_reasons
+from selfcal.studies._sets import linked_lines, stored_reasons
 from selfcal.studies.posthoc.execute import AUTO_NAMES
 from selfcal.studies.posthoc.protocol import REFERENCE
 
@@ -231,7 +231,7 @@ def sections(results: StudyResults) -> list[str]:
         shown = rows(family, calibrators(results))
         out += [*table(family, shown), *not_fitted(results, family, shown), *auto_lines(family)]
         out.append("")
-    return out + per_set(found)
+    return out + per_set(found) + linked_lines(results)
 
 
 def not_fitted(results: StudyResults, family: Family, shown: list[Row]) -> list[str]:
