@@ -184,8 +184,9 @@ def test_the_test_metrics_are_recomputed_from_the_predictions(capsys, files, tra
     from selfcal.metrics import ece
 
     folder = trained["ce"]
-    predict(capsys, folder, files["test"], tmp_path / "p.npz")
-    with np.load(tmp_path / "p.npz", allow_pickle=False) as out:
+    predict(capsys, folder, files["test"], tmp_path / "p.NPZ")  # the name as given, any case
+    assert [p.name for p in tmp_path.iterdir()] == ["p.NPZ"]
+    with np.load(tmp_path / "p.NPZ", allow_pickle=False) as out:
         probs, labels, classes = out["probs"], out["labels"], out["classes"]
     y = np.searchsorted(classes, labels)
     report = json.loads((folder / "report.json").read_text())

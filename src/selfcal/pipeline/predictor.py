@@ -153,7 +153,8 @@ def _write(
             arrays.update({"set": sets.sets, "set_size": sets.sizes})
         if table.labels is not None:
             arrays["labels"] = table.labels
-        np.savez(out, **arrays)
+        with open(out, "wb") as fh:  # np.savez would append .npz to a name ending .NPZ
+            np.savez(fh, **arrays)
         return
     names = probability_columns(model)
     reserved = {"predicted", "confidence", "abstain", "set", "set_size", model.label_column}
