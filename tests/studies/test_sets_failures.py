@@ -161,12 +161,12 @@ def test_a_step_the_conformal_study_cannot_fit_loses_its_numbers_not_the_set(
     capsys, degenerate, tmp_path
 ):
     code, payload, err, report = study(capsys, "conformal", degenerate, tmp_path)
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and "one-class" in errors[0]  # refused by the reader
+    errors = sorted(line for line in err.splitlines() if line.startswith("error:"))
+    assert code == 2 and len(errors) == 2 and "one-class" in errors[0]  # refused by the reader
+    assert errors[1].startswith(f"error: {degenerate / 'single-row'}: its 1 test rows give ")
     assert set(payload["4 classes"]) == {
         "all-one-label-val",
         "logits-huge-1e300",
-        "single-row",
         "logits-int",
         "logits-float16",
     }
@@ -230,3 +230,34 @@ def test_a_text_file_as_the_sets_variable_is_exit_2_and_one_line(capsys, tmp_pat
         code, _, err = run(capsys, *args, "--out", tmp_path / name, "--workers", "1")
         assert code == 2
         assert f"error: {tmp_path / 'notes.txt'}: not a prediction set" in err
+
+
+def test_levels_a_sets_calibration_halves_are_too_small_for_are_said_or_the_set_refused(
+    capsys, tmp_path
+):
+    """The audit's reproducer of issue 49's conformal report: 10 test rows (halves of 5: no
+    level's threshold exists) gave a report of dashes, ``0 failed`` and exit 0; 40 rows a
+    column of dashes at alpha = 0.01 with no reason."""
+    rng = np.random.default_rng(2)
+    for name, n_test in (("tiny", 10), ("small", 40)):
+        write(
+            tmp_path / "sets" / name,
+            3 * rng.standard_normal((300, 5)),
+            rng.integers(0, 5, 300),
+            3 * rng.standard_normal((n_test, 5)),
+            rng.integers(0, 5, n_test),
+        )
+    code, payload, err, report = study(capsys, "conformal", tmp_path / "sets", tmp_path)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and errors == [
+        f"error: {tmp_path / 'sets' / 'tiny'}: its 10 test rows give calibration halves of 5 "
+        "rows, too few for any level the study reports (0.01, 0.05, 0.1; a level alpha needs "
+        "at least 1/alpha - 1 rows)"
+    ]
+    small = payload["5 classes"]["small"]
+    assert "coverage.none.lac.0.05" in small and "coverage.none.lac.0.01" not in small
+    text = report.read_text()
+    assert (
+        "Not computed: α = 0.01 on small (its 40 test rows give calibration halves of 20 rows; "
+        "alpha = 0.01 needs at least 99)." in text
+    )

@@ -108,6 +108,13 @@ def evaluate(protocol: ConformalProtocol, spec: RunSpec) -> RunResult:
     return RunResult(metrics=metrics)
 
 
+def usable_levels(n_calibration: int, alphas: tuple[float, ...]) -> tuple[float, ...]:
+    """The levels ``alpha`` whose threshold ``n_calibration`` rows can give: the
+    ``ceil((n + 1)(1 - alpha))``-th smallest of ``n`` scores exists where
+    ``n >= 1 / alpha - 1`` (9 rows at 0.1, 99 at 0.01); below, every set would be every label."""
+    return tuple(a for a in alphas if n_calibration >= 1 / a - 1)
+
+
 def conformalise(
     probs: torch.Tensor,
     labels: torch.Tensor,
@@ -129,7 +136,7 @@ def conformalise(
     halves as it makes them (``tests/studies/test_conformal.py`` checks the sets equal its
     own where the scores have no ``u``)."""
     score, _, mondrian = name.partition("-")
-    usable = [a for a in alphas if len(splits[0][0]) >= 1 / a - 1]
+    usable = usable_levels(len(splits[0][0]), alphas)
     totals = {(m, a): 0.0 for m in METRICS for a in usable}
     n_classes = probs.shape[1]
     for r, (cal, scored) in enumerate(splits):

@@ -8,6 +8,7 @@ thresholds come from each group's own calibration rows."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -20,7 +21,13 @@ from selfcal.experiments import RunResult, RunSpec
 from selfcal.io import PredictionSet
 from selfcal.posthoc.compare import fit_predict
 from selfcal.studies._sets import set_artefacts, spec_set
-from selfcal.studies.conformal.execute import conformalise, halvings, key, test_probs
+from selfcal.studies.conformal.execute import (
+    conformalise,
+    halvings,
+    key,
+    test_probs,
+    usable_levels,
+)
 from selfcal.studies.conformal.protocol import ConformalSetsProtocol
 
 GROUPED = ("marginal", "mondrian")
@@ -32,6 +39,7 @@ def evaluate_set(protocol: ConformalSetsProtocol, spec: RunSpec) -> RunResult:
     data = spec_set(spec)
     y = np.asarray(data.test_labels, dtype=np.int64)
     splits = halvings(len(y), protocol.halvings, spec.seed)
+    alphas, too_few = levels(len(y), len(splits[0][0]), protocol.alphas)
     labels = torch.from_numpy(y)
     metrics: dict[str, float] = {
         "n_val": float(len(data.val_labels)),
@@ -45,7 +53,7 @@ def evaluate_set(protocol: ConformalSetsProtocol, spec: RunSpec) -> RunResult:
         names, codes = np.unique(data.test_groups, return_inverse=True)
         groups = torch.from_numpy(codes.astype(np.int64))
         metrics["n_groups"] = float(len(names))
-    reasons = {}
+    reasons = dict(too_few)
     for posthoc in protocol.posthoc:
         found_probs, reasons[posthoc] = step_probs(data, posthoc)
         if found_probs is None:
@@ -57,7 +65,7 @@ def evaluate_set(protocol: ConformalSetsProtocol, spec: RunSpec) -> RunResult:
             metrics.update({key(m, posthoc, name, a): v for (m, a), v in found.items()})
         if groups is None:
             continue
-        for alpha in protocol.alphas:
+        for alpha in alphas:
             coverage, size = group_coverage(probs, labels, groups, splits, protocol, alpha)
             artefacts[f"group_coverage.{posthoc}.{alpha:g}"] = coverage
             for i, predictor in enumerate(GROUPED):
@@ -67,6 +75,29 @@ def evaluate_set(protocol: ConformalSetsProtocol, spec: RunSpec) -> RunResult:
                 metrics[key("group_size", posthoc, predictor, alpha)] = size[i]
     failed = {step: reason for step, reason in reasons.items() if reason}
     return RunResult(metrics=metrics, artefacts={**artefacts, **set_artefacts(data, failed)})
+
+
+LEVEL = "alpha "
+"""The key prefix, in a run's reasons, of a level its calibration halves are too small for."""
+
+
+def levels(
+    n_test: int, n_calibration: int, alphas: tuple[float, ...]
+) -> tuple[tuple[float, ...], dict[str, str]]:
+    """The levels the set's calibration halves can give (:func:`usable_levels`), and why each
+    other is left out (its reason, keyed ``alpha A``); a set that gives none is refused."""
+    usable = usable_levels(n_calibration, alphas)
+    halves = f"its {n_test} test rows give calibration halves of {n_calibration} rows"
+    if not usable:
+        raise ValueError(
+            f"{halves}, too few for any level the study reports ({', '.join(map(format, alphas))}"
+            "; a level alpha needs at least 1/alpha - 1 rows)"
+        )
+    return usable, {
+        f"{LEVEL}{a:g}": f"{halves}; alpha = {a:g} needs at least {math.ceil(1 / a - 1)}"
+        for a in alphas
+        if a not in usable
+    }
 
 
 def step_probs(data: PredictionSet, posthoc: str) -> tuple[np.ndarray | None, str]:

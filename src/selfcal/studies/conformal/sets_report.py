@@ -19,9 +19,10 @@ is covered at ``1 - α`` on average, at the price of larger sets -- every label,
 has too few calibration rows for ``α``). A group's coverage rests on a few dozen rows a
 halving, so the worst of 57 groups lies below ``1 - α`` by chance alone.
 
-A step that could not be fitted on a set (a line under the family's heading says which and
-why) has no numbers there: its means are over the sets it was fitted on, and its change from
-no step over those sets.
+A step that could not be fitted on a set, and a level ``α`` a set's calibration halves are too
+small for (a threshold needs at least ``1/α − 1`` rows: 99 at α = 0.01), have no numbers there
+(a line under the family's heading says which and why): the means are over the other sets, and
+a cell no set has is ``—``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from selfcal.experiments.store import RunRecord
 from selfcal.experiments.study import StudyResults
 from selfcal.studies._sets import linked_lines, stored_reasons
 from selfcal.studies.conformal.execute import key
-from selfcal.studies.conformal.sets import GROUPED
+from selfcal.studies.conformal.sets import GROUPED, LEVEL
 
 MAIN_ALPHA = 0.1
 STEPS = {"none": "none", "ts": "TS", "sms": "SMS", "auto": "auto"}
@@ -194,7 +195,20 @@ def not_fitted(results: StudyResults, records: list[RunRecord]) -> list[str]:
         name = markdown_text(record.spec.dataset)
         for why, steps in by_reason.items():
             parts.append(f"{', '.join(steps)} on {name} ({markdown_text(why)})")
-    return ["Not fitted: " + "; ".join(parts) + ".", ""] if parts else []
+    lines = ["Not fitted: " + "; ".join(parts) + ".", ""] if parts else []
+    return lines + levels_left_out(results, records)
+
+
+def levels_left_out(results: StudyResults, records: list[RunRecord]) -> list[str]:
+    """A line naming, per set, the levels its calibration halves are too small for, and why."""
+    parts = [
+        f"α = {level.removeprefix(LEVEL)} on {markdown_text(record.spec.dataset)} "
+        f"({markdown_text(why)})"
+        for record in records
+        for level, why in stored_reasons(results, record).items()
+        if level.startswith(LEVEL)
+    ]
+    return ["Not computed: " + "; ".join(parts) + ".", ""] if parts else []
 
 
 def sections(results: StudyResults) -> list[str]:
@@ -235,7 +249,8 @@ def summary(results: StudyResults) -> list[str]:
                     f"{STEPS.get(step, step)} shrinks LAC sets on {int((diff < 0).sum())} of "
                     f"{len(diff)} sets (mean {np.mean(diff):+.3f})"
                 )
-        lines.append(f"- {n_classes} classes, α = {MAIN_ALPHA:g}: " + "; ".join(parts) + ".")
+        said = "; ".join(parts) or "no post-hoc step was fitted on any set (the report says why)"
+        lines.append(f"- {n_classes} classes, α = {MAIN_ALPHA:g}: {said}.")
     return lines
 
 
