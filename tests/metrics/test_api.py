@@ -27,6 +27,8 @@ TAKES_GROUPS = {
     "worst_group_ece",
     "debiased_group_ece",
     "worst_group_debiased_ece",
+    "multicalibration_error",
+    "multicalibration_sigma",
 }
 
 

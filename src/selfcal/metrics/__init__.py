@@ -1,6 +1,7 @@
 """Calibration metrics: one binning core, the ECE family, smooth metrics, proper scores,
-selective prediction, metrics of conformal prediction sets, calibration per group
-(:mod:`~selfcal.metrics.groups`) and bootstrap intervals.
+selective prediction, metrics of conformal prediction sets, calibration per group and
+multicalibration (:mod:`~selfcal.metrics.groups`, :mod:`~selfcal.metrics.multicalibration`),
+and bootstrap intervals.
 
 Every metric is a :class:`Metric`: it takes its input explicitly -- ``f(labels=y, logits=z)`` or
 ``f(labels=y, probs=p)`` -- or a validated :class:`~selfcal.Predictions` as the first argument,
@@ -36,6 +37,7 @@ from selfcal.metrics.groups import (
     worst_group_debiased_ece,
     worst_group_ece,
 )
+from selfcal.metrics.multicalibration import multicalibration_error, multicalibration_sigma
 from selfcal.metrics.scores import accuracy, brier, error, nll
 from selfcal.metrics.selective import (
     RiskCoverage,
@@ -77,6 +79,8 @@ __all__ = [
     "group_ece",
     "kde_ece",
     "mce",
+    "multicalibration_error",
+    "multicalibration_sigma",
     "nll",
     "risk_coverage_curve",
     "sece",
