@@ -76,7 +76,7 @@ def test_a_calibrated_model_shows_ece_on_small_groups_and_no_excess():
     """Noise alone gives small groups a large ECE; the excess over the calibrated yardstick
     is about 0 whatever the size, and the worst group is what the worst of the draws shows."""
     logits, labels, names = calibrated_case(3, n=3000, groups=30)
-    report = group_calibration(Predictions.from_logits(logits, labels, names), seed=1)
+    report = group_calibration(Predictions.from_logits(logits, labels, names), draw_seed=1)
     small = report.size < 40
     assert small.any() and (~small).any()
     assert float(report.ece[small].mean()) > 0.08  # large raw ECE on small groups ...
@@ -137,9 +137,9 @@ def test_worst_group_has_a_bootstrap_interval():
 def test_the_draws_are_seeded():
     logits, labels, names = calibrated_case(9, n=300, groups=3)
     pred = Predictions.from_logits(logits, labels, names)
-    first = debiased_group_ece(pred, n_draws=30, seed=4)
-    assert np.array_equal(first, debiased_group_ece(pred, n_draws=30, seed=4))
-    assert not np.array_equal(first, debiased_group_ece(pred, n_draws=30, seed=5))
+    first = debiased_group_ece(pred, n_draws=30, draw_seed=4)
+    assert np.array_equal(first, debiased_group_ece(pred, n_draws=30, draw_seed=4))
+    assert not np.array_equal(first, debiased_group_ece(pred, n_draws=30, draw_seed=5))
     with pytest.raises(ValueError, match="n_draws must be an integer >= 1"):
         debiased_group_ece(pred, n_draws=0)
     with pytest.raises(ValueError, match="groups are required"):

@@ -27,8 +27,8 @@ noise would suggest. The worst group is judged the same way against the maximum 
 of each draw, ``max_g ECE_g(a*_r)``: its mean is what the worst of that many groups of those
 sizes shows under perfect calibration (the upward bias of the maximum), its quantiles a
 yardstick, and ``p`` of the observed worst against it a test that already counts the number
-of groups. The draws are seeded (``seed``); ``R`` (``n_draws``) sets their Monte-Carlo
-error, about ``sd_g / sqrt(R)``.
+of groups. The draws are seeded (``draw_seed``: not ``seed``, which is the bootstrap's); ``R``
+(``n_draws``) sets their Monte-Carlo error, about ``sd_g / sqrt(R)``.
 
 Bootstrap intervals (:func:`~selfcal.metrics.bootstrap.bootstrap_ci`) resample rows: under
 resampling weights ``w`` a group's bins and each draw's accuracy are weighted sums, and the
@@ -155,7 +155,7 @@ def null_group_ece(
     n_bins: int = 15,
     norm: str = "l1",
     n_draws: int = N_DRAWS,
-    seed: int = 0,
+    draw_seed: int = 0,
 ) -> torch.Tensor:
     """Each group's ECE under each calibrated draw (module docstring): ``(R, G)``, or
     ``(B, R, G)`` under resampling ``weights``."""
@@ -165,7 +165,7 @@ def null_group_ece(
     rows = pred.require_groups().rows()
     index = [bin_index(conf[r], edges) for r in rows]
     out = []
-    for draws in calibrated_draws(pred, n_draws, seed):
+    for draws in calibrated_draws(pred, n_draws, draw_seed):
         per_group = [
             _null_errors(s, i, draws[:, r], None if weights is None else weights[:, r], norm)
             for s, i, r in zip(stats, index, rows, strict=True)
@@ -182,13 +182,15 @@ def debiased_group_ece(
     n_bins: int = 15,
     norm: str = "l1",
     n_draws: int = N_DRAWS,
-    seed: int = 0,
+    draw_seed: int = 0,
 ) -> torch.Tensor:
     """Each group's ECE less what a perfectly calibrated model shows at its size,
     ``excess_g = ECE_g - (1/R) sum_r ECE_g(a*_r)``, ``(G,)`` (module docstring: ``R =
     n_draws`` seeded Bernoulli draws of correctness from the model's own confidences). About
     0 for a calibrated group whatever its size; can be negative."""
-    null = null_group_ece(pred, weights, n_bins=n_bins, norm=norm, n_draws=n_draws, seed=seed)
+    null = null_group_ece(
+        pred, weights, n_bins=n_bins, norm=norm, n_draws=n_draws, draw_seed=draw_seed
+    )
     return group_ece.core(pred, weights, n_bins=n_bins, norm=norm) - null.mean(-2)
 
 
@@ -200,11 +202,11 @@ def worst_group_debiased_ece(
     n_bins: int = 15,
     norm: str = "l1",
     n_draws: int = N_DRAWS,
-    seed: int = 0,
+    draw_seed: int = 0,
 ) -> torch.Tensor:
     """The largest :func:`debiased_group_ece`, ``max_g excess_g``: the group whose ECE most
     exceeds what its size explains."""
-    options = {"n_bins": n_bins, "norm": norm, "n_draws": n_draws, "seed": seed}
+    options = {"n_bins": n_bins, "norm": norm, "n_draws": n_draws, "draw_seed": draw_seed}
     return _worst(debiased_group_ece.core(pred, weights, **options))
 
 
@@ -242,7 +244,7 @@ class GroupCalibration:
 
 
 def group_calibration(
-    pred: Predictions, *, n_bins: int = 15, n_draws: int = N_DRAWS, seed: int = 0
+    pred: Predictions, *, n_bins: int = 15, n_draws: int = N_DRAWS, draw_seed: int = 0
 ) -> GroupCalibration:
     """Each group's size, accuracy, NLL (``-(1/n_g) sum_{i in R_g} log p_{i,y_i}``), ECE and
     its calibrated yardstick (module docstring), from one set of ``n_draws`` seeded draws."""
@@ -250,7 +252,7 @@ def group_calibration(
     rows = groups.rows()
     terms, correct = nll_terms(pred), pred.correct
     ece = group_ece.core(pred, n_bins=n_bins)
-    null = null_group_ece(pred, n_bins=n_bins, n_draws=n_draws, seed=seed)
+    null = null_group_ece(pred, n_bins=n_bins, n_draws=n_draws, draw_seed=draw_seed)
     p = (1 + (null >= ece).sum(0)) / (n_draws + 1)
     return GroupCalibration(
         groups.names,
