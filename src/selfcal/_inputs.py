@@ -260,8 +260,8 @@ class Groups:
     def unseen(self, known: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         """The names of groups here that have rows and are not in ``known`` (e.g. the groups
         a calibrator saw when it was fitted), in the order of :attr:`names`."""
-        have = self.sizes().tolist()
-        return tuple(n for n, size in zip(self.names, have) if size and n not in set(known))
+        have, seen = self.sizes().tolist(), set(known)
+        return tuple(n for n, size in zip(self.names, have) if size and n not in seen)
 
     def codes_in(self, known: tuple[str, ...] | list[str]) -> torch.Tensor:
         """A partition's codes re-expressed as indices into ``known`` (the group names of

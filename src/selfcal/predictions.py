@@ -225,7 +225,11 @@ class Predictions:
 
     @classmethod
     def _build(
-        cls, raw: ArrayLike, kind: ScoreKind, labels: ArrayLike | None, groups: ArrayLike | None
+        cls,
+        raw: ArrayLike,
+        kind: ScoreKind,
+        labels: ArrayLike | None,
+        groups: ArrayLike | None = None,
     ) -> Predictions:
         numpy_in = not isinstance(raw, torch.Tensor)
         given = on_float64_device(to_tensor(raw, kind))

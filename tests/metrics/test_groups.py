@@ -144,3 +144,38 @@ def test_the_draws_are_seeded():
         debiased_group_ece(pred, n_draws=0)
     with pytest.raises(ValueError, match="groups are required"):
         group_ece(logits=logits, labels=labels)
+
+
+def numpy_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> float:
+    """A plain transcription of the equal-width ECE: bins ``((m-1)/M, m/M]``, one loop."""
+    total = 0.0
+    for m in range(n_bins):
+        inside = (conf > m / n_bins) & (conf <= (m + 1) / n_bins)
+        if m == 0:
+            inside |= conf == 0
+        if inside.any():
+            total += abs(correct[inside].sum() - conf[inside].sum())
+    return total / len(conf)
+
+
+def test_the_yardstick_is_a_loop_over_draws_and_groups():
+    """Each draw scored group by group with a plain numpy ECE: the same numbers, also under
+    resampling weights (a row repeated with its own draw)."""
+    from selfcal.metrics.groups import calibrated_draws
+
+    logits, labels, names = calibrated_case(10, n=400, groups=4)
+    pred = Predictions.from_logits(logits, labels, names)
+    draws = torch.cat(calibrated_draws(pred, 25, 3)).numpy()
+    conf = pred.confidence.numpy()
+    counts = np.random.default_rng(11).integers(0, 3, 400)
+    null = null_group_ece(pred, n_draws=25, draw_seed=3).numpy()
+    weighted = null_group_ece(
+        pred, torch.from_numpy(counts[None]).double(), n_draws=25, draw_seed=3
+    )[0].numpy()
+    for g, name in enumerate(sorted(set(names))):
+        rows = np.flatnonzero(names == name)
+        repeated = np.repeat(rows, counts[rows])
+        for r in range(25):
+            assert null[r, g] == pytest.approx(numpy_ece(conf[rows], draws[r, rows]), abs=1e-12)
+            expected = numpy_ece(conf[repeated], draws[r, repeated])
+            assert weighted[r, g] == pytest.approx(expected, abs=1e-12)
