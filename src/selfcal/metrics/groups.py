@@ -12,7 +12,7 @@ top-label confidence ``c_i = max_k p_ik`` against correctness ``a_i = 1[argmax_k
 **Small groups look miscalibrated by noise alone.** ``|acc - conf|`` is never negative, so
 a bin's sampling noise only adds to it: a perfectly calibrated model scored on 45 rows shows
 an ECE of several points, and the largest of 57 such numbers more still. The yardstick here
-is the model's own probabilities (Bröcker & Smith's *consistency resampling*): draw
+is the model's own probabilities (*consistency resampling*, Bröcker & Smith 2007): draw
 correctness as a perfectly calibrated model would produce it, ``a*_ri ~ Bernoulli(c_i)``
 independently for ``r = 1..R`` (the same as drawing the label from ``p_i`` and checking the
 top class), keep every confidence, and score each draw as the data. Then per group
