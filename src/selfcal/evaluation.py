@@ -13,6 +13,8 @@ time of ``1e6`` rows is measured by ``benchmarks/bench_evaluate.py``, in
 width shrinks as ``1/sqrt(N)`` regardless; fewer resamples only make its end points noisier
 (with 10 the 95% percentile interval is close to the resamples' range). Pass ``n_resamples``
 to override.
+
+:func:`evaluate_groups` is the per-group part of the report, for predictions with groups.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from selfcal._validation import check_choice
 from selfcal.metrics import (
+    GroupCalibration,
     Metric,
     accuracy,
     adaece,
@@ -34,13 +38,19 @@ from selfcal.metrics import (
     classwise_ece,
     debiased_ece,
     ece,
+    group_calibration,
     kde_ece,
     mce,
+    multicalibration_error,
+    multicalibration_sigma,
     nll,
     sece,
     smooth_ece,
+    worst_group_debiased_ece,
+    worst_group_ece,
 )
 from selfcal.metrics.bootstrap import Interval, Resamples, bootstrap_ci
+from selfcal.metrics.groups import N_DRAWS
 from selfcal.predictions import Predictions
 from selfcal.recalibration import calibration_loss, recalibrated_terms, refinement_loss
 
@@ -210,3 +220,62 @@ def point_estimates(pred: Predictions, keys: list[str], *, n_bins: int = 15) -> 
         metric = load_metric(key)
         out[key] = float(metric.core(pred, **_options(metric_key(key), metric, n_bins, pred, fits)))
     return out
+
+
+@dataclass(frozen=True)
+class GroupEvaluation:
+    """Calibration per group of one set of predictions (:func:`evaluate_groups`): the
+    per-group report, the worst group's ECE and excess ECE with bootstrap intervals (and
+    which group each is on the full data), the multicalibration error with its interval and
+    its sigma scale."""
+
+    report: GroupCalibration
+    worst_ece: Interval
+    worst_excess: Interval
+    multicalibration: Interval
+    multicalibration_sigma: float
+    n_draws: int
+
+    @property
+    def worst_excess_group(self) -> int:
+        """Index of the group whose ECE most exceeds its calibrated yardstick."""
+        return int(self.report.excess_ece.nan_to_num(nan=-math.inf).argmax())
+
+
+def evaluate_groups(
+    pred: Predictions,
+    *,
+    n_bins: int = 15,
+    n_resamples: int | None = None,
+    confidence: float = 0.95,
+    seed: int = 0,
+    interval: str = "centred",
+    n_draws: int = N_DRAWS,
+) -> GroupEvaluation:
+    """Each group's size, accuracy, NLL, ECE and calibrated yardstick
+    (:func:`~selfcal.metrics.group_calibration`, ``n_draws`` draws seeded by ``seed``), and
+    bootstrap intervals (``n_resamples`` resamples from ``seed``, the ones :func:`evaluate`
+    draws) of the worst group's ECE (:func:`~selfcal.metrics.worst_group_ece`), the worst
+    excess over the yardstick (:func:`~selfcal.metrics.worst_group_debiased_ece`) and the
+    multicalibration error (:func:`~selfcal.metrics.multicalibration_error`). ``pred`` must
+    carry labels and groups."""
+    pred.require_labels()
+    pred.require_groups()
+    if n_resamples is None:
+        n_resamples = default_resamples(pred.n_samples)
+    resamples = Resamples(pred.n_samples, n_resamples, seed, pred.device)
+    common: dict[str, Any] = {
+        "n_resamples": n_resamples,
+        "confidence": confidence,
+        "method": interval,
+        "resamples": resamples,
+    }
+    drawn: dict[str, Any] = {"n_draws": n_draws, "draw_seed": seed}
+    return GroupEvaluation(
+        group_calibration(pred, n_bins=n_bins, **drawn),
+        bootstrap_ci(worst_group_ece, pred, n_bins=n_bins, **common),
+        bootstrap_ci(worst_group_debiased_ece, pred, n_bins=n_bins, **drawn, **common),
+        bootstrap_ci(multicalibration_error, pred, **common),
+        float(multicalibration_sigma.core(pred)),
+        n_draws,
+    )

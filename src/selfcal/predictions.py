@@ -22,6 +22,10 @@ first offending row):
   (:func:`selfcal._inputs.as_labels`). Class *names* (strings) are refused with one message
   (:data:`STRING_LABELS`): score columns have no names, so nothing says which column is
   ``'cat'``.
+* groups, where given, name each row's group (or groups: overlapping membership columns),
+  checked by the one group rule (:func:`selfcal._inputs.as_groups`): one per row, no missing
+  or empty name. Metrics that ignore groups read the same rows as without them; the group
+  metrics (:mod:`selfcal.metrics.groups`) read them from here.
 
 Scores keep their floating dtype on input (float16/bfloat16 are widened to float32); every
 quantity derived from them is computed and accumulated in float64. On a device without float64
@@ -33,6 +37,7 @@ tensors.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,7 +45,7 @@ from typing import Any
 
 import torch
 
-from selfcal._inputs import as_labels, to_tensor
+from selfcal._inputs import Groups, as_groups, as_labels, to_tensor
 from selfcal._kernels import kernels_for
 from selfcal._top_label import (
     DEVICE_CHUNK_ELEMENTS,
@@ -176,14 +181,21 @@ class Predictions:
     """``(N,)`` int64 ``argmax_k p_k`` (first index on ties)."""
     from_numpy: bool
     """Whether the caller passed numpy (results are then returned as Python floats / numpy)."""
+    groups: Groups | None = None
+    """Each row's group(s) (:class:`~selfcal._inputs.Groups`, on the scores' device), or
+    ``None``."""
 
     @classmethod
-    def from_logits(cls, logits: ArrayLike, labels: ArrayLike | None = None) -> Predictions:
-        return cls._build(logits, "logits", labels)
+    def from_logits(
+        cls, logits: ArrayLike, labels: ArrayLike | None = None, groups: ArrayLike | None = None
+    ) -> Predictions:
+        return cls._build(logits, "logits", labels, groups)
 
     @classmethod
-    def from_probs(cls, probs: ArrayLike, labels: ArrayLike | None = None) -> Predictions:
-        return cls._build(probs, "probs", labels)
+    def from_probs(
+        cls, probs: ArrayLike, labels: ArrayLike | None = None, groups: ArrayLike | None = None
+    ) -> Predictions:
+        return cls._build(probs, "probs", labels, groups)
 
     @classmethod
     def trusted(cls, scores: torch.Tensor, kind: ScoreKind, labels: torch.Tensor) -> Predictions:
@@ -212,7 +224,13 @@ class Predictions:
         return cls(scores, kind, labels, confidence, predicted, False)
 
     @classmethod
-    def _build(cls, raw: ArrayLike, kind: ScoreKind, labels: ArrayLike | None) -> Predictions:
+    def _build(
+        cls,
+        raw: ArrayLike,
+        kind: ScoreKind,
+        labels: ArrayLike | None,
+        groups: ArrayLike | None = None,
+    ) -> Predictions:
         numpy_in = not isinstance(raw, torch.Tensor)
         given = on_float64_device(to_tensor(raw, kind))
         scores = validate_scores(given, kind)
@@ -222,7 +240,8 @@ class Predictions:
         y = None
         if labels is not None:
             y = validate_labels(labels, scores.shape[0], scores.shape[1], scores.device)
-        return cls(scores, kind, y, confidence, predicted, numpy_in)
+        g = None if groups is None else as_groups(groups, scores.shape[0], device=scores.device)
+        return cls(scores, kind, y, confidence, predicted, numpy_in, g)
 
     # ----------------------------------------------------------------- derived quantities
     @property
@@ -236,6 +255,16 @@ class Predictions:
     @property
     def device(self) -> torch.device:
         return self.scores.device
+
+    def require_groups(self) -> Groups:
+        if self.groups is None:
+            raise ValueError("groups are required for this computation: pass groups=")
+        return self.groups
+
+    def with_groups(self, groups: ArrayLike | None) -> Predictions:
+        """The same predictions with ``groups`` (checked by the group rule), or none."""
+        g = None if groups is None else as_groups(groups, self.n_samples, device=self.device)
+        return dataclasses.replace(self, groups=g)
 
     def require_labels(self) -> torch.Tensor:
         if self.labels is None:
@@ -309,7 +338,7 @@ class Predictions:
         if bool(bad.any()):
             i = first_row(bad)
             raise ValueError(f"confidence must lie in [0, 1]; row {i} has {c[i].item()!r}")
-        return Predictions(self.scores, self.kind, self.labels, c, self.predicted, self.from_numpy)
+        return dataclasses.replace(self, confidence=c)
 
     def with_floor(self, floor: float) -> Predictions:
         """Probabilities below ``floor`` raised to it and each row renormalised,
@@ -321,11 +350,14 @@ class Predictions:
         raised = self.scores.clamp_min(floor)
         p = raised / raised.sum(dim=1, keepdim=True)
         confidence, predicted = top_label(p, "probs", prob_atol(p.dtype))
-        return Predictions(p, "probs", self.labels, confidence, predicted, self.from_numpy)
+        return dataclasses.replace(
+            self, scores=p, kind="probs", confidence=confidence, predicted=predicted
+        )
 
     def subset(self, index: torch.Tensor | slice) -> Predictions:
         """Rows ``index`` (indices, a mask or a slice; no re-validation needed)."""
         y = None if self.labels is None else self.labels[index]
+        g = None if self.groups is None else self.groups[index]
         return Predictions(
             self.scores[index],
             self.kind,
@@ -333,6 +365,7 @@ class Predictions:
             self.confidence[index],
             self.predicted[index],
             self.from_numpy,
+            g,
         )
 
     def output(self, value: torch.Tensor) -> Any:
@@ -352,8 +385,10 @@ def as_predictions(
     logits: ArrayLike | None = None,
     probs: ArrayLike | None = None,
     need_labels: bool = True,
+    groups: ArrayLike | None = None,
 ) -> Predictions:
-    """Resolve the public ``(predictions | logits= | probs=, labels=)`` arguments."""
+    """Resolve the public ``(predictions | logits= | probs=, labels=, groups=)`` arguments
+    (``groups`` given with a :class:`Predictions` replaces its groups)."""
     given = [x is not None for x in (predictions, logits, probs)]
     if sum(given) != 1:
         raise ValueError(
@@ -370,20 +405,13 @@ def as_predictions(
             y = validate_labels(
                 labels, predictions.n_samples, predictions.n_classes, predictions.device
             )
-            predictions = Predictions(
-                predictions.scores,
-                predictions.kind,
-                y,
-                predictions.confidence,
-                predictions.predicted,
-                predictions.from_numpy,
-            )
-        out = predictions
+            predictions = dataclasses.replace(predictions, labels=y)
+        out = predictions if groups is None else predictions.with_groups(groups)
     elif logits is not None:
-        out = Predictions.from_logits(logits, labels)
+        out = Predictions.from_logits(logits, labels, groups)
         warn_if_probabilities(out.scores)
     else:
-        out = Predictions.from_probs(probs, labels)
+        out = Predictions.from_probs(probs, labels, groups)
     if need_labels:
         out.require_labels()
     return out

@@ -22,6 +22,14 @@ ALL = [getattr(M, name) for name in M.__all__ if isinstance(getattr(M, name), Me
 """The metrics of :mod:`selfcal.metrics` and the two of :mod:`selfcal.recalibration`."""
 HIGHER_IS_BETTER = {"accuracy", "accuracy_at_coverage", "coverage_at_accuracy"}
 DIFFERENTIABLE = {"nll", "brier", "sece", "dece", "kde_ece", "smooth_ece"}
+TAKES_GROUPS = {
+    "group_ece",
+    "worst_group_ece",
+    "debiased_group_ece",
+    "worst_group_debiased_ece",
+    "multicalibration_error",
+    "multicalibration_sigma",
+}
 
 
 def test_every_public_metric_is_a_metric() -> None:
@@ -45,6 +53,7 @@ def test_every_public_metric_is_a_metric() -> None:
         "smooth_ece",
         "refinement_loss",
         "calibration_loss",
+        *TAKES_GROUPS,
     }
 
 
@@ -54,6 +63,7 @@ def test_declared_properties(f: Metric) -> None:
     assert f.takes_bins == ("n_bins" in inspect.signature(f.core).parameters)
     assert f.higher_is_better == (f.__name__ in HIGHER_IS_BETTER)
     assert f.differentiable == (f.__name__ in DIFFERENTIABLE)
+    assert f.takes_groups == (f.__name__ in TAKES_GROUPS)
 
 
 @pytest.mark.parametrize("f", ALL, ids=lambda f: f.__name__)
@@ -75,12 +85,11 @@ def test_the_signature_is_the_public_face(f: Metric) -> None:
     core's ``(pred, weights=None, ...)``, which stays ``f.core``'s."""
     public = list(inspect.signature(f).parameters.values())
     options = list(inspect.signature(f.core).parameters.values())[2:]  # after pred, weights
-    assert [p.name for p in public] == ["predictions", "labels", "logits", "probs"] + [
-        p.name for p in options
-    ]
+    given = ["labels", "logits", "probs"] + (["groups"] if f.takes_groups else [])
+    assert [p.name for p in public] == ["predictions", *given] + [p.name for p in options]
     assert public[0].kind is inspect.Parameter.POSITIONAL_ONLY
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in public[1:])
-    assert [p.default for p in public[4:]] == [p.default for p in options]
+    assert [p.default for p in public[1 + len(given) :]] == [p.default for p in options]
     assert inspect.signature(f).return_annotation == "float | torch.Tensor"
 
 

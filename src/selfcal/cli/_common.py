@@ -41,6 +41,14 @@ KindOpt = Annotated[
 ]
 LabelOpt = Annotated[str, typer.Option("--label-column", help="Label column in CSV/parquet.")]
 BinsOpt = Annotated[int, typer.Option("--bins", min=1, help="Bins for the binned metrics.")]
+GroupsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--groups",
+        help="CSV/parquet column naming each row's group (repeat for overlapping groups, "
+        "one per value of each column). A .npz's 'groups' array is read without it.",
+    ),
+]
 
 
 def stdout() -> Console:
@@ -138,13 +146,22 @@ def deferred_help(**helps: Callable[[], str]) -> type[TyperCommand]:
 
 
 def read(
-    file: str, kind: str | None, label_column: str, require_labels: bool = True
+    file: str,
+    kind: str | None,
+    label_column: str,
+    require_labels: bool = True,
+    group_columns: tuple[str, ...] = (),
 ) -> Predictions:
-    """The predictions in ``file`` (or ``example:NAME``), read by :mod:`selfcal.io`."""
+    """The predictions in ``file`` (or ``example:NAME``), with the groups it holds, read by
+    :mod:`selfcal.io` (``group_columns``: a table's ``--groups`` columns)."""
     from selfcal.io import load_predictions
 
     return load_predictions(
-        file, kind=kind, label_column=label_column, require_labels=require_labels
+        file,
+        kind=kind,
+        label_column=label_column,
+        require_labels=require_labels,
+        group_columns=group_columns,
     )
 
 

@@ -15,10 +15,12 @@ import typer
 
 from selfcal.cli._common import (
     BinsOpt,
+    GroupsOpt,
     KindOpt,
     LabelOpt,
     check_kind,
     fmt,
+    print_drawn,
     read,
     rich_bar,
     stderr,
@@ -32,6 +34,7 @@ from selfcal.cli._conformal import (
     conformal_table,
 )
 from selfcal.cli._errors import errors, source
+from selfcal.cli._groups import GROUPS_SHOWN, groups_json, groups_view
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from rich.table import Table
@@ -89,11 +92,18 @@ def _interval_json(iv: Interval) -> dict[str, Any]:
     return {"value": _finite(iv.value), "ci": [_finite(iv.low), _finite(iv.high)]}
 
 
-def _json_line(results: dict[str, Interval], scored: ConformalScores | None = None) -> str:
+def _json_line(
+    results: dict[str, Interval],
+    scored: ConformalScores | None = None,
+    groups: dict[str, Any] | None = None,
+) -> str:
     """One JSON object: metric -> ``{"value": v, "ci": [low, high]}`` (non-finite -> null);
     with ``--conformal``, key ``conformal`` holds the sets' settings, the rows that calibrated
-    and were scored, and their metrics in the same form."""
+    and were scored, and their metrics in the same form; with groups, key ``groups`` every
+    group's numbers and the worst group's (:func:`selfcal.cli._groups.groups_json`)."""
     payload: dict[str, Any] = {k: _interval_json(iv) for k, iv in results.items()}
+    if groups is not None:
+        payload["groups"] = groups
     if scored is not None:
         payload["conformal"] = {
             "alpha": scored.alpha,
@@ -136,6 +146,16 @@ def evaluate(
     ] = "centred",
     kind: KindOpt = None,
     label_column: LabelOpt = "label",
+    groups: GroupsOpt = None,
+    groups_shown: Annotated[
+        int,
+        typer.Option(
+            "--groups-shown",
+            min=1,
+            help="With groups: how many of the worst groups the terminal report lists (--json "
+            "holds every group).",
+        ),
+    ] = GROUPS_SHOWN,
     conformal: Annotated[
         float | None,
         typer.Option(
@@ -165,7 +185,11 @@ def evaluate(
     (arrays logits or probs, and labels), NAME.logits.npy + NAME.labels.npy, .csv or .parquet
     (columns logit_0.. or prob_0.., and label). Labels are integer class indices -- the score
     columns have no names, so class names cannot be matched to them (selfcal train and
-    predict take class names)."""
+    predict take class names).
+
+    With groups (a .npz's 'groups' array, or --groups COLUMN for a table), also each group's
+    size, accuracy, NLL and ECE beside what a perfectly calibrated model shows at that size,
+    the worst group with an interval, and the multicalibration error."""
     with errors():
         from selfcal._validation import check_choice, check_real
 
@@ -182,13 +206,14 @@ def evaluate(
         from selfcal.evaluation import METRICS, default_resamples
         from selfcal.evaluation import evaluate as run
 
-        pred = read(file, kind, label_column)
+        columns = tuple(groups or ())
+        pred = read(file, kind, label_column, group_columns=columns)
         scored = None
         if conformal is not None:
             calibration = (
                 None
                 if conformal_calibration is None
-                else read(conformal_calibration, kind, label_column)
+                else read(conformal_calibration, kind, label_column, group_columns=columns)
             )
             scored = conformal_scores(
                 pred, conformal, conformal_score, calibration, seed, resamples, file
@@ -198,14 +223,24 @@ def evaluate(
         bootstrap: dict[str, Any] = {"n_resamples": n_res, "confidence": confidence, "seed": seed}
         with _progress(show, len(METRICS)) as advance, source(file):
             results = run(pred, n_bins=bins, interval=interval, progress=advance, **bootstrap)
+        by_group = None
+        if pred.groups is not None:  # never left out where the file has groups
+            from selfcal.evaluation import evaluate_groups
+
+            with source(file):
+                by_group = evaluate_groups(pred, n_bins=bins, interval=interval, **bootstrap)
         if plot is not None:
             from selfcal.plots import save_figures
 
             written = save_figures(pred, plot, n_bins=bins)
             stderr().print(f"wrote {len(written)} figure(s) to {plot}")
         if as_json:
-            sys.stdout.write(_json_line(results, scored))
+            grouped = None if by_group is None else groups_json(by_group)
+            sys.stdout.write(_json_line(results, scored, grouped))
         else:
             stdout().print(_evaluate_table(results, confidence, pred.n_samples, n_res, interval))
             if scored is not None:
                 stdout().print(conformal_table(scored))
+            if by_group is not None:
+                view = groups_view(by_group, groups_shown, confidence)
+                print_drawn(lambda console: console.print(view))

@@ -7,18 +7,27 @@ never from the values):
 
 ``.npz``
     Arrays ``logits`` *or* ``probs`` (shape ``(N, C)``, or ``(N,)`` / ``(N, 1)`` for a binary
-    positive-class score) and ``labels`` (shape ``(N,)``). A file holding both ``logits`` and
-    ``probs`` is ambiguous unless ``kind`` picks one.
+    positive-class score) and ``labels`` (shape ``(N,)``); optionally ``groups``, one group
+    label a row ``(N,)`` (strings or integers: an MMLU subject, a site), or a 0/1 membership
+    matrix ``(N, G)`` of overlapping groups with their names in ``group_names`` ``(G,)``. A
+    file holding both ``logits`` and ``probs`` is ambiguous unless ``kind`` picks one.
 ``.npy`` pair
     ``NAME.logits.npy`` or ``NAME.probs.npy`` holds the scores and ``NAME.labels.npy``, in the
-    same folder, the labels. Pass the scores file (or the labels file, if exactly one scores
-    file sits beside it); the middle suffix gives the kind.
+    same folder, the labels (and ``NAME.groups.npy``, where there is one, the groups). Pass the
+    scores file (or the labels file, if exactly one scores file sits beside it); the middle
+    suffix gives the kind.
 ``.csv`` / ``.parquet``
     One column per class, named ``logit_0 .. logit_{C-1}`` or ``prob_0 .. prob_{C-1}``
     (``logits_``/``probs_`` also accepted), or a single unindexed ``logit`` / ``prob`` column for
-    a binary positive-class score; plus a label column (``label`` by default). With ``kind``
-    given and no such names, every column other than the label column is a score column, in
-    file order.
+    a binary positive-class score; plus a label column (``label`` by default). Groups come
+    from the columns named by ``group_columns`` (``--groups COLUMN``): one column gives one
+    group a row, several give overlapping groups ``column=value``
+    (:func:`~selfcal.io._tables.table_groups`). With ``kind`` given and no such names, every
+    column other than the label and group columns is a score column, in file order.
+
+Groups are checked by the one group rule (:func:`selfcal._inputs.as_groups`) when the
+predictions are built: a missing or empty group name, or groups of another length, is one
+line naming the file.
 
 Scores *named* logits whose every row lies in ``[0, 1]`` and sums to 1 are refused by
 :func:`load_predictions` (a contradiction between name and values, reported with the
@@ -85,6 +94,7 @@ __all__ = [
     "open_npz",
     "read_arrays",
     "read_columns",
+    "read_inputs",
     "read_npy",
     "read_npz",
     "read_npz_required",
@@ -98,6 +108,20 @@ def read_arrays(
     path: str | Path, *, kind: str | None = None, label_column: str = "label"
 ) -> tuple[str, np.ndarray, np.ndarray | None]:
     """``(kind, scores, labels-or-None)`` as stored in ``path``, without validation."""
+    return read_inputs(path, kind=kind, label_column=label_column)[:3]
+
+
+def read_inputs(
+    path: str | Path,
+    *,
+    kind: str | None = None,
+    label_column: str = "label",
+    group_columns: tuple[str, ...] = (),
+) -> tuple[str, np.ndarray, np.ndarray | None, Any]:
+    """``(kind, scores, labels-or-None, groups-or-None)`` as stored in ``path``, without
+    validation (groups: an array, or ``{name: membership column}``; module docstring).
+    ``group_columns`` name a table's group columns; they are refused for other formats,
+    whose groups are the ``groups`` array (or ``NAME.groups.npy``)."""
     if kind is not None:
         check_choice("kind", kind, KINDS)
     path = resolve_path(path)
@@ -106,11 +130,16 @@ def read_arrays(
     fmt = format_of(path)
     if fmt != "npy" and not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    if group_columns and fmt not in ("csv", "parquet"):
+        raise ValueError(
+            f"{path}: --groups names columns of a .csv or .parquet table; a .npz holds its "
+            "groups as the array 'groups' (a NAME.*.npy pair as NAME.groups.npy), read as is"
+        )
     if fmt == "npz":
         return _read_npz(path, kind)
     if fmt == "npy":
         return _read_npy(path, kind)
-    return _read_tabular(path, kind, label_column)
+    return _read_tabular(path, kind, label_column, group_columns)
 
 
 def load_predictions(
@@ -119,8 +148,10 @@ def load_predictions(
     kind: str | None = None,
     label_column: str = "label",
     require_labels: bool = True,
+    group_columns: tuple[str, ...] = (),
 ) -> Predictions:
-    """Read and validate predictions from ``path`` (format by extension; see module docstring).
+    """Read and validate predictions from ``path`` (format by extension; see module docstring),
+    with their groups where the file has them (``group_columns``: a table's group columns).
 
     ``kind`` (``"logits"`` / ``"probs"``) is needed only where the file's names do not say it;
     given, it overrides them. Scores *named* logits whose every row is a probability vector
@@ -129,15 +160,17 @@ def load_predictions(
     error) or ``FileNotFoundError``; messages start with the file path.
     """
     path = resolve_path(path)
-    found, scores, labels = read_arrays(path, kind=kind, label_column=label_column)
+    found, scores, labels, groups = read_inputs(
+        path, kind=kind, label_column=label_column, group_columns=group_columns
+    )
     if kind is None:
         check_named_kind(path, found, scores)
     if labels is None and require_labels:
         raise ValueError(f"{path}: no labels ({_labels_where(path, label_column)})")
     try:
         if found == "logits":
-            return Predictions.from_logits(scores, labels)
-        return Predictions.from_probs(scores, labels)
+            return Predictions.from_logits(scores, labels, groups)
+        return Predictions.from_probs(scores, labels, groups)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from selfcal._inputs import as_groups
 from selfcal._validation import check_choice
 from selfcal.io._files import NpzArchive, open_npz
 from selfcal.io._formats import KINDS, check_named_kind
@@ -94,14 +95,15 @@ class PredictionSet:
         return int(self.val.shape[1])
 
     def predictions(self, split: str) -> Predictions:
-        """The split (``"val"`` or ``"test"``) as validated :class:`~selfcal.Predictions`."""
+        """The split (``"val"`` or ``"test"``) as validated :class:`~selfcal.Predictions`,
+        with the split's groups where the set has them."""
         if split == "val":
-            scores, labels = self.val, self.val_labels
+            scores, labels, groups = self.val, self.val_labels, self.val_groups
         else:
-            scores, labels = self.test, self.test_labels
+            scores, labels, groups = self.test, self.test_labels, self.test_groups
         if self.kind == "logits":
-            return Predictions.from_logits(scores, labels)
-        return Predictions.from_probs(scores, labels)
+            return Predictions.from_logits(scores, labels, groups)
+        return Predictions.from_probs(scores, labels, groups)
 
 
 def _printable(text: str) -> str:
@@ -261,6 +263,7 @@ def _split(path: Path, archive: NpzArchive, suffix: str, given: str | None) -> S
     _check_shapes(path, archive, names)
     arrays = archive.read(names)
     scores, labels = arrays[names[0]], arrays[names[1]]
+    groups = arrays.get(f"groups{suffix}")
     if given is None:
         check_named_kind(path, kind, scores, names[0])
     try:
@@ -268,9 +271,10 @@ def _split(path: Path, archive: NpzArchive, suffix: str, given: str | None) -> S
             Predictions.from_logits(scores, labels)
         else:
             Predictions.from_probs(scores, labels)
+        if groups is not None:
+            as_groups(groups, scores.shape[0], name=names[-1])
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    groups = arrays.get(f"groups{suffix}")
     return kind, scores, np.asarray(labels, dtype=np.int64), groups
 
 

@@ -121,12 +121,15 @@ def _parse_column(cells: list[str]) -> np.ndarray:
         return np.asarray([c if c else None for c in stripped], dtype=object)
 
 
-def _score_columns(names: list[str], label_column: str, kind: str | None) -> tuple[str, list[str]]:
-    """Kind and ordered score column names of a table (see the module docstring)."""
+def _score_columns(
+    names: list[str], label_column: str, kind: str | None, other: tuple[str, ...] = ()
+) -> tuple[str, list[str]]:
+    """Kind and ordered score column names of a table (see the module docstring); ``other``:
+    columns that are not scores either (the group columns)."""
     by_kind: dict[str, dict[int | None, str]] = {"logits": {}, "probs": {}}
     for name in names:
         match = _SCORE_COLUMN.match(name)
-        if match and name != label_column:
+        if match and name != label_column and name not in other:
             idx = None if match.group(2) is None else int(match.group(2))
             by_kind[_PREFIX[match.group(1)]][idx] = name
     present = [k for k in KINDS if by_kind[k]]
@@ -140,9 +143,9 @@ def _score_columns(names: list[str], label_column: str, kind: str | None) -> tup
                 "no score columns: name them logit_0.. or prob_0.. (or a single 'logit'/'prob' "
                 "column for binary), or pass --kind to use every non-label column"
             )
-        cols = [n for n in names if n != label_column]
+        cols = [n for n in names if n != label_column and n not in other]
         if not cols:
-            raise ValueError("no score columns besides the label column")
+            raise ValueError("no score columns besides the label and group columns")
         return kind, cols
     kind = kind or present[0]
     return kind, _ordered(by_kind[kind], kind)
@@ -171,10 +174,11 @@ def _numeric(columns: dict[str, np.ndarray], name: str) -> np.ndarray:
 
 
 def _read_tabular(
-    path: Path, kind: str | None, label_column: str
-) -> tuple[str, np.ndarray, np.ndarray | None]:
-    """Kind, scores and labels of a table; the labels as read (validated with the scores, so
-    that class names get the one message of :data:`selfcal.predictions.STRING_LABELS`)."""
+    path: Path, kind: str | None, label_column: str, group_columns: tuple[str, ...] = ()
+) -> tuple[str, np.ndarray, np.ndarray | None, Any]:
+    """Kind, scores, labels and groups of a table; the labels as read (validated with the
+    scores, so that class names get the one message of
+    :data:`selfcal.predictions.STRING_LABELS`); the groups by :func:`table_groups`."""
     names, columns = read_columns(path)
     if (
         label_column not in names
@@ -184,12 +188,39 @@ def _read_tabular(
     ):
         raise ValueError(data_row_message(path, names))
     try:
-        kind, cols = _score_columns(names, label_column, kind)
+        kind, cols = _score_columns(names, label_column, kind, group_columns)
         scores = np.column_stack([_numeric(columns, c) for c in cols])
+        groups = table_groups(columns, group_columns, label_column)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     labels = columns[label_column] if label_column in names else None
-    return kind, scores, labels
+    return kind, scores, labels, groups
+
+
+def table_groups(columns: dict[str, np.ndarray], chosen: tuple[str, ...], label: str) -> Any:
+    """The groups of the columns ``chosen`` (``--groups COLUMN``, repeatable): one column's
+    values as they are (one group a row); several columns as overlapping groups, one for
+    each value of each column, named ``column=value`` (a row lies in one group of each
+    column). ``None`` when none is chosen. A column that is missing, is the label column or
+    is chosen twice, or a missing value in one (checked by the group rule), is one line."""
+    from selfcal._inputs import as_groups
+
+    if not chosen:
+        return None
+    for name in chosen:
+        if name not in columns:
+            raise ValueError(f"no group column {name!r}; columns: {', '.join(columns)}")
+        if name == label or chosen.count(name) > 1:
+            what = "the label column" if name == label else "given twice"
+            raise ValueError(f"group column {name!r} is {what}")
+    n = len(columns[chosen[0]])
+    out: dict[str, np.ndarray] = {}
+    for name in chosen:
+        checked = as_groups(columns[name], n, name=f"group column {name!r}")
+        assert checked.codes is not None
+        codes = checked.codes.numpy()
+        out |= {f"{name}={value}": codes == g for g, value in enumerate(checked.names)}
+    return columns[chosen[0]] if len(chosen) == 1 else out
 
 
 def write_table(path: str | Path, columns: Mapping[str, Any]) -> Path:

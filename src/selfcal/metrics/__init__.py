@@ -1,9 +1,12 @@
 """Calibration metrics: one binning core, the ECE family, smooth metrics, proper scores,
-selective prediction, metrics of conformal prediction sets and bootstrap intervals.
+selective prediction, metrics of conformal prediction sets, calibration per group and
+multicalibration (:mod:`~selfcal.metrics.groups`, :mod:`~selfcal.metrics.multicalibration`),
+and bootstrap intervals.
 
 Every metric is a :class:`Metric`: it takes its input explicitly -- ``f(labels=y, logits=z)`` or
 ``f(labels=y, probs=p)`` -- or a validated :class:`~selfcal.Predictions` as the first argument,
 and returns a float (numpy input) or a float64 tensor on the input's device (torch input).
+The group metrics also take ``groups=`` (or read the groups a ``Predictions`` carries).
 """
 
 from selfcal.metrics._api import Metric
@@ -26,6 +29,15 @@ from selfcal.metrics.conformal import (
     worst_class_coverage,
 )
 from selfcal.metrics.debiased import debiased_ece
+from selfcal.metrics.groups import (
+    GroupCalibration,
+    debiased_group_ece,
+    group_calibration,
+    group_ece,
+    worst_group_debiased_ece,
+    worst_group_ece,
+)
+from selfcal.metrics.multicalibration import multicalibration_error, multicalibration_sigma
 from selfcal.metrics.scores import accuracy, brier, error, nll
 from selfcal.metrics.selective import (
     RiskCoverage,
@@ -40,6 +52,7 @@ from selfcal.metrics.streaming import CalibrationAccumulator
 __all__ = [
     "BinStats",
     "CalibrationAccumulator",
+    "GroupCalibration",
     "Interval",
     "Metric",
     "RiskCoverage",
@@ -57,12 +70,17 @@ __all__ = [
     "conformal_summary",
     "coverage_at_accuracy",
     "debiased_ece",
+    "debiased_group_ece",
     "dece",
     "ece",
     "equal_mass_edges",
     "error",
+    "group_calibration",
+    "group_ece",
     "kde_ece",
     "mce",
+    "multicalibration_error",
+    "multicalibration_sigma",
     "nll",
     "risk_coverage_curve",
     "sece",
@@ -73,4 +91,6 @@ __all__ = [
     "soft_accuracy",
     "uniform_edges",
     "worst_class_coverage",
+    "worst_group_debiased_ece",
+    "worst_group_ece",
 ]

@@ -8,7 +8,9 @@ the caller's form (float for numpy, tensor on the input device for torch). The c
 reachable as ``f.core`` so that bootstrap intervals and the CLI reuse it, and the metric says
 what its callers need to know about it, declared where it is defined (never read off a
 signature): whether it is ``differentiable`` (gradients reach ``pred.scores``), whether its
-core ``takes_bins`` (an ``n_bins`` option) and whether ``higher_is_better``.
+core ``takes_bins`` (an ``n_bins`` option), whether it ``takes_groups`` (reads
+``pred.groups``: its public face then takes ``groups=`` beside ``labels=``; any other metric
+refuses ``groups=`` rather than ignore them) and whether ``higher_is_better``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Metric:
     __signature__: inspect.Signature
     differentiable: bool
     takes_bins: bool
+    takes_groups: bool
     higher_is_better: bool
     __qualname__: str  # the core's, set by functools.update_wrapper (as are the others)
     __name__: str
@@ -58,15 +61,17 @@ class Metric:
         *,
         differentiable: bool = False,
         takes_bins: bool = False,
+        takes_groups: bool = False,
         higher_is_better: bool = False,
     ) -> None:
         self.core = core
         self.differentiable = differentiable
         self.takes_bins = takes_bins
+        self.takes_groups = takes_groups
         self.higher_is_better = higher_is_better
         functools.update_wrapper(self, core)
         self.options = _options(core)
-        self.__signature__ = _public_signature(core, self.options)
+        self.__signature__ = _public_signature(core, self.options, takes_groups)
 
     def __call__(
         self,
@@ -76,6 +81,7 @@ class Metric:
         labels: ArrayLike | None = None,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
         **options: Any,
     ) -> Any:
         if positional:
@@ -85,8 +91,8 @@ class Metric:
                 f"{name}(probs=p, labels=y) (selfcal never guesses which an array holds), or "
                 "one selfcal Predictions object"
             )
-        self.check_options(options)
-        pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
+        self.check_options(options if groups is None else {**options, "groups": groups})
+        pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs, groups=groups)
         return pred.output(self.core(pred, **options))
 
     def check_options(
@@ -97,10 +103,12 @@ class Metric:
         accepted one; ``caller`` (default: ``name()``) takes the arguments ``also`` too."""
         if self.options is None:  # a core taking **options checks them itself
             return
-        unknown = sorted(set(options) - set(self.options))
+        known = {*self.options, *(("groups",) if self.takes_groups else ())}
+        unknown = sorted(set(options) - known)
         if not unknown:
             return
-        accepted = [*SCORE_ARGUMENTS, *self.options, *also]
+        accepted = [*SCORE_ARGUMENTS, *(("groups",) if self.takes_groups else ()), *self.options]
+        accepted += also
         name = unknown[0]
         close = LABEL_ALIASES.get(name) or next(
             iter(difflib.get_close_matches(name, accepted, n=1)), None
@@ -139,14 +147,16 @@ def _options(core: MetricCore) -> dict[str, inspect.Parameter] | None:
 
 
 def _public_signature(
-    core: MetricCore, options: dict[str, inspect.Parameter] | None
+    core: MetricCore, options: dict[str, inspect.Parameter] | None, takes_groups: bool = False
 ) -> inspect.Signature:
-    """``(predictions=None, /, *, labels=None, logits=None, probs=None, <options>) -> float |
-    torch.Tensor``: how the metric is called (the core's signature is ``f.core``'s)."""
+    """``(predictions=None, /, *, labels=None, logits=None, probs=None, [groups=None,]
+    <options>) -> float | torch.Tensor``: how the metric is called (the core's signature is
+    ``f.core``'s)."""
     keyword = inspect.Parameter.KEYWORD_ONLY
+    given = ("labels", "logits", "probs", *(("groups",) if takes_groups else ()))
     parameters = [
         inspect.Parameter("predictions", inspect.Parameter.POSITIONAL_ONLY, default=None),
-        *(inspect.Parameter(n, keyword, default=None) for n in ("labels", "logits", "probs")),
+        *(inspect.Parameter(n, keyword, default=None) for n in given),
     ]
     if options is None:
         parameters.append(inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD))
@@ -156,7 +166,11 @@ def _public_signature(
 
 
 def metric(
-    *, differentiable: bool = False, takes_bins: bool = False, higher_is_better: bool = False
+    *,
+    differentiable: bool = False,
+    takes_bins: bool = False,
+    takes_groups: bool = False,
+    higher_is_better: bool = False,
 ) -> Callable[[MetricCore], Metric]:
     """Decorator: ``@metric(...)`` over a core defines the :class:`Metric` of that name."""
 
@@ -165,6 +179,7 @@ def metric(
             core,
             differentiable=differentiable,
             takes_bins=takes_bins,
+            takes_groups=takes_groups,
             higher_is_better=higher_is_better,
         )
 

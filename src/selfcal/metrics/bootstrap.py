@@ -190,6 +190,7 @@ def bootstrap_ci(
     labels: Any = None,
     logits: Any = None,
     probs: Any = None,
+    groups: Any = None,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
@@ -200,13 +201,15 @@ def bootstrap_ci(
     """Point estimate and bootstrap interval of ``metric`` (any selfcal metric, e.g.
     ``bootstrap_ci(ece, labels=y, logits=z, n_bins=15)``); ``method`` is ``"centred"`` (the
     default, which always contains the point estimate), ``"percentile"`` or ``"basic"``
-    (module docstring). ``resamples`` (a :class:`Resamples` of the same size)
+    (module docstring); ``groups=`` for a metric that reads them. ``resamples`` (a
+    :class:`Resamples` of the same size)
     replaces the draw from ``seed``, so several metrics can share one set."""
     check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
     check_choice("method", method, INTERVAL_METHODS)
     own = ("n_resamples", "confidence", "seed", "method", "resamples")
-    metric.check_options(options, caller=f"bootstrap_ci({metric.__qualname__}, ...)", also=own)
-    pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs)
+    given = options if groups is None else {**options, "groups": groups}
+    metric.check_options(given, caller=f"bootstrap_ci({metric.__qualname__}, ...)", also=own)
+    pred = as_predictions(predictions, labels=labels, logits=logits, probs=probs, groups=groups)
     core = metric.core
     with torch.no_grad():
         value = core(pred, **options)
