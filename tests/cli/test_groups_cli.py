@@ -80,3 +80,30 @@ def test_bad_groups_are_one_line(tmp_path, capsys):
     np.savez(tmp_path / "b.npz", logits=Z, labels=Y, groups=SUBJECT)
     code, out, err = run(capsys, "evaluate", tmp_path / "b.npz", "--groups", "subject")
     assert code == 2 and "--groups names columns of a .csv or .parquet table" in err
+
+
+def test_compare_and_calibrate_say_they_do_not_use_groups_yet(tmp_path, capsys):
+    """Never silently ignored: the commands that read groups but do not use them say so, in
+    one line naming the file (and none without groups)."""
+    from helpers.sets import write_folder_set
+
+    folder = write_folder_set(tmp_path / "sets" / "s", 0, n=200, c=3)
+    for split in ("val", "test"):
+        with np.load(folder / f"{split}.npz") as data:
+            arrays = dict(data)
+        np.savez(folder / f"{split}.npz", **arrays, groups=np.arange(200) % 4)
+    code, _, err = run(capsys, "compare", tmp_path / "sets", "--calibrators", "ts")
+    assert code == 0, err
+    note = f"note: {folder} holds groups; selfcal compare does not use them yet"
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith(note)
+    fit, apply = folder / "val.npz", folder / "test.npz"
+    args = ["calibrate", "--fit", fit, "--apply", apply, "--out", tmp_path / "p.npz"]
+    code, _, err = run(capsys, *args, "--calibrator", "ts")
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert [n.split(" holds")[0] for n in notes] == [f"note: {fit}", f"note: {apply}"]
+    np.savez(tmp_path / "plain.npz", logits=Z, labels=Y)
+    args = ["--fit", tmp_path / "plain.npz", "--apply", tmp_path / "plain.npz"]
+    code, _, err = run(capsys, "calibrate", *args, "--out", tmp_path / "q.npz")
+    assert code == 0 and "note:" not in err

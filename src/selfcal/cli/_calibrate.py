@@ -18,6 +18,7 @@ from selfcal.cli._common import (
     deferred_help,
     fmt,
     read,
+    say_groups_unused,
     stdout,
 )
 from selfcal.cli._errors import errors, source
@@ -234,6 +235,9 @@ def calibrate(
         calibrator = _calibrator(calibrator_name, param or [], criterion)
         train = read(fit, kind, label_column)
         test = read(apply, kind, label_column, require_labels=False)
+        for file, pred in ((fit, train), (apply, test)):
+            if pred.groups is not None:
+                say_groups_unused(file, "calibrate")
         with source(fit):
             calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
         typer.echo(fitted_line(calibrator_name, calibrator, train.n_samples))

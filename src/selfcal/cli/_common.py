@@ -165,6 +165,15 @@ def read(
     )
 
 
+def say_groups_unused(where: object, command: str) -> None:
+    """One ``note:`` line on stderr: the predictions at ``where`` hold groups, which
+    ``selfcal COMMAND`` does not use yet -- said, never silently ignored."""
+    sys.stderr.write(
+        f"note: {where} holds groups; selfcal {command} does not use them yet (selfcal "
+        "evaluate reports calibration per group)\n"
+    )
+
+
 def example_path(
     name: Annotated[str, typer.Argument(help="Example name.")] = "digits_test",
 ) -> None:

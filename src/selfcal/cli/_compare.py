@@ -184,11 +184,14 @@ def judge_one(
     """The set at ``path`` read by the one kind rule (``kind``: ``--kind``), compared, its
     split check and warnings said on stderr, its figure drawn (``figures``), and where its
     files really are when links led elsewhere."""
+    from selfcal.cli._common import say_groups_unused
     from selfcal.cli._compare_report import figure
     from selfcal.io import load_prediction_set
     from selfcal.posthoc.compare import comparison
 
     data = load_prediction_set(path, kind=kind)
+    if data.val_groups is not None:
+        say_groups_unused(path, "compare")
     found = comparison(data, names, criterion=criterion, n_bins=bins, keep_probs=figures)
     say_warnings(found)
     png = figure(data, found.rows, bins, criterion) if figures else None
