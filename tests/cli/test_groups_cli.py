@@ -92,7 +92,8 @@ def test_compare_and_calibrate_say_they_do_not_use_groups_yet(tmp_path, capsys):
         with np.load(folder / f"{split}.npz") as data:
             arrays = dict(data)
         np.savez(folder / f"{split}.npz", **arrays, groups=np.arange(200) % 4)
-    code, _, err = run(capsys, "compare", tmp_path / "sets", "--calibrators", "ts")
+    args = ["--calibrators", "ts", "--out", tmp_path / "report"]
+    code, _, err = run(capsys, "compare", tmp_path / "sets", *args)
     assert code == 0, err
     note = f"note: {folder} holds groups; selfcal compare does not use them yet"
     notes = [line for line in err.splitlines() if line.startswith("note:")]
