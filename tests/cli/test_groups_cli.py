@@ -108,3 +108,35 @@ def test_compare_and_calibrate_say_they_do_not_use_groups_yet(tmp_path, capsys):
     args = ["--fit", tmp_path / "plain.npz", "--apply", tmp_path / "plain.npz"]
     code, _, err = run(capsys, "calibrate", *args, "--out", tmp_path / "q.npz")
     assert code == 0 and "note:" not in err
+
+
+def test_evaluate_conformal_reports_each_groups_coverage_of_the_marginal_sets(tmp_path, capsys):
+    """``--conformal`` with groups: every group's scored rows, coverage and mean set size in
+    ``--json`` equal those computed from the library's marginal sets on the same split; the
+    terminal lists the least covered first."""
+    from selfcal.conformal import SplitConformal
+
+    np.savez(tmp_path / "a.npz", logits=Z, labels=Y, groups=SUBJECT)
+    args = ("evaluate", tmp_path / "a.npz", "--conformal", "0.1", "--resamples", 20)
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    got = json.loads(out)["conformal"]["groups"]
+    order = np.random.default_rng(0).permutation(N)  # the CLI's split: --seed 0
+    cal, test = np.sort(order[: N // 2]), np.sort(order[N // 2 :])
+    pred = Predictions.from_logits(Z, Y)
+    model = SplitConformal(alpha=0.1, nonconformity="aps", seed=0)
+    model.fit(probs=pred.probs[cal], labels=Y[cal])
+    sets = model.predict_set(probs=pred.probs[test]).numpy()
+    assert [g["name"] for g in got] == ["art", "law", "math", "virology"]
+    for row in got:
+        rows = SUBJECT[test] == row["name"]
+        assert row["size"] == int(rows.sum())
+        assert row["coverage"] == pytest.approx(sets[rows, Y[test][rows]].mean())
+        assert row["set_size"] == pytest.approx(sets[rows].sum(1).mean())
+    code, out, err = run(capsys, *args, "--groups-shown", 2)
+    assert code == 0, err
+    words = " ".join(out.split())  # rich wraps titles at the terminal's width
+    assert "conformal coverage per group, alpha 0.1" in words
+    assert "the 2 least covered of 4 groups" in words
+    least = min(got, key=lambda g: g["coverage"])["name"]
+    assert f"│ {least} " in out.split("least covered")[0].split("coverage per")[-1]

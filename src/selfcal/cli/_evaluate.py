@@ -30,6 +30,7 @@ from selfcal.cli._conformal import (
     CONFORMAL_SCORE,
     CONFORMAL_SCORES,
     ConformalScores,
+    conformal_groups_table,
     conformal_scores,
     conformal_table,
 )
@@ -114,6 +115,8 @@ def _json_line(
             "threshold": scored.threshold,
             "metrics": {k: _interval_json(iv) for k, iv in scored.metrics.items()},
         }
+        if scored.groups is not None:
+            payload["conformal"]["groups"] = scored.groups
     return json.dumps(payload) + "\n"
 
 
@@ -189,7 +192,8 @@ def evaluate(
 
     With groups (a .npz's 'groups' array, or --groups COLUMN for a table), also each group's
     size, accuracy, NLL and ECE beside what a perfectly calibrated model shows at that size,
-    the worst group with an interval, and the multicalibration error."""
+    the worst group with an interval, and the multicalibration error; with --conformal, each
+    group's coverage and mean set size of the (marginal) conformal sets."""
     with errors():
         from selfcal._validation import check_choice, check_real
 
@@ -241,6 +245,9 @@ def evaluate(
             stdout().print(_evaluate_table(results, confidence, pred.n_samples, n_res, interval))
             if scored is not None:
                 stdout().print(conformal_table(scored))
+                per_group = conformal_groups_table(scored, groups_shown)
+                if per_group is not None:
+                    stdout().print(per_group)
             if by_group is not None:
                 view = groups_view(by_group, groups_shown, confidence)
                 print_drawn(lambda console: console.print(view))

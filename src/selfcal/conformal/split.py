@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import torch
 
+from selfcal._inputs import Groups
 from selfcal._validation import (
     check_choice,
     check_flag,
@@ -41,6 +42,7 @@ from selfcal.estimator.loading import (
     INTEGERS,
     NON_NEGATIVE,
     NUMBER_OR_FLOATS,
+    TEXTS,
     Fitted,
     FittedRange,
     probe_logits,
@@ -78,6 +80,29 @@ def _check_nonconformity(name: str, value: Any) -> None:
     canonical_score(value, name)
 
 
+MONDRIAN = (False, True, "class", "group")
+"""The values of ``SplitConformal(mondrian=...)``: no (one marginal threshold), ``True`` or
+``"class"`` (one threshold per class), ``"group"`` (one threshold per group of rows)."""
+
+OVERLAPPING = (
+    "Mondrian needs one group per row; overlapping groups: conditional conformal is not "
+    "implemented yet"
+)
+
+
+def _check_mondrian(name: str, value: Any) -> None:
+    if isinstance(value, (bool, np.bool_)) or value in ("class", "group"):
+        return
+    raise ValueError(f"{name} must be False, True, 'class' or 'group', got {value!r}")
+
+
+def _mode(mondrian: Any) -> str:
+    """``"marginal"``, ``"class"`` or ``"group"``: what ``mondrian`` conditions on."""
+    if isinstance(mondrian, str):
+        return mondrian
+    return "class" if mondrian else "marginal"
+
+
 def _generator(seed: int, device: torch.device) -> torch.Generator:
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
@@ -102,6 +127,27 @@ class SplitConformal(ScoreEstimator):
     the guarantee holds for each class separately. A class with fewer than
     ``ceil(1 / alpha) - 1`` rows gets ``+inf`` (it is in every set) and a
     :class:`~selfcal.exceptions.DegenerateCalibration` warning names it.
+
+    ``mondrian="class"`` is the explicit name of ``mondrian=True``. ``mondrian="group"`` fits
+    one threshold per *group of rows* instead: ``fit(..., groups=g)`` (one group label per
+    row, checked by the input contract, :func:`selfcal._inputs.as_groups`; or the groups of a
+    :class:`~selfcal.predictions.Predictions`) sets ``threshold_[j]`` to the
+    ``ceil((n_j + 1)(1 - alpha))``-th smallest score of the ``n_j`` calibration rows of group
+    ``group_names_[j]``, and :meth:`predict_set` (which then needs ``groups=`` too) compares
+    each row's scores with its own group's threshold. When calibration and test rows are
+    exchangeable *within each group*, a test row of group ``j`` has its true label in the set
+    with probability at least ``1 - alpha``, for every group separately (the marginal
+    predictor promises this only on average over groups, and can under-cover a hard group).
+    A group with fewer than ``ceil(1 / alpha) - 1`` calibration rows gets ``+inf`` (its rows'
+    sets hold every label: the guarantee kept, trivially) and a
+    :class:`~selfcal.exceptions.DegenerateCalibration` warning names it and its size. A row
+    whose group was not seen at fit time gets every label (threshold ``+inf``) and a
+    ``UserWarning`` names the group: nothing was calibrated for it, so the only set that
+    keeps the guarantee without assumptions is the full one (coverage 1, no information).
+    Overlapping groups (membership columns) are refused: conditional conformal over
+    overlapping groups is not implemented yet. Fitted too: ``group_names_`` (list of ``G``
+    names) and ``group_counts_`` (``(G,)`` int64 calibration rows per group); both are empty
+    unless ``mondrian="group"``.
 
     ``randomized=True`` draws the ``u`` of the APS / RAPS / SAPS scores from a
     ``torch.Generator`` on the input's device seeded at each call: with ``seed`` in ``fit``,
@@ -128,7 +174,7 @@ class SplitConformal(ScoreEstimator):
         "alpha": checked_value(check_alpha),
         "nonconformity": _check_nonconformity,
         "randomized": check_flag,
-        "mondrian": check_flag,
+        "mondrian": _check_mondrian,
         "penalty": check_nonnegative,
         "k_reg": functools.partial(check_int, minimum=0),
         "weight": check_positive,
@@ -138,6 +184,8 @@ class SplitConformal(ScoreEstimator):
         "threshold_",
         "n_calibration_",
         "class_counts_",
+        "group_names_",
+        "group_counts_",
     )
     _noun: ClassVar[str] = "conformal predictor"
     _fitted_schema: ClassVar[dict[str, Fitted]] = {
@@ -145,6 +193,8 @@ class SplitConformal(ScoreEstimator):
         "threshold_": Fitted(NUMBER_OR_FLOATS, NON_NEGATIVE, infinite=True),
         "n_calibration_": Fitted(INTEGER, FittedRange(1.0)),
         "class_counts_": Fitted(INTEGERS, NON_NEGATIVE),
+        "group_names_": Fitted(TEXTS),
+        "group_counts_": Fitted(INTEGERS, NON_NEGATIVE),
     }
     _stored_names: ClassVar[dict[str, str]] = {"nonconformity": "score"}
 
@@ -153,7 +203,7 @@ class SplitConformal(ScoreEstimator):
         alpha: float = 0.1,
         nonconformity: str = "aps",
         randomized: bool = True,
-        mondrian: bool = False,
+        mondrian: bool | str = False,
         penalty: float = 0.01,
         k_reg: int = 1,
         weight: float = 0.2,
@@ -184,22 +234,35 @@ class SplitConformal(ScoreEstimator):
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
         labels: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
     ) -> Self:
         """Fit the threshold(s) on the calibration split; returns ``self``.
 
         ``fit(logits=z, labels=y)``, ``fit(probs=p, labels=y)``, ``fit(predictions)`` or
-        ``fit(X, y)`` with ``X`` of this estimator's ``kind``."""
+        ``fit(X, y)`` with ``X`` of this estimator's ``kind``; ``groups=`` (one group label a
+        row, or those of a ``Predictions``) with ``mondrian="group"`` only."""
         self._check_params()
         alpha = check_alpha(self.alpha)
+        mode = _mode(self.mondrian)
         pred = self._resolve_inputs(X, y, logits, probs, labels, True)
+        found = self._groups(pred, groups, mode)
         labels_ = pred.require_labels()
         gen = _generator(int(self.seed), pred.device)
         scores = self._scores(pred, gen, labels_)
         counts = torch.bincount(labels_, minlength=pred.n_classes)
-        if self.mondrian:
-            thresholds, _ = class_quantiles(scores, labels_, pred.n_classes, alpha)
+        self.group_names_: list[str] = []
+        self.group_counts_ = np.zeros(0, dtype=np.int64)
+        if found is not None:
+            assert found.codes is not None
+            thresholds, sizes = class_quantiles(scores, found.codes, found.n_groups, alpha)
             self.threshold_: float | np.ndarray = thresholds.cpu().numpy()
-            self._warn_small_classes(counts.cpu().numpy(), alpha)
+            self.group_names_ = list(found.names)
+            self.group_counts_ = sizes.cpu().numpy().astype(np.int64)
+            self._warn_small(self.group_counts_, self.group_names_, alpha)
+        elif mode == "class":
+            thresholds, _ = class_quantiles(scores, labels_, pred.n_classes, alpha)
+            self.threshold_ = thresholds.cpu().numpy()
+            self._warn_small(counts.cpu().numpy(), None, alpha)
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateCalibration)
@@ -223,13 +286,33 @@ class SplitConformal(ScoreEstimator):
             params["nonconformity"] = deprecated_score(score, params.get("nonconformity"))
         return super().set_params(**params)
 
+    def _loaded(self, fitted: dict[str, Any], version: int) -> None:
+        """Files written before Mondrian-by-group have no group fields: no groups."""
+        if "group_names_" not in fitted and "group_counts_" not in fitted:
+            self.group_names_ = []
+            self.group_counts_ = np.zeros(0, dtype=np.int64)
+
     def _check_loaded(self) -> None:
         """A loaded predictor must give a set per row: tried on one uniform and one
-        confident row per class; thresholds per class (Mondrian) need one per class."""
+        confident row per class; thresholds per class (Mondrian) need one per class, per
+        group one per group (and a count and name each)."""
         threshold = np.asarray(self.threshold_)
-        if self.mondrian and threshold.shape != (self.n_classes_,):
+        mode = _mode(self.mondrian)
+        n_groups = len(self.group_names_)
+        if np.asarray(self.group_counts_).shape != (n_groups,):
+            raise ValueError(f"group_counts_ must hold one count per group ({n_groups})")
+        if mode != "group" and n_groups:
+            raise ValueError("only a Mondrian-by-group predictor (mondrian='group') has groups")
+        if mode == "group":
+            if not n_groups or threshold.shape != (n_groups,):
+                raise ValueError("a Mondrian-by-group predictor needs one threshold per group")
+            rows = len(probe_logits(self.n_classes_))
+            probe = [self.group_names_[i % n_groups] for i in range(rows)]
+            self.predict_set(logits=probe_logits(self.n_classes_), groups=probe)
+            return
+        if mode == "class" and threshold.shape != (self.n_classes_,):
             raise ValueError(f"a Mondrian predictor needs {self.n_classes_} thresholds")
-        if not self.mondrian and threshold.size != 1:
+        if mode == "marginal" and threshold.size != 1:
             raise ValueError("a marginal predictor has one threshold")
         self.predict_set(logits=probe_logits(self.n_classes_))
 
@@ -240,13 +323,22 @@ class SplitConformal(ScoreEstimator):
         *,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
     ) -> Any:
         """The ``(N, C)`` boolean prediction sets in the caller's form (numpy in -> numpy out;
         torch in -> a bool tensor on the input's device): label ``k`` is in row ``i``'s set
-        iff its score is at most the (class ``k``'s) threshold."""
+        iff its score is at most the (class ``k``'s; row ``i``'s group's) threshold.
+
+        ``groups=`` (or the groups of a ``Predictions``) is needed with ``mondrian="group"``
+        and refused otherwise; a row of a group unseen at fit time gets every label, with a
+        ``UserWarning`` naming the group."""
         pred = self._fitted_predictions(X, logits, probs)
+        mode = _mode(self.mondrian)
+        found = self._groups(pred, groups, mode)
         scores = self._predict_scores(pred)
-        return pred.output(scores <= self._thresholds(pred.device))
+        if found is None:
+            return pred.output(scores <= self._thresholds(pred.device))
+        return pred.output(scores <= self._row_thresholds(found, pred.device).unsqueeze(1))
 
     def predict(
         self,
@@ -255,10 +347,11 @@ class SplitConformal(ScoreEstimator):
         *,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
     ) -> Any:
         """:meth:`predict_set` under scikit-learn's name (a set predictor's prediction is
         its set), so that pipelines and ``cross_val_predict`` find it."""
-        return self.predict_set(X, logits=logits, probs=probs)
+        return self.predict_set(X, logits=logits, probs=probs, groups=groups)
 
     def conformity_scores(
         self,
@@ -281,6 +374,11 @@ class SplitConformal(ScoreEstimator):
         :meth:`predict_set`'s (so ``module(z)`` equals ``predict_set(logits=z)``). The module
         does not validate its input."""
         self._check_fitted()
+        if _mode(self.mondrian) == "group":
+            raise ValueError(
+                "to_module: a Mondrian-by-group predictor needs each row's group, which a "
+                "module of scores alone does not get; use predict_set(..., groups=)"
+            )
         kind = kind or self.kind or "logits"
         check_choice("kind", kind, SCORE_KINDS)
         penalty, k_reg, weight = check_score_options(self.penalty, self.k_reg, self.weight)
@@ -319,24 +417,68 @@ class SplitConformal(ScoreEstimator):
         t = torch.as_tensor(np.asarray(self.threshold_, dtype=np.float64), device=device)
         return t.reshape(-1)
 
-    def _warn_small_classes(self, counts: np.ndarray, alpha: float) -> None:
+    def _groups(self, pred: Predictions, groups: ArrayLike | None, mode: str) -> Groups | None:
+        """The rows' groups (``groups=``, else the predictions'), checked by the input
+        contract, with ``mondrian="group"``; ``None`` otherwise (``groups=`` is then refused,
+        never ignored)."""
+        if mode != "group":
+            if groups is not None:
+                raise ValueError(
+                    f"groups= is used only by mondrian='group' (this predictor has "
+                    f"mondrian={self.mondrian!r})"
+                )
+            return None
+        if groups is not None:
+            pred = pred.with_groups(groups)
+        if pred.groups is None:
+            raise ValueError("mondrian='group' needs each row's group: pass groups=")
+        if pred.groups.overlapping:
+            raise ValueError(OVERLAPPING)
+        return pred.groups
+
+    def _row_thresholds(self, groups: Groups, device: torch.device) -> torch.Tensor:
+        """``(N,)`` float64: each row's group's threshold; ``+inf`` (every label) for a
+        group unseen at fit time, with a warning naming it."""
+        unseen = groups.unseen(self.group_names_)
+        if unseen:
+            shown = ", ".join(repr(n) for n in unseen[:10])
+            more = f" and {len(unseen) - 10} more" if len(unseen) > 10 else ""
+            warnings.warn(
+                f"{type(self).__name__}: group(s) {shown}{more} were not seen at fit time; "
+                "their rows' sets hold every label (no threshold was calibrated for them)",
+                UserWarning,
+                stacklevel=4,
+            )
+        codes = groups.codes_in(self.group_names_).to(device)
+        table = torch.cat(
+            [self._thresholds(device), torch.full((1,), math.inf, device=device).double()]
+        )
+        return table[torch.where(codes < 0, table.numel() - 1, codes)]
+
+    def _warn_small(self, counts: np.ndarray, names: list[str] | None, alpha: float) -> None:
+        """Warn of the classes (``names`` ``None``) or groups too small for a threshold."""
         small = [c for c, n in enumerate(counts) if quantile_rank(int(n), alpha) > n]
         if small:
-            shown = ", ".join(f"{c} ({int(counts[c])} rows)" for c in small[:10])
+            noun = "class(es)" if names is None else "group(s)"
+            label = (
+                [str(c) for c in range(len(counts))] if names is None else [repr(n) for n in names]
+            )
+            shown = ", ".join(f"{label[c]} ({int(counts[c])} rows)" for c in small[:10])
             more = f" and {len(small) - 10} more" if len(small) > 10 else ""
+            where = "they are in every set" if names is None else "their sets hold every label"
             self._warn(
-                f"class(es) {shown}{more} have too few calibration rows for a Mondrian "
-                f"threshold at alpha={alpha:g}; their threshold_ is +inf, so they are in "
-                "every set",
+                f"{noun} {shown}{more} have too few calibration rows for a Mondrian "
+                f"threshold at alpha={alpha:g}; their threshold_ is +inf, so {where}",
                 alpha,
                 stacklevel=4,
             )
 
     def _warn(self, problem: str, alpha: float, stacklevel: int = 3) -> None:
         need = math.ceil(1 / alpha) - 1
+        per = {"class": "per class ", "group": "per group "}.get(_mode(self.mondrian), "")
         warnings.warn(
             f"{type(self).__name__}: {problem}. Use at least {need} calibration rows "
-            f"{'per class ' if self.mondrian else ''}(ceil(1/alpha) - 1), or a larger alpha.",
+            f"{per}(ceil(1/alpha) - 1), or a larger alpha.",
             DegenerateCalibration,
             stacklevel=stacklevel,
         )

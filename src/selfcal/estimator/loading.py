@@ -80,6 +80,15 @@ NUMBER_OR_FLOATS = FittedType(
     "a number or a float64 array", lambda v: is_number(v) or FLOATS.accepts(v)
 )
 TEXT = FittedType("a string", lambda v: isinstance(v, str), numeric=False)
+TEXTS = FittedType(
+    "a list of distinct non-empty strings",
+    lambda v: (
+        isinstance(v, list)
+        and all(isinstance(x, str) and x.strip() for x in v)
+        and len(set(v)) == len(v)
+    ),
+    numeric=False,
+)
 MAPPING = FittedType("an object of named values", lambda v: isinstance(v, dict), numeric=False)
 
 
