@@ -26,13 +26,20 @@ from selfcal._validation import (
     check_nonnegative,
     check_positive,
 )
+from selfcal.conformal._mondrian import (
+    check_mondrian,
+    mondrian_mode,
+    row_thresholds,
+    rows_groups,
+    too_small,
+)
+from selfcal.conformal._set_module import ConformalSetModule, seeded_generator
 from selfcal.conformal.scores import (
     canonical_score,
     check_alpha,
     check_score_options,
     class_quantiles,
     conformal_quantile,
-    quantile_rank,
     scores_given_u,
     uniforms,
 )
@@ -78,35 +85,6 @@ def deprecated_score(score: str, nonconformity: str | None) -> str:
 
 def _check_nonconformity(name: str, value: Any) -> None:
     canonical_score(value, name)
-
-
-MONDRIAN = (False, True, "class", "group")
-"""The values of ``SplitConformal(mondrian=...)``: no (one marginal threshold), ``True`` or
-``"class"`` (one threshold per class), ``"group"`` (one threshold per group of rows)."""
-
-OVERLAPPING = (
-    "Mondrian needs one group per row; overlapping groups: conditional conformal is not "
-    "implemented yet"
-)
-
-
-def _check_mondrian(name: str, value: Any) -> None:
-    if isinstance(value, (bool, np.bool_)) or value in ("class", "group"):
-        return
-    raise ValueError(f"{name} must be False, True, 'class' or 'group', got {value!r}")
-
-
-def _mode(mondrian: Any) -> str:
-    """``"marginal"``, ``"class"`` or ``"group"``: what ``mondrian`` conditions on."""
-    if isinstance(mondrian, str):
-        return mondrian
-    return "class" if mondrian else "marginal"
-
-
-def _generator(seed: int, device: torch.device) -> torch.Generator:
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    return gen
 
 
 class SplitConformal(ScoreEstimator):
@@ -174,7 +152,7 @@ class SplitConformal(ScoreEstimator):
         "alpha": checked_value(check_alpha),
         "nonconformity": _check_nonconformity,
         "randomized": check_flag,
-        "mondrian": _check_mondrian,
+        "mondrian": check_mondrian,
         "penalty": check_nonnegative,
         "k_reg": functools.partial(check_int, minimum=0),
         "weight": check_positive,
@@ -243,11 +221,11 @@ class SplitConformal(ScoreEstimator):
         row, or those of a ``Predictions``) with ``mondrian="group"`` only."""
         self._check_params()
         alpha = check_alpha(self.alpha)
-        mode = _mode(self.mondrian)
+        mode = mondrian_mode(self.mondrian)
         pred = self._resolve_inputs(X, y, logits, probs, labels, True)
         found = self._groups(pred, groups, mode)
         labels_ = pred.require_labels()
-        gen = _generator(int(self.seed), pred.device)
+        gen = seeded_generator(int(self.seed), pred.device)
         scores = self._scores(pred, gen, labels_)
         counts = torch.bincount(labels_, minlength=pred.n_classes)
         self.group_names_: list[str] = []
@@ -297,7 +275,7 @@ class SplitConformal(ScoreEstimator):
         confident row per class; thresholds per class (Mondrian) need one per class, per
         group one per group (and a count and name each)."""
         threshold = np.asarray(self.threshold_)
-        mode = _mode(self.mondrian)
+        mode = mondrian_mode(self.mondrian)
         n_groups = len(self.group_names_)
         if np.asarray(self.group_counts_).shape != (n_groups,):
             raise ValueError(f"group_counts_ must hold one count per group ({n_groups})")
@@ -333,7 +311,7 @@ class SplitConformal(ScoreEstimator):
         and refused otherwise; a row of a group unseen at fit time gets every label, with a
         ``UserWarning`` naming the group."""
         pred = self._fitted_predictions(X, logits, probs)
-        mode = _mode(self.mondrian)
+        mode = mondrian_mode(self.mondrian)
         found = self._groups(pred, groups, mode)
         scores = self._predict_scores(pred)
         if found is None:
@@ -374,7 +352,7 @@ class SplitConformal(ScoreEstimator):
         :meth:`predict_set`'s (so ``module(z)`` equals ``predict_set(logits=z)``). The module
         does not validate its input."""
         self._check_fitted()
-        if _mode(self.mondrian) == "group":
+        if mondrian_mode(self.mondrian) == "group":
             raise ValueError(
                 "to_module: a Mondrian-by-group predictor needs each row's group, which a "
                 "module of scores alone does not get; use predict_set(..., groups=)"
@@ -410,7 +388,7 @@ class SplitConformal(ScoreEstimator):
 
     def _predict_scores(self, pred: Predictions) -> torch.Tensor:
         self._check_params()
-        return self._scores(pred, _generator(int(self.seed) ^ PREDICT_STREAM, pred.device))
+        return self._scores(pred, seeded_generator(int(self.seed) ^ PREDICT_STREAM, pred.device))
 
     def _thresholds(self, device: torch.device) -> torch.Tensor:
         """``(1,)`` or ``(C,)`` float64 thresholds on ``device``."""
@@ -418,108 +396,22 @@ class SplitConformal(ScoreEstimator):
         return t.reshape(-1)
 
     def _groups(self, pred: Predictions, groups: ArrayLike | None, mode: str) -> Groups | None:
-        """The rows' groups (``groups=``, else the predictions'), checked by the input
-        contract, with ``mondrian="group"``; ``None`` otherwise (``groups=`` is then refused,
-        never ignored)."""
-        if mode != "group":
-            if groups is not None:
-                raise ValueError(
-                    f"groups= is used only by mondrian='group' (this predictor has "
-                    f"mondrian={self.mondrian!r})"
-                )
-            return None
-        if groups is not None:
-            pred = pred.with_groups(groups)
-        if pred.groups is None:
-            raise ValueError("mondrian='group' needs each row's group: pass groups=")
-        if pred.groups.overlapping:
-            raise ValueError(OVERLAPPING)
-        return pred.groups
+        return rows_groups(pred, groups, mode, self.mondrian)
 
     def _row_thresholds(self, groups: Groups, device: torch.device) -> torch.Tensor:
-        """``(N,)`` float64: each row's group's threshold; ``+inf`` (every label) for a
-        group unseen at fit time, with a warning naming it."""
-        unseen = groups.unseen(self.group_names_)
-        if unseen:
-            shown = ", ".join(repr(n) for n in unseen[:10])
-            more = f" and {len(unseen) - 10} more" if len(unseen) > 10 else ""
-            warnings.warn(
-                f"{type(self).__name__}: group(s) {shown}{more} were not seen at fit time; "
-                "their rows' sets hold every label (no threshold was calibrated for them)",
-                UserWarning,
-                stacklevel=4,
-            )
-        codes = groups.codes_in(self.group_names_).to(device)
-        table = torch.cat(
-            [self._thresholds(device), torch.full((1,), math.inf, device=device).double()]
-        )
-        return table[torch.where(codes < 0, table.numel() - 1, codes)]
+        return row_thresholds(groups, self.group_names_, self._thresholds(device), self)
 
     def _warn_small(self, counts: np.ndarray, names: list[str] | None, alpha: float) -> None:
-        """Warn of the classes (``names`` ``None``) or groups too small for a threshold."""
-        small = [c for c, n in enumerate(counts) if quantile_rank(int(n), alpha) > n]
-        if small:
-            noun = "class(es)" if names is None else "group(s)"
-            label = (
-                [str(c) for c in range(len(counts))] if names is None else [repr(n) for n in names]
-            )
-            shown = ", ".join(f"{label[c]} ({int(counts[c])} rows)" for c in small[:10])
-            more = f" and {len(small) - 10} more" if len(small) > 10 else ""
-            where = "they are in every set" if names is None else "their sets hold every label"
-            self._warn(
-                f"{noun} {shown}{more} have too few calibration rows for a Mondrian "
-                f"threshold at alpha={alpha:g}; their threshold_ is +inf, so {where}",
-                alpha,
-                stacklevel=4,
-            )
+        problem = too_small(counts, names, alpha)
+        if problem is not None:
+            self._warn(problem, alpha, stacklevel=4)
 
     def _warn(self, problem: str, alpha: float, stacklevel: int = 3) -> None:
         need = math.ceil(1 / alpha) - 1
-        per = {"class": "per class ", "group": "per group "}.get(_mode(self.mondrian), "")
+        per = {"class": "per class ", "group": "per group "}.get(mondrian_mode(self.mondrian), "")
         warnings.warn(
             f"{type(self).__name__}: {problem}. Use at least {need} calibration rows "
             f"{per}(ceil(1/alpha) - 1), or a larger alpha.",
             DegenerateCalibration,
             stacklevel=stacklevel,
         )
-
-
-class ConformalSetModule(torch.nn.Module):
-    """``(N, C)`` logits or probabilities -> ``(N, C)`` bool prediction sets of fitted
-    thresholds (:meth:`SplitConformal.to_module`). ``forward(scores, generator=None)``:
-    randomised scores draw ``u`` from ``generator`` when given, else from a fresh generator
-    seeded with the module's ``seed`` on the input's device."""
-
-    thresholds: torch.Tensor
-
-    def __init__(
-        self,
-        thresholds: torch.Tensor,
-        score: str,
-        *,
-        from_probs: bool,
-        randomized: bool,
-        seed: int,
-        penalty: float,
-        k_reg: int,
-        weight: float,
-    ) -> None:
-        super().__init__()
-        self.register_buffer("thresholds", thresholds.double())
-        self.score = score
-        self.from_probs = from_probs
-        self.randomized = randomized and score != "lac"
-        self.seed = seed
-        self.penalty, self.k_reg, self.weight = penalty, k_reg, weight
-
-    def forward(
-        self, scores: torch.Tensor, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        x = scores.double()
-        p = x if self.from_probs else torch.softmax(x, dim=1)
-        u: torch.Tensor | float = 1.0
-        if self.randomized:
-            gen = generator if generator is not None else _generator(self.seed, p.device)
-            u = uniforms(tuple(p.shape), gen, p.device)
-        s = scores_given_u(p, u, self.score, self.penalty, self.k_reg, self.weight)
-        return s <= self.thresholds.to(s.device)
