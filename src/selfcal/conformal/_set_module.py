@@ -16,9 +16,10 @@ def seeded_generator(seed: int, device: torch.device) -> torch.Generator:
 
 class ConformalSetModule(torch.nn.Module):
     """``(N, C)`` logits or probabilities -> ``(N, C)`` bool prediction sets of fitted
-    thresholds (:meth:`~selfcal.conformal.split.SplitConformal.to_module`). ``forward(scores, generator=None)``:
-    randomised scores draw ``u`` from ``generator`` when given, else from a fresh generator
-    seeded with the module's ``seed`` on the input's device."""
+    thresholds (:meth:`~selfcal.conformal.split.SplitConformal.to_module`).
+    ``forward(scores, generator=None)``: randomised scores draw ``u`` from ``generator`` when
+    given, else from a fresh generator seeded with the module's ``seed`` on the input's
+    device."""
 
     thresholds: torch.Tensor
 
