@@ -94,6 +94,10 @@ class Calibrator(ScoreEstimator):
     """The temperature fits this calibrator shares (:meth:`share_temperature_fits`)."""
     _found: list[str] | None = None
     """During :meth:`fit`, the problems its fit has found (:meth:`warn_degenerate`)."""
+    uses_groups: ClassVar[bool] = False
+    """Whether the fitted map depends on each row's group (:mod:`selfcal.posthoc.groups`):
+    such a calibrator needs ``groups=`` in :meth:`fit` and :meth:`predict_proba`; every other
+    refuses an explicit ``groups=`` rather than ignore it."""
 
     @classmethod
     def prepare_fit(cls) -> None:
@@ -122,6 +126,7 @@ class Calibrator(ScoreEstimator):
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
         labels: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
     ) -> Self:
         """Fit on validation scores and labels; returns ``self``.
 
@@ -133,9 +138,12 @@ class Calibrator(ScoreEstimator):
         data cannot identify the fit: it returns the bounded result the class documents and
         warns :class:`~selfcal.exceptions.DegenerateCalibration` once, naming the cause, the
         result and the remedy.
+
+        ``groups=`` (one group a row, or membership columns: :func:`selfcal._inputs.as_groups`)
+        is for the calibrators that use them (:attr:`uses_groups`) and refused by the others.
         """
         self._check_params()
-        pred = self._resolve_inputs(X, y, logits, probs, labels, True)
+        pred = self._grouped(self._resolve_inputs(X, y, logits, probs, labels, True), groups)
         self._check_classes(pred.n_classes)
         if self._likelihood_fit:
             check_fittable(pred, type(self).__name__)
@@ -163,9 +171,11 @@ class Calibrator(ScoreEstimator):
         *,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
     ) -> Any:
-        """Calibrated ``(N, C)`` probabilities (float64) in the caller's form."""
-        pred = self._prepare(X, logits, probs)
+        """Calibrated ``(N, C)`` probabilities (float64) in the caller's form (``groups=``
+        as in :meth:`fit`)."""
+        pred = self._prepare(X, logits, probs, groups)
         return pred.output(self._finite(self.calibrated(pred), "predict_proba"))
 
     def predict_confidence(
@@ -175,11 +185,12 @@ class Calibrator(ScoreEstimator):
         *,
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
     ) -> Any:
         """Calibrated top-label confidence, ``(N,)`` float64 in the caller's form: what selective
         prediction thresholds. By default the largest calibrated probability; a calibrator
         that maps the confidence itself (top-label isotonic regression) returns that map."""
-        pred = self._prepare(X, logits, probs)
+        pred = self._prepare(X, logits, probs, groups)
         return pred.output(self._finite(self.calibrated_confidence(pred), "predict_confidence"))
 
     def calibrated(self, pred: Predictions) -> torch.Tensor:
@@ -224,13 +235,14 @@ class Calibrator(ScoreEstimator):
         logits: ArrayLike | None = None,
         probs: ArrayLike | None = None,
         labels: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
     ) -> float:
         """The mean log-likelihood of the labels under the calibrated probabilities,
         ``(1/N) sum_i log p_{i, y_i}`` (minus the NLL: higher is better), so that scikit-learn's
         ``GridSearchCV`` and ``cross_val_score`` work without ``scoring=``."""
         from selfcal.metrics import nll
 
-        pred = self._resolve_inputs(X, y, logits, probs, labels, True)
+        pred = self._grouped(self._resolve_inputs(X, y, logits, probs, labels, True), groups)
         calibrated = self.predict_proba(pred)
         return -float(nll(probs=calibrated, labels=pred.require_labels()))
 
@@ -371,11 +383,27 @@ class Calibrator(ScoreEstimator):
         X: Predictions | ArrayLike | None,
         logits: ArrayLike | None,
         probs: ArrayLike | None,
+        groups: ArrayLike | None = None,
     ) -> Predictions:
         """The scores to predict on, validated (not yet floored: :meth:`calibrated` floors)."""
-        pred = self._fitted_predictions(X, logits, probs)
+        pred = self._grouped(self._fitted_predictions(X, logits, probs), groups)
         if self._likelihood_fit:
             check_fittable(pred, type(self).__name__)
+        return pred
+
+    def _grouped(self, pred: Predictions, groups: ArrayLike | None) -> Predictions:
+        """``pred`` with the ``groups=`` given (checked by the group rule), or ``ValueError``:
+        ``groups=`` given to a calibrator that does not use groups, or none (given or carried
+        by ``pred``) for one that does."""
+        name = type(self).__name__
+        if groups is not None and not self.uses_groups:
+            raise ValueError(
+                f"{name} does not use groups; to calibrate per group use "
+                f"GroupwiseCalibration({name}()) or MulticlassMulticalibration"
+            )
+        pred = pred if groups is None else pred.with_groups(groups)
+        if self.uses_groups and pred.groups is None:
+            raise ValueError(f"{name} needs groups=: the group of each row (or membership columns)")
         return pred
 
     def _check_classes(self, n_classes: int) -> None:
