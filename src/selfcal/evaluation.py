@@ -14,7 +14,8 @@ width shrinks as ``1/sqrt(N)`` regardless; fewer resamples only make its end poi
 (with 10 the 95% percentile interval is close to the resamples' range). Pass ``n_resamples``
 to override.
 
-:func:`evaluate_groups` is the per-group part of the report, for predictions with groups.
+:func:`evaluate_groups` is the per-group part of the report, for predictions with groups
+(:func:`selfcal.metrics.group_summary.group_evaluation`, which ``selfcal compare`` uses too).
 """
 
 from __future__ import annotations
@@ -22,14 +23,12 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from selfcal._validation import check_choice
 from selfcal.metrics import (
-    GroupCalibration,
     Metric,
     accuracy,
     adaece,
@@ -38,18 +37,14 @@ from selfcal.metrics import (
     classwise_ece,
     debiased_ece,
     ece,
-    group_calibration,
     kde_ece,
     mce,
-    multicalibration_error,
-    multicalibration_sigma,
     nll,
     sece,
     smooth_ece,
-    worst_group_debiased_ece,
-    worst_group_ece,
 )
 from selfcal.metrics.bootstrap import Interval, Resamples, bootstrap_ci
+from selfcal.metrics.group_summary import GroupEvaluation, group_evaluation
 from selfcal.metrics.groups import N_DRAWS
 from selfcal.predictions import Predictions
 from selfcal.recalibration import calibration_loss, recalibrated_terms, refinement_loss
@@ -222,26 +217,6 @@ def point_estimates(pred: Predictions, keys: list[str], *, n_bins: int = 15) -> 
     return out
 
 
-@dataclass(frozen=True)
-class GroupEvaluation:
-    """Calibration per group of one set of predictions (:func:`evaluate_groups`): the
-    per-group report, the worst group's ECE and excess ECE with bootstrap intervals (and
-    which group each is on the full data), the multicalibration error with its interval and
-    its sigma scale."""
-
-    report: GroupCalibration
-    worst_ece: Interval
-    worst_excess: Interval
-    multicalibration: Interval
-    multicalibration_sigma: float
-    n_draws: int
-
-    @property
-    def worst_excess_group(self) -> int:
-        """Index of the group whose ECE most exceeds its calibrated yardstick."""
-        return int(self.report.excess_ece.nan_to_num(nan=-math.inf).argmax())
-
-
 def evaluate_groups(
     pred: Predictions,
     *,
@@ -257,25 +232,19 @@ def evaluate_groups(
     bootstrap intervals (``n_resamples`` resamples from ``seed``, the ones :func:`evaluate`
     draws) of the worst group's ECE (:func:`~selfcal.metrics.worst_group_ece`), the worst
     excess over the yardstick (:func:`~selfcal.metrics.worst_group_debiased_ece`) and the
-    multicalibration error (:func:`~selfcal.metrics.multicalibration_error`). ``pred`` must
-    carry labels and groups."""
+    multicalibration error (:func:`~selfcal.metrics.multicalibration_error`), by
+    :func:`~selfcal.metrics.group_summary.group_evaluation`. ``pred`` must carry labels and
+    groups."""
     pred.require_labels()
     pred.require_groups()
     if n_resamples is None:
         n_resamples = default_resamples(pred.n_samples)
-    resamples = Resamples(pred.n_samples, n_resamples, seed, pred.device)
-    common: dict[str, Any] = {
-        "n_resamples": n_resamples,
-        "confidence": confidence,
-        "method": interval,
-        "resamples": resamples,
-    }
-    drawn: dict[str, Any] = {"n_draws": n_draws, "draw_seed": seed}
-    return GroupEvaluation(
-        group_calibration(pred, n_bins=n_bins, **drawn),
-        bootstrap_ci(worst_group_ece, pred, n_bins=n_bins, **common),
-        bootstrap_ci(worst_group_debiased_ece, pred, n_bins=n_bins, **drawn, **common),
-        bootstrap_ci(multicalibration_error, pred, **common),
-        float(multicalibration_sigma.core(pred)),
-        n_draws,
+    return group_evaluation(
+        pred,
+        Resamples(pred.n_samples, n_resamples, seed, pred.device),
+        n_bins=n_bins,
+        confidence=confidence,
+        interval=interval,
+        n_draws=n_draws,
+        draw_seed=seed,
     )

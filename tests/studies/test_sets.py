@@ -48,6 +48,9 @@ def test_every_set_is_one_run_and_the_report_groups_them_by_class_count(posthoc)
     assert "| grouped | 4 | 300 / 300 |" in text and "`auto` chose:" in text
     made = check_provenance(posthoc / "report")
     assert made.protocol == "sets" and "--sets " in made.command
+    # the groups are not used by the leaderboard, and it says so (compare reports them)
+    assert "Sets with groups: grouped (6 groups). This leaderboard" in text
+    assert "small (" not in text.split("Sets with groups:")[1].split("\n")[0]
 
 
 def test_a_rerun_resumes_and_a_changed_set_is_a_new_run(capsys, sets, posthoc, tmp_path):
@@ -153,3 +156,14 @@ def test_the_report_names_the_sets_command_as_typed_without_a_protocol():
     with_kind = reproduce_command(study, "sets", None, None, sets, kind="logits")
     assert with_kind == f"selfcal reproduce posthoc --sets {sets} --kind logits"
     assert reproduce_command(study, "quick", None, None) == "selfcal reproduce posthoc --quick"
+
+
+def test_the_leaderboard_says_on_stderr_that_it_does_not_use_a_sets_groups(capfd, sets, tmp_path):
+    import shutil
+
+    shutil.copytree(sets / "grouped", tmp_path / "sets" / "grouped")
+    args = ["reproduce", "posthoc", "--sets", tmp_path / "sets", "--store", tmp_path / "s.sqlite"]
+    code, _, err = run(capfd, *args, "--out", tmp_path / "r", "--workers", "1")
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("note: grouped holds groups")]
+    assert len(notes) == 1 and "selfcal compare grouped reports" in notes[0]

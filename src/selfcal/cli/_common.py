@@ -170,7 +170,7 @@ def say_groups_unused(where: object, command: str) -> None:
     ``selfcal COMMAND`` does not use yet -- said, never silently ignored."""
     sys.stderr.write(
         f"note: {where} holds groups; selfcal {command} does not use them yet (selfcal "
-        "evaluate reports calibration per group)\n"
+        "evaluate and selfcal compare report calibration per group)\n"
     )
 
 

@@ -3,8 +3,9 @@ fitted on a set's validation split and judged on its test split
 (:func:`selfcal.posthoc.compare.comparison`) -- with the calibrator to use and why, whether
 the two splits look exchangeable, and every warning the fits raised: on the terminal (a
 summary across sets first, then a table per set), as a Markdown report with a reliability
-diagram per set, or as JSON. A set that cannot be read is one error line; the others are
-still judged, and the command exits 2 at the end."""
+diagram per set, or as JSON; on a set with groups, each calibrator per group too
+(:mod:`selfcal.cli._compare_groups`). A set that cannot be read is one error line; the
+others are still judged, and the command exits 2 at the end."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from selfcal.cli._common import BinsOpt, KindOpt, check_kind, print_drawn
+from selfcal.cli._compare_groups import COMPARE_GROUPS_SHOWN
 from selfcal.cli._compare_report import Judged, draw, payload, warned_text, write_report
 from selfcal.cli._errors import USAGE_EXIT, errors
 
@@ -63,6 +65,16 @@ def compare(
         bool, typer.Option("--json", help="Print the results as one JSON object instead.")
     ] = False,
     bins: BinsOpt = 15,
+    groups_shown: Annotated[
+        int,
+        typer.Option(
+            "--groups-shown",
+            min=0,
+            help="On a set with groups: how many of the worst groups by excess ECE the terminal "
+            "lists under no calibration, TS and the recommended calibrator each (the report "
+            "and --json hold every group).",
+        ),
+    ] = COMPARE_GROUPS_SHOWN,
 ) -> None:
     """Compare calibrators on your models' validation and test predictions, and say which to use.
 
@@ -73,7 +85,13 @@ def compare(
     a warning says where the test split does not look like the validation split (label
     frequencies, top confidence), on which every verdict rests. Prints a summary across sets,
     then a table per set, and writes the report, with a reliability diagram per set, to
-    --out."""
+    --out.
+
+    On a set with groups (a 'groups' array beside the labels, e.g. the subject of each
+    question), also each calibrator's worst group by ECE with an interval and its difference
+    from TS's, the multicalibration error, and the groups whose ECE most exceeds what a
+    perfectly calibrated model shows at their size; every group is in the report and --json.
+    A calibrator that uses groups is fitted with the validation split's."""
     with errors():
         from selfcal._validation import check_choice
 
@@ -89,7 +107,7 @@ def compare(
         if as_json:
             sys.stdout.write(json.dumps(payload(judged, failed, criterion)) + "\n")
         else:
-            print_drawn(lambda console: draw(console, judged, failed, criterion))
+            print_drawn(lambda console: draw(console, judged, failed, criterion, groups_shown))
             command = _command(sets, methods, criterion, kind, out, bins)
             path = write_report(judged, failed, out, bins, command)
             typer.echo(f"report: {path}")
@@ -183,15 +201,12 @@ def judge_one(
 ) -> Judged:
     """The set at ``path`` read by the one kind rule (``kind``: ``--kind``), compared, its
     split check and warnings said on stderr, its figure drawn (``figures``), and where its
-    files really are when links led elsewhere."""
-    from selfcal.cli._common import say_groups_unused
+    files really are when links led elsewhere; a set with groups is judged per group too."""
     from selfcal.cli._compare_report import figure
     from selfcal.io import load_prediction_set
     from selfcal.posthoc.compare import comparison
 
     data = load_prediction_set(path, kind=kind)
-    if data.val_groups is not None:
-        say_groups_unused(path, "compare")
     found = comparison(data, names, criterion=criterion, n_bins=bins, keep_probs=figures)
     say_warnings(found)
     png = figure(data, found.rows, bins, criterion) if figures else None

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from selfcal._markdown import markdown_link, markdown_text
+from selfcal.cli._compare_groups import draw_groups, markdown_groups
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from rich.console import Console
@@ -116,10 +117,14 @@ def set_table(found: Comparison) -> Any:
     return table
 
 
-def draw(console: Console, judged: list[Judged], failed: dict[str, str], criterion: str) -> None:
+def draw(
+    console: Console, judged: list[Judged], failed: dict[str, str], criterion: str, shown: int = 3
+) -> None:
     """The terminal output: the summary across sets (where there are several, or a failure),
-    then each set's title, where its files were read from (links), split warning, table and
-    recommendation."""
+    then each set's title, where its files were read from (links), split warning, table,
+    recommendation and, on a set with groups, its per-group section (``shown`` worst groups:
+    :func:`selfcal.cli._compare_groups.draw_groups`)."""
+
     if len(judged) + len(failed) > 1:
         for renderable in summary_renderables(judged, failed, criterion):
             console.print(renderable)
@@ -134,6 +139,9 @@ def draw(console: Console, judged: list[Judged], failed: dict[str, str], criteri
         console.print(set_table(found))
         console.print(recommendation_line(found), markup=False)
         console.print()
+        if found.groups is not None:
+            draw_groups(console, found, shown, [r.name for r in ordered(found.rows, criterion)])
+            console.print()
 
 
 def recommendation_line(found: Comparison) -> str:
@@ -283,6 +291,8 @@ def markdown(found: Comparison, figure_file: str | None, read_from: str = "") ->
             f"{diffs['brier']} | {1e3 * row.seconds:.0f} | "
             f"{notes(row, lowest, criterion, with_verdict=False)} |"
         )
+    order = [r.name for r in ordered(found.rows, criterion)]
+    lines += ["", *markdown_groups(found, order)] if found.groups is not None else []
     if found.warnings:
         lines += ["", "Warnings raised by the fits:", ""]
         lines += [f"- {markdown_text(warned_text(w))}" for w in found.warnings]

@@ -15,50 +15,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from rich.console import Group as RenderGroup
 
-    from selfcal.evaluation import GroupEvaluation
     from selfcal.metrics.bootstrap import Interval
+    from selfcal.metrics.group_summary import GroupEvaluation
 
 GROUPS_SHOWN = 5
 """Groups the terminal report lists by default (the worst by excess ECE)."""
 
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def _interval(iv: Interval) -> dict[str, Any]:
-    return {"value": _finite(iv.value), "ci": [_finite(iv.low), _finite(iv.high)]}
-
-
 def groups_json(found: GroupEvaluation) -> dict[str, Any]:
-    """Every group's numbers and the worst group's, for ``--json`` (non-finite -> null)."""
-    report = found.report
-    columns = ("accuracy", "nll", "ece", "null_ece", "excess_ece", "p_value")
-    rows = [
-        {
-            "name": name,
-            "size": int(report.size[g]),
-            **{c: _finite(float(getattr(report, c)[g])) for c in columns},
-        }
-        for g, name in enumerate(report.names)
-    ]
-    return {
-        "n_groups": len(report.names),
-        "n_draws": found.n_draws,
-        "per_group": rows,
-        "worst_group_ece": {
-            "group": report.names[report.worst],
-            **_interval(found.worst_ece),
-            "calibrated_worst_mean": _finite(float(report.worst_null.mean())),
-            "p_value": report.worst_p_value,
-        },
-        "worst_group_debiased_ece": {
-            "group": report.names[found.worst_excess_group],
-            **_interval(found.worst_excess),
-        },
-        "multicalibration_error": _interval(found.multicalibration),
-        "multicalibration_sigma": _finite(found.multicalibration_sigma),
-    }
+    """Every group's numbers and the worst group's, for ``--json`` (non-finite -> null):
+    :meth:`~selfcal.metrics.group_summary.GroupEvaluation.to_dict`."""
+    return found.to_dict()
 
 
 def groups_view(found: GroupEvaluation, shown: int, confidence: float) -> RenderGroup:
@@ -82,7 +49,7 @@ def groups_view(found: GroupEvaluation, shown: int, confidence: float) -> Render
             report.names[g],
             str(int(report.size[g])),
             *(fmt(float(v[g])) for v in values),
-            _p(float(report.p_value[g]), found.n_draws),
+            p_text(float(report.p_value[g]), found.n_draws),
         )
     pct = round(100 * confidence)
     worst, excess = found.worst_ece, found.worst_excess
@@ -90,7 +57,7 @@ def groups_view(found: GroupEvaluation, shown: int, confidence: float) -> Render
         f"worst group by ECE: {report.names[report.worst]} {_shown(worst, pct)}; "
         f"the worst of {len(report.names)} calibrated groups of these sizes shows "
         f"{fmt(float(report.worst_null.mean()))} on average "
-        f"(p {_p(report.worst_p_value, found.n_draws, ' = ')})",
+        f"(p {p_text(report.worst_p_value, found.n_draws, ' = ')})",
         f"worst group by excess ECE: {report.names[found.worst_excess_group]} "
         f"{_shown(excess, pct)}",
         f"multicalibration error (worst group x class ECCE): {_shown(found.multicalibration, pct)}"
@@ -99,7 +66,7 @@ def groups_view(found: GroupEvaluation, shown: int, confidence: float) -> Render
     return RenderGroup(table, *lines)
 
 
-def _p(p: float, n_draws: int, equals: str = "") -> str:
+def p_text(p: float, n_draws: int, equals: str = "") -> str:
     """A Monte-Carlo p-value; its floor ``1 / (R + 1)`` (no draw as bad) as ``<= floor``."""
     if math.isnan(p):
         return "n/a"

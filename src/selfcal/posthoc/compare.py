@@ -2,8 +2,9 @@
 scored on its test split -- NLL, Brier score, 15-bin ECE, error, fit time, the fit's warnings
 -- with a paired 95% bootstrap interval of each score's difference from temperature scaling's
 over the test rows (the same resamples for every calibrator), and the calibrator to use
-(:func:`recommend`). What ``selfcal compare`` prints and the post-hoc leaderboard on
-prediction sets stores (``selfcal reproduce posthoc --sets DIR``)."""
+(:func:`recommend`); on a set with groups, each calibrator per test group too
+(:mod:`selfcal.posthoc._compare_groups`). What ``selfcal compare`` prints and the post-hoc
+leaderboard on prediction sets stores (``selfcal reproduce posthoc --sets DIR``)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,15 @@ import selfcal.metrics as M
 from selfcal._validation import check_choice
 from selfcal.io import PredictionSet
 from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
+from selfcal.metrics.group_summary import GroupEvaluation
 from selfcal.metrics.scores import brier_terms, nll_terms
 from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._compare_groups import (
+    GroupComparison,
+    compare_groups,
+    evaluate_row,
+    group_resamples,
+)
 from selfcal.posthoc._costs import memory_refusal
 from selfcal.posthoc.auto import AutoCalibration, default_candidates, prepare_fits
 from selfcal.posthoc.registry import build_calibrator
@@ -51,7 +59,7 @@ class Row:
     ``error``), their ``resampled`` values ``(3, R)``, each score's ``difference`` from TS's
     with its paired interval (``low`` / ``high``), the fit's ``seconds`` and ``warnings``,
     ``auto``'s ``chosen`` candidate, and -- where it could not be fitted -- the one-line
-    ``error``."""
+    ``error``; on a set with groups, its calibration per test group (``groups``)."""
 
     name: str
     scores: dict[str, float] = field(default_factory=dict)
@@ -64,6 +72,7 @@ class Row:
     chosen: str | None = None
     error: str = ""
     probs: torch.Tensor | None = field(default=None, repr=False)
+    groups: GroupEvaluation | None = field(default=None, repr=False)
 
 
 def verdict(row: Row, score: str = "nll") -> str:
@@ -191,7 +200,9 @@ def fit_predict(name: str, data: PredictionSet, criterion: str = "nll") -> Fitte
     as one-line messages, not shown) and predicting its test split; ``auto`` chooses by
     ``criterion``. A ``ValueError`` (e.g. a binary calibrator on more classes) is recorded as
     the reason, and so is the rule of memory (:func:`~selfcal.posthoc.auto.memory_refusal`:
-    matrix scaling on 100,000 classes is not tried)."""
+    matrix scaling on 100,000 classes is not tried). A calibrator that uses groups
+    (:attr:`~selfcal.posthoc.Calibrator.uses_groups`) is fitted with the validation split's
+    groups and predicts with the test split's."""
     too_large = memory_refusal(name, data.n_classes)
     if too_large is not None:
         return Fitted(None, error=too_large)
@@ -201,9 +212,10 @@ def fit_predict(name: str, data: PredictionSet, criterion: str = "nll") -> Fitte
         warnings.simplefilter("always")
         try:
             cal = build_calibrator(name, kind=data.kind, **options)
-            cal.fit(data.val, data.val_labels)
+            grouped = cal.uses_groups
+            cal.fit(data.val, data.val_labels, groups=data.val_groups if grouped else None)
             seconds = time.perf_counter() - start
-            probs = cal.predict_proba(data.test)
+            probs = cal.predict_proba(data.test, groups=data.test_groups if grouped else None)
         except ValueError as error:
             return Fitted(None, error=str(error).splitlines()[0])
     said = tuple(" ".join(str(w.message).split()) for w in caught)
@@ -268,18 +280,21 @@ def compare(
     n_bins: int = 15,
     resamples: int = RESAMPLES,
     keep_probs: bool = False,
+    by_group: bool = True,
 ) -> list[Row]:
     """Every calibrator of ``methods`` (default :func:`default_methods`; TS is added when
     missing, as the reference) fitted on ``data``'s validation split and scored on its test
     split, with paired intervals against TS (module docstring); ``auto`` chooses by
     ``criterion`` (``"nll"``, ``"brier"`` or ``"ece"``, as :func:`recommend` decides).
-    ``keep_probs``: keep each row's test probabilities (for figures)."""
+    ``keep_probs``: keep each row's test probabilities (for figures). ``by_group`` (on a set
+    with groups): judge each row per test group too (:attr:`Row.groups`)."""
     check_choice("criterion", criterion, CRITERIA)
     methods = list(methods or default_methods(data))
     if BASELINE not in methods:
         methods.insert(0, BASELINE)
     labels = torch.as_tensor(data.test_labels)
     draws = Resamples(len(labels), resamples, 0)
+    per_group = group_resamples(data) if by_group else None
     prepare_fits([m for m in methods if m != "auto"])
     rows = []
     for name in methods:
@@ -299,6 +314,8 @@ def compare(
                 probs=fitted.probs if keep_probs else None,
             )
         )
+        if per_group is not None:
+            rows[-1].groups = evaluate_row(fitted.probs, data, per_group, draws, n_bins)
     against_baseline(rows)
     return rows
 
@@ -334,8 +351,9 @@ class Comparison:
     """Every calibrator on one prediction set (:func:`comparison`): the set's ``name``, sizes
     and ``kind``, the ``criterion``, the :class:`Row` of each calibrator, the
     :class:`Recommendation` (``None`` where temperature scaling could not be fitted), the
-    check that the two splits look exchangeable (:func:`selfcal.shift.check_splits`), and
-    the fits' warnings, grouped (:func:`grouped_warnings`)."""
+    check that the two splits look exchangeable (:func:`selfcal.shift.check_splits`), the
+    fits' warnings, grouped (:func:`grouped_warnings`), and on a set with groups each
+    calibrator's calibration per group (``groups``; ``None`` without)."""
 
     name: str
     n_val: int
@@ -347,13 +365,15 @@ class Comparison:
     recommendation: Recommendation | None
     split_check: SplitCheck
     warnings: tuple[Warned, ...] = ()
+    groups: GroupComparison | None = None
 
     def to_dict(self) -> dict[str, object]:
         """The comparison as JSON values (``selfcal compare --json``): sizes, criterion, the
         split check, the recommendation, the warnings, and per calibrator its test scores,
         their differences from TS's with intervals, fit seconds, warnings, ``auto``'s choice
-        or why it could not be fitted."""
-        return {
+        or why it could not be fitted; on a set with groups, ``groups``
+        (:meth:`~selfcal.posthoc._compare_groups.GroupComparison.to_dict`)."""
+        out = {
             "n_val": self.n_val,
             "n_test": self.n_test,
             "n_classes": self.n_classes,
@@ -366,6 +386,7 @@ class Comparison:
             "warnings": [w.to_dict() for w in self.warnings],
             "calibrators": {row.name: row_dict(row) for row in self.rows},
         }
+        return out if self.groups is None else {**out, "groups": self.groups.to_dict()}
 
 
 def row_dict(row: Row) -> dict[str, object]:
@@ -399,7 +420,7 @@ def comparison(
     """Every calibrator of ``methods`` on ``data`` (:func:`compare`), the calibrator to use by
     ``criterion`` (:func:`recommend`), and whether the validation and test splits look
     exchangeable at ``level`` (:func:`selfcal.shift.check_splits`: every verdict here assumes
-    they are)."""
+    they are); on a set with groups, each calibrator per group (:attr:`Comparison.groups`)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check = check_splits(data.predictions("val"), data.predictions("test"), level=level)
@@ -424,4 +445,5 @@ def comparison(
         recommend(rows, criterion),
         check,
         found,
+        compare_groups({row.name: row.groups for row in rows if row.groups is not None}),
     )

@@ -5,11 +5,15 @@ beside them where it is installed. The resampled scores are stored as the ``repl
 artefact (``(calibrators, 3, R)``, in the order of the ``replicate.<name>`` metrics), from
 which the report draws its intervals over a family of sets: every set of a size is resampled
 with the same draws; why a calibrator could not be fitted is its ``reasons`` artefact
-(:data:`selfcal.studies._sets.REASONS`)."""
+(:data:`selfcal.studies._sets.REASONS`). The leaderboard judges the whole test split: a set's
+groups (e.g. MMLU subjects) are not used here, and that is said -- a ``note:`` line on stderr
+and the report's list of such sets, from the ``n_groups`` metric -- never silently ignored
+(``selfcal compare SET`` reports each calibrator per group)."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import numpy as np
 import torch
@@ -34,6 +38,12 @@ from selfcal.studies.posthoc.protocol import BINARY_ONLY, REFERENCE, PosthocSets
 
 __all__ = ["BASELINE", "SCORES", "evaluate_set"]
 
+GROUPS_UNUSED = (
+    "{name} holds groups; the post-hoc leaderboard judges the whole test split and does not "
+    "use them (selfcal compare {name} reports each calibrator per group)"
+)
+"""What is said of a set with groups, on stderr as it runs."""
+
 
 def evaluate_set(protocol: PosthocSetsProtocol, spec: RunSpec) -> RunResult:
     """Every calibrator on the set (:func:`~selfcal.posthoc.compare.compare`; one that cannot
@@ -42,7 +52,9 @@ def evaluate_set(protocol: PosthocSetsProtocol, spec: RunSpec) -> RunResult:
     every number here is a difference from it."""
     data = spec_set(spec)
     names = [n for n in protocol.calibrators if data.n_classes == 2 or n not in BINARY_ONLY]
-    rows = compare(data, names, n_bins=protocol.n_bins, resamples=protocol.resamples)
+    rows = compare(
+        data, names, n_bins=protocol.n_bins, resamples=protocol.resamples, by_group=False
+    )
     base = next(row for row in rows if row.name == BASELINE)
     if base.error:
         raise ValueError(
@@ -58,6 +70,9 @@ def evaluate_set(protocol: PosthocSetsProtocol, spec: RunSpec) -> RunResult:
         "n_test": float(len(data.test_labels)),
         "n_classes": float(data.n_classes),
     }
+    if data.test_groups is not None:
+        metrics["n_groups"] = float(len(np.unique(data.test_groups)))
+        sys.stderr.write(f"note: {GROUPS_UNUSED.format(name=data.name)}\n")
     kept = [row for row in rows if row.resampled is not None]
     for row in rows:
         metrics.update(row_metrics(row))

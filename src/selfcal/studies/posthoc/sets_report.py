@@ -231,7 +231,26 @@ def sections(results: StudyResults) -> list[str]:
         shown = rows(family, calibrators(results))
         out += [*table(family, shown), *not_fitted(results, family, shown), *auto_lines(family)]
         out.append("")
-    return out + per_set(found) + linked_lines(results)
+    return out + per_set(found) + groups_unused(found) + linked_lines(results)
+
+
+def groups_unused(families_: list[Family]) -> list[str]:
+    """The sets with groups (the ``n_groups`` metric): the leaderboard does not use them."""
+    grouped = [
+        f"{markdown_text(r.spec.dataset)} ({int(r.metrics['n_groups'])} groups)"
+        for family in families_
+        for r in family.records
+        if "n_groups" in r.metrics
+    ]
+    if not grouped:
+        return []
+    return [
+        "",
+        f"Sets with groups: {', '.join(grouped)}. This leaderboard judges each calibrator on the "
+        "whole test split and does not use the groups; `selfcal compare SET` reports each "
+        "calibrator per group (the worst group's ECE with an interval, the multicalibration "
+        "error).",
+    ]
 
 
 def not_fitted(results: StudyResults, family: Family, shown: list[Row]) -> list[str]:
