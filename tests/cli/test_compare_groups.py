@@ -41,7 +41,7 @@ def test_terminal_shows_each_calibrators_worst_group_with_its_interval(capsys, s
         ev = found.groups.evaluations[name]
         worst = ev.report.names[ev.report.worst]
         iv = ev.worst_ece
-        shown = f"{100 * iv.value:.2f} [{100 * iv.low:.2f}, {100 * iv.high:.2f}]"
+        shown = f"{100 * iv.value:.1f} [{100 * iv.low:.1f}, {100 * iv.high:.1f}]"
         line = next(line for line in section.splitlines() if line.strip().startswith(name + " "))
         assert worst in line and shown in line, line
         assert found.groups.worst_minus_ts[name].text() in line

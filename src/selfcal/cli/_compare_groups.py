@@ -34,11 +34,11 @@ recommended calibrator (their union is the table)."""
 
 
 def _points(x: float) -> str:
-    return "nan" if math.isnan(x) else f"{100 * x:.2f}"
+    return "nan" if math.isnan(x) else f"{100 * x:.1f}"
 
 
 def _ci(iv: Interval) -> str:
-    """``21.90 [17.56, 29.18]``: a value and its interval, in points."""
+    """``21.9 [17.6, 29.2]``: a value and its interval, in points."""
     return f"{_points(iv.value)} [{_points(iv.low)}, {_points(iv.high)}]"
 
 
@@ -67,11 +67,13 @@ def _judged(found: Comparison, order: list[str]) -> list[str]:
 
 
 def _worst_cells(groups: GroupComparison, name: str) -> list[str]:
-    """Worst group by ECE, its ECE with interval, the paired difference from TS's."""
+    """Worst group by ECE, its ECE with interval, the paired difference from TS's, and its
+    verdict (``better`` / ``worse`` where the interval excludes 0 as printed, else ``""``)."""
     ev = groups.evaluations[name]
     paired = groups.worst_minus_ts.get(name)
-    minus = "—" if paired is None else paired.text() + (f" {paired.verdict}" * bool(paired.verdict))
-    return [ev.report.names[ev.report.worst], _ci(ev.worst_ece), minus]
+    minus = "—" if paired is None else paired.text()
+    verdict = "" if paired is None else paired.verdict
+    return [ev.report.names[ev.report.worst], _ci(ev.worst_ece), minus, verdict]
 
 
 def head_line(found: Comparison) -> str:
@@ -122,23 +124,20 @@ def draw_groups(console: Any, found: Comparison, shown: int, order: list[str]) -
         return
     console.print(head_line(found), markup=False)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    heads = (
-        "calibrator",
-        "worst group",
-        "its ECE [95% CI]",
-        "− TS's [95% CI]",
-        "multical. [95% CI]",
-    )
-    for head in heads:
-        left = head in ("calibrator", "worst group")
-        table.add_column(head, justify="left" if left else "right", no_wrap="CI" in head)
+    for head in ("calibrator", "worst group"):
+        table.add_column(head, overflow="fold")
+    for head in ("its ECE [95% CI]", "− TS's [95% CI]", "multical. [95% CI]"):
+        table.add_column(head, justify="right", no_wrap=True)
+    table.add_column("note")
     for name in _judged(found, order):
         ev = groups.evaluations[name]
-        table.add_row(name, *_worst_cells(groups, name), _ci(ev.multicalibration))
+        group, ece, minus, verdict = _worst_cells(groups, name)
+        table.add_row(name, group, ece, minus, _ci(ev.multicalibration), verdict)
     console.print(table)
     console.print(calibrated_line(groups), markup=False)
     if shown <= 0:
         return
+    console.print()
     names = featured(found)
     picked = worst_groups(found, shown)
     worst = Table(
@@ -146,7 +145,7 @@ def draw_groups(console: Any, found: Comparison, shown: int, order: list[str]) -
         pad_edge=False,
         title=f"the {shown} worst groups by excess under {', '.join(names)}: ECE (excess), points",
     )
-    worst.add_column("group")
+    worst.add_column("group", overflow="fold")
     worst.add_column("n", justify="right")
     for name in names:
         worst.add_column(label(found, name), justify="right", no_wrap=True)
@@ -159,7 +158,7 @@ def draw_groups(console: Any, found: Comparison, shown: int, order: list[str]) -
 def _ece_excess(ev: GroupEvaluation, g: int) -> str:
     report = ev.report
     excess = float(report.excess_ece[g])
-    sign = "nan" if math.isnan(excess) else f"{100 * excess:+.2f}"
+    sign = "nan" if math.isnan(excess) else f"{100 * excess:+.1f}"
     return f"{_points(float(report.ece[g]))} ({sign})"
 
 
@@ -172,6 +171,13 @@ def markdown_groups(found: Comparison, order: list[str]) -> list[str]:
         return []
     lines = ["### Per group", "", head_line(found) + ".", ""]
     lines += [
+        "Calibrated worst: what the worst of these groups shows on average under perfect "
+        "calibration (the draws), and p how often it is as bad as the observed worst; "
+        "multicalibration: the worst group × class cumulative calibration error "
+        "(`selfcal.metrics.multicalibration_error`).",
+        "",
+    ]
+    lines += [
         "| calibrator | worst group by ECE | its ECE (%) [95% CI] | − TS's (points) [95% CI] | "
         "calibrated worst (%) | p | worst group by excess | excess (points) [95% CI] | "
         "multicalibration (%) [95% CI] |",
@@ -180,11 +186,12 @@ def markdown_groups(found: Comparison, order: list[str]) -> list[str]:
     for name in _judged(found, order):
         ev = groups.evaluations[name]
         report = ev.report
-        group, *worst = _worst_cells(groups, name)
+        group, ece, minus, verdict = _worst_cells(groups, name)
         cells = [
             markdown_text(label(found, name)),
             markdown_text(group),
-            *worst,
+            ece,
+            minus + (f" {verdict}" if verdict else ""),
             _points(float(report.worst_null.mean())),
             p_text(report.worst_p_value, ev.n_draws),
             markdown_text(report.names[ev.worst_excess_group]),
@@ -234,7 +241,7 @@ def group_table(found: Comparison, name: str) -> list[str]:
             f"| {markdown_text(report.names[g])} | {int(report.size[g])} | "
             f"{float(report.accuracy[g]):.3f} | {float(report.nll[g]):.4f} | "
             f"{_points(float(report.ece[g]))} | {_points(float(report.null_ece[g]))} | "
-            f"{100 * float(report.excess_ece[g]):+.2f} | "
+            f"{100 * float(report.excess_ece[g]):+.1f} | "
             f"{p_text(float(report.p_value[g]), report.worst_null.shape[0])} |"
         )
     return lines

@@ -48,9 +48,9 @@ GROUP_RESAMPLES = 200
 multicalibration error (module docstring: their cost)."""
 GROUP_DRAWS = N_DRAWS
 """Calibrated draws ``R`` of the per-group yardstick (as ``selfcal evaluate``)."""
-WORST_PRINTED = (100.0, 2)
-"""The worst group's ECE difference is printed in points to 2 decimals, as the ECE's
-(:data:`selfcal.posthoc.compare.PRINTED`); its verdict is judged at that precision."""
+WORST_PRINTED = (100.0, 1)
+"""The worst group's ECE difference is printed in points to 1 decimal (a group's ECE on tens of
+rows moves by points); its verdict is judged at that precision."""
 
 
 def group_resamples(data: PredictionSet) -> Resamples | None:
@@ -99,7 +99,7 @@ class Paired:
         return "better" if high < 0 else "worse" if low > 0 else ""
 
     def text(self) -> str:
-        """``+1.23 [+0.40, +2.10]`` in points."""
+        """``+1.2 [+0.4, +2.1]`` in points."""
         scale, digits = WORST_PRINTED
         point, low, high = (scale * x for x in (self.value, self.low, self.high))
         return f"{point:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
