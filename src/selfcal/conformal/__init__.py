@@ -5,8 +5,9 @@ at least ``1 - alpha`` (methods §10).
 SAPS), :func:`conformal_quantile` the finite-sample threshold, and :class:`SplitConformal`
 fits it on a calibration split (marginal or Mondrian, i.e. per class) and predicts sets as
 an estimator with the post-hoc calibrators' contract; :class:`ConditionalConformal` covers at
-``1 - alpha`` within each of possibly overlapping groups of rows (Gibbs, Cherian & Candès). The metrics of sets (coverage, size,
-per-class coverage, bootstrap intervals) are in :mod:`selfcal.metrics.conformal`.
+``1 - alpha`` within each of possibly overlapping groups of rows (Gibbs, Cherian & Candès).
+The metrics of sets (coverage, size, per-class coverage, bootstrap intervals) are in
+:mod:`selfcal.metrics.conformal`.
 """
 
 from selfcal.conformal.conditional import ConditionalConformal

@@ -125,7 +125,5 @@ def _smallest_fit(phi: np.ndarray, phi_t: np.ndarray, low: np.ndarray, high: np.
     if result.status == 3:
         return -math.inf
     if result.status != 0:
-        raise RuntimeError(
-            f"conditional conformal: the cutoff program failed ({result.message})"
-        )
+        raise RuntimeError(f"conditional conformal: the cutoff program failed ({result.message})")
     return float(phi_t @ result.x)

@@ -35,6 +35,7 @@ from selfcal.estimator.loading import (
     FittedRange,
     probe_logits,
 )
+from selfcal.exceptions import DegenerateCalibration
 from selfcal.predictions import ArrayLike, Predictions
 
 __all__ = ["ConditionalConformal"]
@@ -154,12 +155,6 @@ class ConditionalConformal(SplitConformal):
         self.seed = seed
         self.kind = kind
 
-    @property
-    def mondrian(self) -> str:
-        """``"conditional"``: what the sets condition on (read by the helpers shared with
-        :class:`SplitConformal`; not a hyperparameter)."""
-        return "conditional"
-
     def fit(
         self,
         X: Predictions | ArrayLike | None = None,
@@ -277,7 +272,7 @@ class ConditionalConformal(SplitConformal):
             if name in position:
                 out[:, j] = given[:, position[name]]
         new = [j for j, n in enumerate(groups.names) if n not in set(names)]
-        unseen = given[:, new].any(1) if new else np.zeros(given.shape[0], dtype=bool)
+        unseen = np.asarray(given[:, new].any(1) if new else np.zeros(len(given)), dtype=bool)
         shown = [groups.names[j] for j in new if given[:, j].any()]
         if shown:
             more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
@@ -317,7 +312,13 @@ class ConditionalConformal(SplitConformal):
             self._warn(problem.replace("a Mondrian threshold", "a conditional cutoff"), alpha)
 
     def _warn(self, problem: str, alpha: float, stacklevel: int = 4) -> None:
-        super()._warn(problem, alpha, stacklevel=stacklevel)
+        need = math.ceil(1 / alpha) - 1
+        warnings.warn(
+            f"{type(self).__name__}: {problem}. Use at least {need} calibration rows per group "
+            "(ceil(1/alpha) - 1), or a larger alpha.",
+            DegenerateCalibration,
+            stacklevel=stacklevel,
+        )
 
 
 def _membership(groups: Groups) -> np.ndarray:
