@@ -143,3 +143,37 @@ def test_bad_choices_are_one_line(tmp_path, capsys):
     )
     assert code == 2 and err.count("\n") == 1
     assert "--conformal-groups conditional needs each row's groups; the scored rows" in err
+
+
+def test_calibrate_conformal_scores_the_calibrated_rows_sets(tmp_path, capsys):
+    """``selfcal calibrate --conformal``: sets of the calibrated ``--apply`` probabilities
+    (the written ones), a seeded random half of ``--apply`` calibrating them; the marginal
+    and Mondrian coverage in the table equal the library's on that split."""
+    np.savez(tmp_path / "fit.npz", logits=Z[:300], labels=Y[:300], groups=SUBJECT[:300])
+    np.savez(tmp_path / "apply.npz", logits=Z[300:], labels=Y[300:], groups=SUBJECT[300:])
+    np.savez(tmp_path / "nolabels.npz", logits=Z[300:])
+    out_file = tmp_path / "out.npz"
+    args = ("calibrate", "--fit", tmp_path / "fit.npz", "--out", out_file, "--conformal", "0.1")
+    code, out, err = run(capsys, *args, "--apply", tmp_path / "apply.npz", "--conformal-seed", 4)
+    assert code == 0, err
+    probs = np.load(out_file)["probs"]
+    labels, groups = Y[300:], SUBJECT[300:]
+    cal, test = _split(300, seed=4)
+    coverage = []
+    for mondrian in (False, "group"):
+        model = SplitConformal(alpha=0.1, nonconformity="aps", mondrian=mondrian, seed=4)
+        kw = {"groups": groups[cal]} if mondrian else {}
+        model.fit(probs=probs[cal], labels=labels[cal], **kw)
+        kw = {"groups": groups[test]} if mondrian else {}
+        sets = model.predict_set(probs=probs[test], **kw)
+        coverage.append(f"{sets[np.arange(len(test)), labels[test]].mean():.4f}")
+    row = next(line for line in out.splitlines() if "│ coverage " in line)
+    assert row.split("│")[2].strip() == coverage[0] and row.split("│")[4].strip() == coverage[1]
+    words = " ".join(out.split())
+    assert "(marginal and mondrian sets)" in words and "--json" not in words
+    code, out, err = run(capsys, *args, "--apply", tmp_path / "nolabels.npz")
+    assert code == 2 and err.count("\n") == 1 and "--conformal needs labels in --apply" in err
+    code, out, err = run(
+        capsys, *args, "--apply", tmp_path / "apply.npz", "--conformal-groups", "every"
+    )
+    assert code == 2 and err.count("\n") == 1 and "--conformal-groups must be one of" in err

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from rich.console import Group as RenderGroup
     from rich.table import Table
 
     from selfcal.metrics.bootstrap import Interval
@@ -222,11 +223,13 @@ def conformal_table(scored: ConformalScores) -> Table:
     return table
 
 
-def conformal_groups_table(scored: ConformalScores, shown: int) -> Table | None:
+def conformal_groups_table(
+    scored: ConformalScores, shown: int, in_json: bool = True
+) -> Table | None:
     """The ``shown`` groups least covered by the marginal sets: their coverage and mean set
     size, and beside them those of the group-conditional sets where they were fitted
     (``None`` without groups); the caption says how many groups there are and that every
-    one is in ``--json``."""
+    one is in ``--json`` (``in_json``: the command has one)."""
     from rich.table import Table
 
     from selfcal.cli._common import fmt
@@ -242,7 +245,7 @@ def conformal_groups_table(scored: ConformalScores, shown: int) -> Table | None:
     table = Table(
         title=f"conformal coverage per group, alpha {scored.alpha:g} ({sets})",
         caption=f"the {len(worst)} least covered of {len(present)} groups (by the marginal "
-        f"sets); every group in --json ({keys})",
+        f"sets)" + (f"; every group in --json ({keys})" if in_json else ""),
     )
     columns = ["group", "rows", "coverage", "mean set size"]
     if extra is not None:
@@ -256,3 +259,35 @@ def conformal_groups_table(scored: ConformalScores, shown: int) -> Table | None:
             cells += [fmt(other[g["name"]]["coverage"]), fmt(other[g["name"]]["set_size"])]
         table.add_row(*cells)
     return table
+
+
+def check_conformal_options(alpha: float, score: str, groups: str) -> None:
+    """``--conformal``'s level, ``--conformal-score`` and ``--conformal-groups``, checked."""
+    from selfcal._validation import check_choice, check_real
+
+    check_real("--conformal", alpha, 0.0, 1.0, low_open=True, high_open=True)
+    check_choice("--conformal-score", score, CONFORMAL_SCORES)
+    check_choice("--conformal-groups", groups, CONFORMAL_GROUPS)
+
+
+def calibrated_sets_view(
+    after: Predictions,
+    groups: Predictions,
+    alpha: float,
+    score: str,
+    choice: str,
+    seed: int,
+    name: str,
+    shown: int = 5,
+) -> RenderGroup:
+    """``selfcal calibrate --conformal ALPHA``: sets of the calibrated ``--apply`` rows
+    (``after``, with the groups of ``groups``), a random half calibrating and the other half
+    scored (as ``selfcal evaluate`` without ``--conformal-calibration``; the rows that fitted
+    the calibrator never calibrate the sets), with the group-conditional sets of ``choice``
+    beside them."""
+    from rich.console import Group as RenderGroup
+
+    rows = after if groups.groups is None else after.with_groups(groups.groups)
+    scored = conformal_scores(rows, alpha, score, None, seed, None, name, choice)
+    per_group = conformal_groups_table(scored, shown, in_json=False)
+    return RenderGroup(conformal_table(scored), *([] if per_group is None else [per_group]))
