@@ -9,7 +9,6 @@ the augmented quantile regression over the group indicators, found exactly by
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from typing import Any, ClassVar, Self
@@ -18,13 +17,13 @@ import numpy as np
 import torch
 
 from selfcal._inputs import Groups
-from selfcal._validation import check_flag, check_int, check_nonnegative, check_positive
+from selfcal._validation import check_flag
 from selfcal.conformal._conditional import cutoff
 from selfcal.conformal._mondrian import too_small
 from selfcal.conformal._set_module import seeded_generator
 from selfcal.conformal.scores import check_alpha
-from selfcal.conformal.split import PREDICT_STREAM, SplitConformal, _check_nonconformity
-from selfcal.estimator import Check, checked_value
+from selfcal.conformal.split import PREDICT_STREAM, SplitConformal
+from selfcal.estimator import Check
 from selfcal.estimator.loading import (
     FLOATS,
     INTEGER,
@@ -103,16 +102,8 @@ class ConditionalConformal(SplitConformal):
     ``n_calibration_``, ``class_counts_``, ``n_classes_``.
     """
 
-    _parameters: ClassVar[dict[str, Check]] = {
-        "alpha": checked_value(check_alpha),
-        "nonconformity": _check_nonconformity,
-        "randomized": check_flag,
-        "randomized_cutoff": check_flag,
-        "penalty": check_nonnegative,
-        "k_reg": functools.partial(check_int, minimum=0),
-        "weight": check_positive,
-        "seed": functools.partial(check_int, minimum=0),
-    }
+    _parameters: ClassVar[dict[str, Check]] = {"randomized_cutoff": check_flag}
+    """The others are :class:`SplitConformal`'s checks (merged along the bases)."""
     _fitted_attributes: ClassVar[tuple[str, ...]] = (
         "calibration_scores_",
         "patterns_",
