@@ -33,7 +33,10 @@ solutions). :func:`cutoff` computes it with two linear programs (HiGHS dual simp
 The cutoff depends on the test row's pattern and ``c`` only, not on its scores: with ``c =
 tau`` (the conservative variant) one pair of programs serves every test row of a pattern.
 For a partition (every row in exactly one group) it is the Mondrian threshold, the
-``ceil((n_j + 1)(1 - alpha))``-th smallest score of the row's group.
+``ceil((n_j + 1)(1 - alpha))``-th smallest score of the row's group. With tied scores the
+optimal ``beta`` may give several fitted values at the test row: the smallest is taken (split
+conformal's choice when ``(n + 1)(1 - alpha)`` is an integer; methods §10.7 says what was
+checked), where MAPIE's exact search may return a larger one.
 """
 
 from __future__ import annotations
