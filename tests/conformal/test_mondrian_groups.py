@@ -237,8 +237,8 @@ def test_one_line_errors():
     with pytest.raises(ValueError) as err:
         group_model.fit(logits=logits, labels=labels, groups=membership)
     assert str(err.value) == (
-        "Mondrian needs one group per row; overlapping groups: conditional conformal is not "
-        "implemented yet"
+        "Mondrian needs one group per row; for overlapping groups (membership columns) use "
+        "ConditionalConformal"
     )
     group_model.fit(logits=logits, labels=labels, groups=groups)
     with pytest.raises(ValueError, match="mondrian='group' needs each row's group"):

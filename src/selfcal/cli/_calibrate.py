@@ -21,6 +21,7 @@ from selfcal.cli._common import (
     say_groups_unused,
     stdout,
 )
+from selfcal.cli._conformal import calibrated_sets_view, check_conformal_options
 from selfcal.cli._errors import errors, source
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -218,6 +219,29 @@ def calibrate(
             "'brier' or 'ece' (as selfcal compare --criterion).",
         ),
     ] = None,
+    conformal: Annotated[
+        float | None,
+        typer.Option(
+            "--conformal",
+            help="Also score split-conformal sets at level ALPHA of the calibrated --apply "
+            "probabilities (needs labels): a random half of --apply's rows (--conformal-seed) "
+            "calibrates the sets, the other half is scored; with groups, group-conditional "
+            "sets beside them (--conformal-groups).",
+        ),
+    ] = None,
+    conformal_score: Annotated[
+        str, typer.Option("--conformal-score", help="Conformity score: lac, aps, raps or saps.")
+    ] = "aps",
+    conformal_groups: Annotated[
+        str,
+        typer.Option(
+            "--conformal-groups",
+            help="As selfcal evaluate's: auto (default), mondrian, conditional or none.",
+        ),
+    ] = "auto",
+    conformal_seed: Annotated[
+        int, typer.Option("--conformal-seed", help="Seed of --conformal's random half.")
+    ] = 0,
 ) -> None:
     """Fit a calibrator on --fit, apply it to --apply, write the probabilities to --out.
 
@@ -233,8 +257,12 @@ def calibrate(
         if save_calibrator is not None:
             check_calibrator_output(save_calibrator)
         calibrator = _calibrator(calibrator_name, param or [], criterion)
+        if conformal is not None:
+            check_conformal_options(conformal, conformal_score, conformal_groups)
         train = read(fit, kind, label_column)
         test = read(apply, kind, label_column, require_labels=False)
+        if conformal is not None and test.labels is None:
+            raise ValueError(f"--conformal needs labels in --apply ({apply} has none)")
         for file, pred in ((fit, train), (apply, test)):
             if pred.groups is not None:
                 say_groups_unused(file, "calibrate")
@@ -257,4 +285,7 @@ def calibrate(
         before_vals = point_estimates(test, CALIBRATE_KEYS, n_bins=bins)
         after_vals = point_estimates(after, CALIBRATE_KEYS, n_bins=bins)
         console.print(_calibrate_table(before_vals, after_vals, test.n_samples))
+        if conformal is not None:
+            args = (conformal, conformal_score, conformal_groups, conformal_seed, apply)
+            console.print(calibrated_sets_view(after, test, *args))
         console.print(f"wrote {out}" + (f" and {save_calibrator}" if save_calibrator else ""))

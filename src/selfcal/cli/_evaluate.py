@@ -27,6 +27,7 @@ from selfcal.cli._common import (
     stdout,
 )
 from selfcal.cli._conformal import (
+    CONFORMAL_GROUPS,
     CONFORMAL_SCORE,
     CONFORMAL_SCORES,
     ConformalScores,
@@ -117,6 +118,12 @@ def _json_line(
         }
         if scored.groups is not None:
             payload["conformal"]["groups"] = scored.groups
+        if scored.by_group is not None:
+            payload["conformal"]["group_conditional"] = {
+                "method": scored.by_group.method,
+                "metrics": {k: _interval_json(iv) for k, iv in scored.by_group.metrics.items()},
+                "groups": scored.by_group.groups,
+            }
     return json.dumps(payload) + "\n"
 
 
@@ -181,6 +188,17 @@ def evaluate(
             "rows not in FILE).",
         ),
     ] = None,
+    conformal_groups: Annotated[
+        str,
+        typer.Option(
+            "--conformal-groups",
+            help="With --conformal and groups, also group-conditional sets, scored beside the "
+            "marginal ones: 'mondrian' (one threshold per group, coverage >= 1 - ALPHA in each; "
+            "one group a row), 'conditional' (conditional conformal over the group indicators: "
+            "coverage >= 1 - ALPHA in each of overlapping groups) or 'none'. Default 'auto': "
+            "mondrian for one group a row, conditional for overlapping groups.",
+        ),
+    ] = "auto",
 ) -> None:
     """Every calibration metric of FILE, with bootstrap confidence intervals.
 
@@ -193,7 +211,8 @@ def evaluate(
     With groups (a .npz's 'groups' array, or --groups COLUMN for a table), also each group's
     size, accuracy, NLL and ECE beside what a perfectly calibrated model shows at that size,
     the worst group with an interval, and the multicalibration error; with --conformal, each
-    group's coverage and mean set size of the (marginal) conformal sets."""
+    group's coverage and mean set size of the marginal conformal sets and, beside them, of
+    group-conditional sets (--conformal-groups)."""
     with errors():
         from selfcal._validation import check_choice, check_real
 
@@ -203,8 +222,11 @@ def evaluate(
         if conformal is not None:
             check_real("--conformal", conformal, 0.0, 1.0, low_open=True, high_open=True)
             check_choice("--conformal-score", conformal_score, CONFORMAL_SCORES)
+            check_choice("--conformal-groups", conformal_groups, CONFORMAL_GROUPS)
         elif conformal_calibration is not None:
             raise ValueError("--conformal-calibration needs --conformal ALPHA")
+        elif conformal_groups != "auto":
+            raise ValueError("--conformal-groups needs --conformal ALPHA")
         if plot is not None:
             check_plot_folder(plot)  # before the bootstrap, which may take long
         from selfcal.evaluation import METRICS, default_resamples
@@ -220,7 +242,14 @@ def evaluate(
                 else read(conformal_calibration, kind, label_column, group_columns=columns)
             )
             scored = conformal_scores(
-                pred, conformal, conformal_score, calibration, seed, resamples, file
+                pred,
+                conformal,
+                conformal_score,
+                calibration,
+                seed,
+                resamples,
+                file,
+                conformal_groups,
             )
         n_res = resamples or default_resamples(pred.n_samples)
         show = pred.n_samples >= PROGRESS_MIN_ROWS or sys.stderr.isatty()

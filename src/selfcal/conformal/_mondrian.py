@@ -20,8 +20,8 @@ MONDRIAN = (False, True, "class", "group")
 ``"class"`` (one threshold per class), ``"group"`` (one threshold per group of rows)."""
 
 OVERLAPPING = (
-    "Mondrian needs one group per row; overlapping groups: conditional conformal is not "
-    "implemented yet"
+    "Mondrian needs one group per row; for overlapping groups (membership columns) use "
+    "ConditionalConformal"
 )
 
 

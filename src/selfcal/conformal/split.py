@@ -123,9 +123,9 @@ class SplitConformal(ScoreEstimator):
     ``UserWarning`` names the group: nothing was calibrated for it, so the only set that
     keeps the guarantee without assumptions is the full one (coverage 1, no information).
     Overlapping groups (membership columns) are refused: conditional conformal over
-    overlapping groups is not implemented yet. Fitted too: ``group_names_`` (list of ``G``
-    names) and ``group_counts_`` (``(G,)`` int64 calibration rows per group); both are empty
-    unless ``mondrian="group"``.
+    overlapping groups is :class:`~selfcal.conformal.ConditionalConformal`. Fitted too:
+    ``group_names_`` (list of ``G`` names) and ``group_counts_`` (``(G,)`` int64 calibration
+    rows per group); both are empty unless ``mondrian="group"``.
 
     ``randomized=True`` draws the ``u`` of the APS / RAPS / SAPS scores from a
     ``torch.Generator`` on the input's device seeded at each call: with ``seed`` in ``fit``,
