@@ -286,7 +286,7 @@ class GroupwiseCalibration(Calibrator):
                 return None, f"its fit failed: {str(error).splitlines()[0]}"
         for w in caught:
             if issubclass(w.category, DegenerateCalibration):
-                return None, f"its fit is degenerate: {str(w.message).split('. ')[0]}"
+                return None, f"its fit is degenerate: {str(w.message).split('; ')[0]}"
         return fitted, ""
 
     def _choose_prior(
