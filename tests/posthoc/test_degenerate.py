@@ -19,8 +19,9 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.calibrators import groupless_names
 from helpers.degenerate import Case, cases
-from helpers.posthoc import BINARY_ONLY, groupless_names
+from helpers.posthoc import BINARY_ONLY
 
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics import nll

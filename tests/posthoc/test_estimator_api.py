@@ -9,7 +9,8 @@ import inspect
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import BINARY_ONLY, groupless_names, make_logits, softmax
+from helpers.calibrators import groupless_names
+from helpers.posthoc import BINARY_ONLY, make_logits, softmax
 
 from selfcal import Predictions
 from selfcal.posthoc import TemperatureScaling, build_calibrator

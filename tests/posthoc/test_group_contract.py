@@ -4,12 +4,14 @@ groups: required, numpy and torch alike, detached, cloned, saved and loaded exac
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import group_names, make_logits
+from helpers.groups import group_names
+from helpers.posthoc import make_logits
 
 from selfcal import Predictions
 from selfcal.posthoc import Calibrator, TemperatureScaling, build_calibrator
@@ -105,3 +107,36 @@ def test_a_calibrator_without_groups_still_refuses_them():
     z, y, g = data()
     with pytest.raises(ValueError, match="TemperatureScaling does not use groups"):
         TemperatureScaling().fit(logits=z, labels=y, groups=g)
+
+
+@pytest.mark.parametrize("name", group_names())
+def test_a_tampered_file_is_refused_in_one_line_or_still_works(name, tmp_path):
+    """The tampered-file battery of ``tests/estimator/test_tampered_files.py`` (every field of
+    ``params`` and ``fitted`` replaced, deleted, re-signed), predicting with groups: each file
+    is refused in one line naming it, or loads and maps scores to probabilities."""
+    from estimator.test_tampered_files import tampered
+
+    from selfcal.estimator.persistence import checksum
+
+    cal, z, g = fitted(name)
+    path = tmp_path / f"{name}.json"
+    cal.save(path)
+    refused = 0
+    for what, changed in tampered(json.loads(path.read_text())):
+        changed["checksum"] = checksum(changed)
+        path.write_text(json.dumps(changed))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loaded = Calibrator.load(path)
+        except ValueError as error:
+            message = str(error)
+            assert message.startswith(str(path)) and "\n" not in message, (what, message)
+            refused += 1
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = np.asarray(loaded.predict_proba(logits=z, groups=g))
+        assert np.isfinite(p).all() and (p >= 0).all(), what
+        np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-6, err_msg=what)
+    assert refused > 0

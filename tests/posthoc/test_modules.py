@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import BINARY_ONLY, groupless_names, make_logits, softmax
+from helpers.calibrators import groupless_names
+from helpers.posthoc import BINARY_ONLY, make_logits, softmax
 
 from selfcal.posthoc import build_calibrator
 from selfcal.posthoc._modules import MixtureModule

@@ -210,7 +210,7 @@ class AutoCalibration(Calibrator):
     DegenerateCalibration / not-converged warnings of the fold fits are counted, not shown;
     those of the final refit are re-warned under this class's name.
 
-    With ``groups=`` (one group a row, or membership columns), the group-aware candidates
+    With groups (``groups=``, or carried by the predictions), the group-aware candidates
     join the others -- :class:`~selfcal.posthoc.GroupwiseCalibration` around the candidate
     chosen without groups, and ``multicalibration`` where it is registered -- every candidate
     is cross-validated on folds stratified by group, and a group-aware one is chosen only if its
