@@ -28,7 +28,7 @@ def test_groups_that_differ_choose_groupwise_by_the_stated_rule(tmp_path):
     z, y, g = grouped_data(2000, 20)
     auto = fit_auto(z, y, g, candidates="ts,svs")
     r = auto.cv_results_
-    assert r["candidate"] == ["ts", "svs", "groupwise"]
+    assert r["candidate"][:3] == ["ts", "svs", "groupwise"]  # multicalibration where registered
     assert auto.chosen_ == "groupwise" and isinstance(auto.calibrator_, GroupwiseCalibration)
     i, b = r["candidate"].index("groupwise"), r["candidate"].index(auto.calibrator_.base)
     assert r["groupless_difference"][b] == 0.0  # the base is the choice without groups
