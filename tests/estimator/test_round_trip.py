@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.calibrators import groupless_names
 from helpers.posthoc import BINARY_ONLY
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -78,7 +79,7 @@ def round_trip(name: str, kind: str, s: np.ndarray, y: np.ndarray, folder: Path)
     assert again.read_bytes() == path.read_bytes()
 
 
-@pytest.mark.parametrize("name", list(CALIBRATORS))
+@pytest.mark.parametrize("name", groupless_names())
 @settings(
     max_examples=12,
     deadline=None,

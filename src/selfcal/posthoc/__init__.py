@@ -44,6 +44,7 @@ from selfcal.posthoc.ensemble import EnsembleTemperatureScaling
 from selfcal.posthoc.histogram import HistogramBinning
 from selfcal.posthoc.isotonic import IsotonicCalibration, OneVsRestIsotonic
 from selfcal.posthoc.linear import MatrixScaling, PlattScaling, QuadraticScaling, VectorScaling
+from selfcal.posthoc.multicalibration import MulticlassMulticalibration
 from selfcal.posthoc.registry import (
     CALIBRATORS,
     build_calibrator,
@@ -67,6 +68,7 @@ __all__ = [
     "HistogramBinning",
     "IsotonicCalibration",
     "MatrixScaling",
+    "MulticlassMulticalibration",
     "OneVsRestIsotonic",
     "PlattScaling",
     "QuadraticScaling",
