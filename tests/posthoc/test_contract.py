@@ -272,6 +272,7 @@ def test_registry_factories():
         "isotonic",
         "isotonic-ovr",
         "matrix",
+        "multicalibration",
         "none",
         "platt",
         "quadratic",
