@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.posthoc import BINARY_ONLY
+from helpers.posthoc import BINARY_ONLY, group_kwargs
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -63,16 +63,17 @@ def round_trip(name: str, kind: str, s: np.ndarray, y: np.ndarray, folder: Path)
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the degenerate cases warn by design
+        groups = group_kwargs(CALIBRATORS[name](), len(y))  # for a calibrator using groups
         try:
-            fitted = CALIBRATORS[name]().fit(labels=y, **{kind: s})
+            fitted = CALIBRATORS[name]().fit(labels=y, **{kind: s}, **groups)
         except ValueError:
             return
         path = folder / f"{name}.json"
         fitted.save(path)
         loaded = Calibrator.load(path)
         for method in ("predict_proba", "predict_confidence"):
-            expected = getattr(fitted, method)(**{kind: s})
-            np.testing.assert_array_equal(getattr(loaded, method)(**{kind: s}), expected)
+            expected = getattr(fitted, method)(**{kind: s}, **groups)
+            np.testing.assert_array_equal(getattr(loaded, method)(**{kind: s}, **groups), expected)
     again = folder / f"{name}-again.json"
     loaded.save(again)
     assert again.read_bytes() == path.read_bytes()

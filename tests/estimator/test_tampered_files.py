@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.posthoc import group_kwargs
 
 from selfcal.conformal import SplitConformal
 from selfcal.estimator.persistence import checksum
@@ -61,7 +62,8 @@ def fitted(name: str) -> Any:
         warnings.simplefilter("ignore")
         if name == "conformal":
             return SplitConformal(alpha=0.1, mondrian=True).fit(logits=z, labels=y), z
-        return CALIBRATORS[name]().fit(logits=z, labels=y), z
+        calibrator = CALIBRATORS[name]()
+        return calibrator.fit(logits=z, labels=y, **group_kwargs(calibrator, len(y))), z
 
 
 def tampered(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -108,7 +110,7 @@ def outcome(load: Any, path: Path, z: np.ndarray) -> str:
             sets = np.asarray(estimator.predict_set(logits=z))
             assert sets.shape == z.shape and sets.dtype == bool
             return "works"
-        p = np.asarray(estimator.predict_proba(logits=z))
+        p = np.asarray(estimator.predict_proba(logits=z, **group_kwargs(estimator, len(z))))
     assert np.isfinite(p).all() and (p >= 0).all() and (p <= 1 + 1e-12).all()
     np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-6)
     return "works"
@@ -198,7 +200,7 @@ def edited(tmp_path: Path, name: str, edit: Any, z: np.ndarray | None = None) ->
             estimator: Any = SplitConformal(alpha=0.1, nonconformity="lac")
         else:
             estimator = CALIBRATORS[name]()
-        estimator.fit(logits=z, labels=y)
+        estimator.fit(logits=z, labels=y, **group_kwargs(estimator, len(y)))
     path = tmp_path / f"{name}.json"
     estimator.save(path)
     doc = json.loads(path.read_text())

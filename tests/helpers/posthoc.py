@@ -8,6 +8,36 @@ BINARY_ONLY = ("platt", "quadratic")
 """Calibrators for two classes only."""
 
 
+def groupless_names() -> list[str]:
+    """The registered calibrators that do not use groups: the registry-wide contract tests
+    fit them on scores and labels alone; those that use groups (``uses_groups``) follow the
+    same contract with groups in ``tests/posthoc/test_group_contract.py``."""
+    from selfcal.posthoc import build_calibrator, calibrator_names
+
+    return [n for n in calibrator_names() if not build_calibrator(n).uses_groups]
+
+
+def group_names() -> list[str]:
+    """The registered calibrators that use groups (``uses_groups``)."""
+    from selfcal.posthoc import build_calibrator, calibrator_names
+
+    return [n for n in calibrator_names() if build_calibrator(n).uses_groups]
+
+
+def demo_groups(n: int) -> np.ndarray:
+    """Three groups ``"a"``, ``"b"``, ``"c"`` dealt round robin over ``n`` rows: what the
+    registry-wide tests give a calibrator that uses groups."""
+    return np.array(["a", "b", "c"])[np.arange(n) % 3]
+
+
+def group_kwargs(calibrator: object, n: int) -> dict[str, np.ndarray]:
+    """``{"groups": demo_groups(n)}`` for a calibrator whose predictions need groups, else
+    ``{}``."""
+    needs = getattr(calibrator, "needs_groups", None)
+    uses = getattr(calibrator, "uses_groups", False)
+    return {"groups": demo_groups(n)} if uses or (needs is not None and needs()) else {}
+
+
 def make_logits(seed: int, n: int = 400, c: int = 5, scale: float = 3.0, margin: float = 2.0):
     """Overconfident logits: noise times ``scale`` plus ``margin`` on a class that is the true
     label 70% of the time. Returns float64 ``(n, c)`` logits and int64 labels."""

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import BINARY_ONLY, make_logits
+from helpers.posthoc import BINARY_ONLY, groupless_names, make_logits
 
 from selfcal.exceptions import NotFittedError
 from selfcal.posthoc import (
@@ -29,7 +29,7 @@ def data_for(name: str):
     return z, y, zt
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_save_load_round_trip(name, tmp_path):
     z, y, zt = data_for(name)
     cal = build_calibrator(name).fit(logits=z, labels=y)
@@ -54,7 +54,7 @@ def test_loading_another_class_fails(tmp_path):
         Calibrator.load(tmp_path / "x.json")
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_predict_before_fit_fails_clearly(name):
     """Using an unfitted calibrator raises selfcal's ``NotFittedError``, which scikit-learn's
     ``NotFittedError``, ``ValueError``, ``AttributeError`` and ``RuntimeError`` all catch."""
@@ -120,7 +120,7 @@ def test_load_rejects_an_unknown_fitted_attribute(tmp_path):
         TemperatureScaling.load(path)
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_tensors_that_require_grad_are_detached(name):
     """``fit(logits=model(x))`` outside ``torch.no_grad()`` works for every calibrator and
     equals the fit on the same values without grad; the outputs carry no graph."""
@@ -142,7 +142,7 @@ def test_tensors_that_require_grad_are_detached(name):
     assert not positional.predict_proba(test).requires_grad
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_numpy_and_torch_agree(name):
     z, y, zt = data_for(name)
     a = build_calibrator(name).fit(logits=z, labels=y)
@@ -154,7 +154,7 @@ def test_numpy_and_torch_agree(name):
     np.testing.assert_allclose(out_t.numpy(), out_np, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_calibrated_confidence_is_the_top_calibrated_probability(name):
     """``predict_confidence`` is the largest calibrated probability -- except top-label
     isotonic regression, whose confidence is its map of the model's own confidence, which the
@@ -176,7 +176,7 @@ def test_calibrated_confidence_is_the_top_calibrated_probability(name):
 MIXED = [name for name in calibrator_names() if "mix" in build_calibrator(name).get_params()]
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_the_public_pipeline_is_predict_proba_without_its_checks(name):
     """``calibrated`` / ``calibrated_confidence`` (floor, map, mix on validated predictions) are
     what ``predict_proba`` / ``predict_confidence`` return, bit for bit."""
@@ -266,6 +266,7 @@ def test_registry_factories():
         "beta",
         "dirichlet",
         "ets",
+        "groupwise",
         "histogram",
         "isotonic",
         "isotonic-ovr",
@@ -320,7 +321,7 @@ def test_calibrators_is_a_read_only_view_of_the_registry():
     assert "mine" not in calibrator_names()
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_every_calibrator_has_a_one_line_summary(name):
     summary = calibrator_summary(name)
     assert summary and "\n" not in summary and "``" not in summary

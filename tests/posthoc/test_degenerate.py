@@ -20,11 +20,11 @@ import warnings
 import numpy as np
 import pytest
 from helpers.degenerate import Case, cases
-from helpers.posthoc import BINARY_ONLY
+from helpers.posthoc import BINARY_ONLY, groupless_names
 
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics import nll
-from selfcal.posthoc import build_calibrator, calibrator_names
+from selfcal.posthoc import build_calibrator
 from selfcal.predictions import Predictions
 
 PER_CLASS = {
@@ -60,9 +60,9 @@ TS_FAMILY = {"ts", "ts-mix", "vector", "matrix", "svs", "sms", "dirichlet"}
 """Calibrators whose first step is temperature scaling by NLL."""
 
 WARNS: dict[str, set[str]] = {
-    "all-correct": set(calibrator_names()),
-    "binary-separable": set(calibrator_names()),
-    "tied-errors": set(calibrator_names()),
+    "all-correct": set(groupless_names()),
+    "binary-separable": set(groupless_names()),
+    "tied-errors": set(groupless_names()),
     "missing-class": PER_CLASS,
     "huge-logit": set(),
     "outlier-logit": TS_FAMILY,
@@ -98,7 +98,7 @@ def _raises(name: str, case: Case) -> str | None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_every_calibrator_follows_the_rule_on_every_case(name, case):
     (sv, yv), (st, yt) = case.val, case.test
     n_classes = sv.shape[1]
@@ -253,7 +253,7 @@ TINY_TIES = {
 
 
 @pytest.mark.parametrize("rows", TINY_TIES)
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_errors_that_are_all_exact_ties_warn_for_every_calibrator(name, rows):
     """The audit's tiny sets whose only errors are exact ties: ``auto``, top-label isotonic
     and ``none`` (and ``ts-grid``) fitted without the warning the all-correct set gives

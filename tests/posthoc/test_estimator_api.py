@@ -9,10 +9,10 @@ import inspect
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import BINARY_ONLY, make_logits, softmax
+from helpers.posthoc import BINARY_ONLY, groupless_names, make_logits, softmax
 
 from selfcal import Predictions
-from selfcal.posthoc import TemperatureScaling, build_calibrator, calibrator_names
+from selfcal.posthoc import TemperatureScaling, build_calibrator
 
 
 def data_for(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -22,7 +22,7 @@ def data_for(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return z, y, zt
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_clone_gives_an_unfitted_copy_with_equal_params(name):
     from sklearn.base import clone
 
@@ -36,7 +36,7 @@ def test_clone_gives_an_unfitted_copy_with_equal_params(name):
     np.testing.assert_array_equal(copy.predict_proba(z), fitted.predict_proba(z))
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_params_are_the_constructor_arguments(name):
     cal = build_calibrator(name)
     signature = inspect.signature(type(cal).__init__)
@@ -83,7 +83,7 @@ DEFAULTS = {
 }
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_default_params(name):
     """The defaults, pinned: ``kind=None`` (never guessed), smoothed targets for Platt and
     beta, ``mix="auto"`` for the non-parametric maps, unit ridge strengths for the
@@ -91,7 +91,7 @@ def test_default_params(name):
     assert build_calibrator(name).get_params() == {**DEFAULTS[name], "kind": None}
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_positional_fit_equals_keyword_fit(name):
     z, y, zt = data_for(name)
     keyword = build_calibrator(name).fit(logits=z, labels=y)
@@ -109,7 +109,7 @@ def test_positional_fit_equals_keyword_fit(name):
     )
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_positional_scores_without_kind_raise(name):
     """Without ``kind`` a positional score array is a ``ValueError`` in ``fit`` and in
     ``predict_proba`` (selfcal never guesses); when the scores are probabilities, the
@@ -127,7 +127,7 @@ def test_positional_scores_without_kind_raise(name):
         fitted.predict_confidence(softmax(zt))
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_kind_probs_reads_positional_probabilities(name):
     z, y, zt = data_for(name)
     p, pt = softmax(z), softmax(zt)

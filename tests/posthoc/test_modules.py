@@ -9,9 +9,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from helpers.posthoc import BINARY_ONLY, make_logits, softmax
+from helpers.posthoc import BINARY_ONLY, groupless_names, make_logits, softmax
 
-from selfcal.posthoc import build_calibrator, calibrator_names
+from selfcal.posthoc import build_calibrator
 from selfcal.posthoc._modules import MixtureModule
 
 TABLES = {
@@ -34,7 +34,7 @@ attribute with its per-class lengths if the classes' tables are concatenated, ex
 per class)."""
 
 CASES = [
-    (name, c) for name in calibrator_names() for c in (2, 4) if name not in BINARY_ONLY or c == 2
+    (name, c) for name in groupless_names() for c in (2, 4) if name not in BINARY_ONLY or c == 2
 ]
 
 
@@ -59,7 +59,7 @@ def test_softmax_of_the_module_is_predict_proba(name, c):
     assert not list(module.parameters()) and not module.training
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_probability_modules(name):
     """``kind="probs"``: the module takes probabilities, as ``predict_proba(probs=)`` does;
     a calibrator fitted on probabilities gives a logits module on request."""
@@ -100,7 +100,7 @@ def test_tables_are_buffers(name):
             np.testing.assert_array_equal(row[: len(segment)], segment)
 
 
-@pytest.mark.parametrize("name", calibrator_names())
+@pytest.mark.parametrize("name", groupless_names())
 def test_module_exports_and_scripts(name):
     z, y, zt = data_for(name)
     cal = build_calibrator(name, kind="logits").fit(z, y)
@@ -115,7 +115,7 @@ def test_module_exports_and_scripts(name):
         torch.testing.assert_close(scripted(zt), expected, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", [n for n in calibrator_names() if n not in TABLES])
+@pytest.mark.parametrize("name", [n for n in groupless_names() if n not in TABLES])
 def test_float32_module(name):
     """``module.float()`` computes in float32 (for the step and isotonic maps, float32
     rounding can move a score across a cut or onto a steep segment, so they are left out)."""

@@ -41,6 +41,7 @@ from selfcal.posthoc.bbq import BBQ
 from selfcal.posthoc.beta import BetaCalibration
 from selfcal.posthoc.dirichlet import DirichletCalibration
 from selfcal.posthoc.ensemble import EnsembleTemperatureScaling
+from selfcal.posthoc.groups import GroupwiseCalibration
 from selfcal.posthoc.histogram import HistogramBinning
 from selfcal.posthoc.isotonic import IsotonicCalibration, OneVsRestIsotonic
 from selfcal.posthoc.linear import MatrixScaling, PlattScaling, QuadraticScaling, VectorScaling
@@ -64,6 +65,7 @@ __all__ = [
     "Calibrator",
     "DirichletCalibration",
     "EnsembleTemperatureScaling",
+    "GroupwiseCalibration",
     "HistogramBinning",
     "IsotonicCalibration",
     "MatrixScaling",

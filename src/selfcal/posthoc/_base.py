@@ -97,7 +97,13 @@ class Calibrator(ScoreEstimator):
     uses_groups: ClassVar[bool] = False
     """Whether the fitted map depends on each row's group (:mod:`selfcal.posthoc.groups`):
     such a calibrator needs ``groups=`` in :meth:`fit` and :meth:`predict_proba`; every other
-    refuses an explicit ``groups=`` rather than ignore it."""
+    refuses an explicit ``groups=`` rather than ignore it, unless it :attr:`accepts_groups`."""
+    accepts_groups: ClassVar[bool] = False
+    """Whether ``groups=`` is optional (when predictions need them: :meth:`needs_groups`)."""
+
+    def needs_groups(self) -> bool:
+        """Whether predictions need ``groups=``: :attr:`uses_groups`, or the fitted map's use."""
+        return self.uses_groups
 
     @classmethod
     def prepare_fit(cls) -> None:
@@ -143,7 +149,7 @@ class Calibrator(ScoreEstimator):
         is for the calibrators that use them (:attr:`uses_groups`) and refused by the others.
         """
         self._check_params()
-        pred = self._grouped(self._resolve_inputs(X, y, logits, probs, labels, True), groups)
+        pred = self._grouped(self._resolve_inputs(X, y, logits, probs, labels, True), groups, True)
         self._check_classes(pred.n_classes)
         if self._likelihood_fit:
             check_fittable(pred, type(self).__name__)
@@ -391,20 +397,21 @@ class Calibrator(ScoreEstimator):
             check_fittable(pred, type(self).__name__)
         return pred
 
-    def _grouped(self, pred: Predictions, groups: ArrayLike | None) -> Predictions:
-        """``pred`` with the ``groups=`` given (checked by the group rule), or ``ValueError``:
-        ``groups=`` given to a calibrator that does not use groups, or none (given or carried
-        by ``pred``) for one that does."""
+    def _grouped(self, p: Predictions, groups: ArrayLike | None, fit: bool = False) -> Predictions:
+        """``p`` with the ``groups=`` given (by the group rule), or ``ValueError``: ``groups=``
+        given to a calibrator that neither uses nor accepts them, or none (given or in ``p``)
+        to one that needs them (to fit: :attr:`uses_groups`; else :meth:`needs_groups`)."""
         name = type(self).__name__
-        if groups is not None and not self.uses_groups:
+        if groups is not None and not (self.uses_groups or self.accepts_groups):
             raise ValueError(
                 f"{name} does not use groups; to calibrate per group use "
                 f"GroupwiseCalibration({name}()) or MulticlassMulticalibration"
             )
-        pred = pred if groups is None else pred.with_groups(groups)
-        if self.uses_groups and pred.groups is None:
+        p = p if groups is None else p.with_groups(groups)
+        needed = self.uses_groups if fit else self.needs_groups()
+        if needed and p.groups is None:
             raise ValueError(f"{name} needs groups=: the group of each row (or membership columns)")
-        return pred
+        return p
 
     def _check_classes(self, n_classes: int) -> None:
         """Hook: refuse class counts a method does not support."""
@@ -419,8 +426,11 @@ class Calibrator(ScoreEstimator):
         probe = probe_logits(self.n_classes_)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a probe row is not the user's data
-            p = self.predict_proba(logits=probe)
+            p = self.predict_proba(logits=probe, groups=self._probe_groups(len(probe)))
         check_probabilities(np.asarray(p))
+
+    def _probe_groups(self, n_rows: int) -> list[str] | None:
+        """The groups of :meth:`_check_loaded`'s probe rows (none unless the map uses them)."""
 
     def _fit(self, pred: Predictions) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
