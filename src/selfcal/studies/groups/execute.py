@@ -17,7 +17,8 @@ that uses them); the second half measures it:
   null_g)``;
 * split-conformal LAC sets at ``alpha``: the measuring half is halved again (its first half
   calibrates, the second is scored); the marginal :class:`~selfcal.conformal.SplitConformal`
-  and the Mondrian-by-group one (``mondrian="group"``; partitions only), each group's coverage
+  and the Mondrian-by-group one (``mondrian="group"``; for overlapping groups, by the cells of
+  their membership patterns: :func:`mondrian_cells`), each group's coverage
   on the scored rows, the worst group's, and beside it ``worst_coverage_null``: the mean over
   ``n_draws`` draws of the worst group's coverage when every row is covered with probability
   exactly ``1 - alpha`` (what the smallest groups show by chance alone).
@@ -225,27 +226,38 @@ def group_coverage(
     """Each group's coverage of the ``scored`` rows by split-conformal LAC sets calibrated on
     the ``cal`` rows (``mode``: ``"marginal"``, one threshold; ``"mondrian"``, one per group),
     NaN for a group without scored rows, the mean set size and the coverage of every scored
-    row; all NaN for Mondrian on
-    overlapping groups (it needs one group a row). A group with too few calibration rows gets
-    every label (:class:`~selfcal.conformal.SplitConformal`'s rule)."""
-    n_groups = groups.n_groups
-    if mode == "mondrian" and groups.overlapping:
-        return np.full(n_groups, math.nan), math.nan, math.nan
+    row. Mondrian needs one group a row: on overlapping groups it conditions on the cells of
+    :func:`mondrian_cells` (each group is a union of cells, so a guarantee per cell is one per
+    group). A group with too few calibration rows gets every label
+    (:class:`~selfcal.conformal.SplitConformal`'s rule)."""
     c, s = torch.from_numpy(cal), torch.from_numpy(scored)
-    options = {"groups": groups[c]} if mode == "mondrian" else {}
+    cells = mondrian_cells(groups)
+    options = {"groups": cells[c]} if mode == "mondrian" else {}
     predictor = SplitConformal(
         alpha=alpha, nonconformity="lac", mondrian=mode == "mondrian" and "group"
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         predictor.fit(probs=probs[cal], labels=labels[cal], **options)
-        extra = {"groups": groups[s]} if mode == "mondrian" else {}
+        extra = {"groups": cells[s]} if mode == "mondrian" else {}
         sets = np.asarray(predictor.predict_set(probs=probs[scored], **extra))
     hit = sets[np.arange(len(scored)), labels[scored]].astype(np.float64)
     per_group = np.array(
         [hit[rows.numpy()].mean() if len(rows) else math.nan for rows in groups[s].rows()]
     )
     return per_group, float(sets.sum(1).mean()), float(hit.mean())
+
+
+def mondrian_cells(groups: Groups) -> Groups:
+    """The partition Mondrian sets condition on: the groups themselves, or, for overlapping
+    groups, each row's pattern of membership (``"A+C"``; ``"none"`` for a row in no group)."""
+    if not groups.overlapping:
+        return groups
+    assert groups.membership is not None
+    member = groups.membership.numpy()
+    names = np.array(groups.names)
+    labels = ["+".join(names[row]) or "none" for row in member]
+    return as_groups(labels, len(labels))
 
 
 def coverage_null(groups: Groups, alpha: float, n_draws: int, seed: int) -> float:

@@ -84,7 +84,8 @@ SYNTHETIC_NOTE = (
     "the model overconfident by 1.5 everywhere, twice more in group A, half as much in group B, "
     "and "
     "inflating class 0 in group C; a row is in A, B, C independently with chances 0.3, 0.2, "
-    "0.15 (overlapping). Mondrian sets need one group a row: none here (—)."
+    "0.15 (overlapping). Mondrian sets need one group a row: here they condition on the "
+    "pattern of membership (A, A+B, none, ...; each group is a union of such cells)."
 )
 
 
