@@ -79,7 +79,7 @@ def round_trip(name: str, kind: str, s: np.ndarray, y: np.ndarray, folder: Path)
     assert again.read_bytes() == path.read_bytes()
 
 
-@pytest.mark.parametrize("name", list(CALIBRATORS))
+@pytest.mark.parametrize("name", groupless_names())
 @settings(
     max_examples=12,
     deadline=None,

@@ -312,7 +312,7 @@ from selfcal.posthoc.auto import prepare_fits
 structured.NEWTON_BUDGET = 0  # matrix-type fits take the L-BFGS path, whatever the size
 warnings.simplefilter("ignore")
 rng = np.random.default_rng(0)
-names = [n for n in calibrator_names() if n != "auto"]
+names = [n for n in groupless_names() if n != "auto"]
 prepare_fits(names)
 before = set(sys.modules)
 for c in (2, 3):

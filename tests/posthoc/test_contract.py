@@ -173,7 +173,7 @@ def test_calibrated_confidence_is_the_top_calibrated_probability(name):
         np.testing.assert_allclose(confidence, (1 - eps) * mapped + eps / zt.shape[1])
 
 
-MIXED = [name for name in calibrator_names() if "mix" in build_calibrator(name).get_params()]
+MIXED = [name for name in groupless_names() if "mix" in build_calibrator(name).get_params()]
 
 
 @pytest.mark.parametrize("name", groupless_names())
@@ -271,6 +271,7 @@ def test_registry_factories():
         "isotonic",
         "isotonic-ovr",
         "matrix",
+        "multicalibration",
         "none",
         "platt",
         "quadratic",

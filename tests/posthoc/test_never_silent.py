@@ -12,12 +12,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers.calibrators import groupless_names
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import selfcal.metrics as M
 from selfcal.exceptions import LikelyProbabilities
-from selfcal.posthoc import build_calibrator, calibrator_names
+from selfcal.posthoc import build_calibrator
 
 BINARY_ONLY = {"platt", "quadratic"}
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
@@ -62,7 +63,7 @@ def one_line_error(fn, *args, **kwargs):
         return None
 
 
-NAMES = [n for n in calibrator_names() if n != "auto"]
+NAMES = [n for n in groupless_names() if n != "auto"]
 
 
 @pytest.mark.parametrize("name", NAMES)

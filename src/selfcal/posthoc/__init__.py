@@ -45,6 +45,7 @@ from selfcal.posthoc.groups import GroupwiseCalibration
 from selfcal.posthoc.histogram import HistogramBinning
 from selfcal.posthoc.isotonic import IsotonicCalibration, OneVsRestIsotonic
 from selfcal.posthoc.linear import MatrixScaling, PlattScaling, QuadraticScaling, VectorScaling
+from selfcal.posthoc.multicalibration import MulticlassMulticalibration
 from selfcal.posthoc.registry import (
     CALIBRATORS,
     build_calibrator,
@@ -69,6 +70,7 @@ __all__ = [
     "HistogramBinning",
     "IsotonicCalibration",
     "MatrixScaling",
+    "MulticlassMulticalibration",
     "OneVsRestIsotonic",
     "PlattScaling",
     "QuadraticScaling",
