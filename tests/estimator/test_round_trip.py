@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.posthoc import BINARY_ONLY, group_kwargs
+from helpers.posthoc import BINARY_ONLY, group_kwargs, groupless_names
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers.posthoc import group_kwargs
+from helpers.posthoc import group_kwargs, groupless_names
 
 from selfcal.conformal import SplitConformal
 from selfcal.estimator.persistence import checksum
