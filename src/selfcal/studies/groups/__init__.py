@@ -77,3 +77,6 @@ class Groups(SetsStudy, Study[GroupsProtocol]):
 
     def payload(self, results: Any) -> Any:
         return self.part("report").payload(results)
+
+    def figures(self, results: Any) -> Any:
+        return self.part("figures").figures(results)

@@ -346,6 +346,7 @@ def sections(results: StudyResults) -> list[str]:
     from selfcal.experiments.report import prose
 
     out = [*prose(__doc__), "", "## The answer, per family", "", *summary(results), ""]
+    out += ["![Group calibration error per method](group_ece.png)", ""]
     for family, sets in families(results):
         names = ", ".join(markdown_text(n) for n in sets)
         out += [f"## {FAMILY_TITLES[family]}", "", f"Sets: {names}.", ""]
