@@ -29,6 +29,7 @@ from selfcal.studies.groups.execute import (
     coverage_null,
     evaluate_split,
     mondrian_cells,
+    mondrian_coverage_null,
     split_rows,
 )
 from selfcal.studies.groups.protocol import QUICK, SETS
@@ -161,6 +162,23 @@ def test_the_coverage_yardstick_matches_a_binomial_minimum():
     joint = np.outer(stats.binom(20, 0.9).pmf(a), stats.binom(200, 0.9).pmf(b))
     expected = float((joint * np.minimum.outer(a / 20, b / 200)).sum())
     assert found == pytest.approx(expected, abs=0.003)
+
+
+def test_the_mondrian_yardstick_adds_the_thresholds_beta_noise():
+    from scipy import stats
+
+    cal = as_groups(np.repeat(["a", "b"], [19, 400]), 419)
+    scored = as_groups(np.repeat(["a", "b"], [2000, 2000]), 4000)
+    found = mondrian_coverage_null(cal, scored, 0.1, 4000, 0)
+    # group a: 19 calibration rows, k = 18, coverage ~ Beta(18, 2) (mean 0.9, sd 0.065); with
+    # 2,000 scored rows its fraction is that draw; group b's is about 0.9
+    pi = stats.beta(18, 2)
+    grid = np.linspace(0, 1, 20001)
+    expected = float(np.trapezoid(np.minimum(grid, 0.9) * pi.pdf(grid), grid))
+    assert found == pytest.approx(expected, abs=0.004)
+    assert found < coverage_null(scored, 0.1, 4000, 0) - 0.02  # wider than the binomial alone
+    tiny = as_groups(np.repeat(["a", "b"], [5, 400]), 405)  # 5 rows: every label, covered
+    assert mondrian_coverage_null(tiny, as_groups(["a"] * 50, 50), 0.1, 100, 0) == 1.0
 
 
 def test_a_group_aware_method_is_given_groups_and_measured_per_group():

@@ -21,7 +21,9 @@ that uses them); the second half measures it:
   their membership patterns: :func:`mondrian_cells`), each group's coverage
   on the scored rows, the worst group's, and beside it ``worst_coverage_null``: the mean over
   ``n_draws`` draws of the worst group's coverage when every row is covered with probability
-  exactly ``1 - alpha`` (what the smallest groups show by chance alone).
+  exactly ``1 - alpha`` (what the smallest groups show by chance alone), and for the Mondrian
+  sets ``worst_coverage_null_mondrian``, which adds each group threshold's own noise
+  (:func:`mondrian_coverage_null`).
 
 A method that cannot be fitted (not registered, refused, or a ``ValueError`` of its fit)
 loses its own numbers on the split, with its reason, not the set's."""
@@ -153,6 +155,9 @@ def evaluate_split(
     out.metrics[f"{prefix}worst_coverage_null"] = coverage_null(
         scored_groups, protocol.alpha, protocol.n_draws, seed
     )
+    out.metrics[f"{prefix}worst_coverage_null_mondrian"] = mondrian_coverage_null(
+        groups[torch.from_numpy(cal)], scored_groups, protocol.alpha, protocol.n_draws, seed
+    )
     out.metrics[f"{prefix}n_fit"] = float(len(fit))
     for name in protocol.methods:
         probs, why = fit_method(
@@ -267,6 +272,32 @@ def coverage_null(groups: Groups, alpha: float, n_draws: int, seed: int) -> floa
     rng = np.random.default_rng([seed, COVERAGE_SALT])
     covered = rng.random((n_draws, len(groups))) < 1 - alpha
     rows = [r.numpy() for r in groups.rows() if len(r)]
+    return float(np.mean(np.min(np.stack([covered[:, r].mean(1) for r in rows], 1), 1)))
+
+
+def mondrian_coverage_null(
+    cal: Groups, scored: Groups, alpha: float, n_draws: int, seed: int
+) -> float:
+    """The mean over ``n_draws`` seeded draws of the worst group's coverage of the scored rows
+    by an exact Mondrian predictor at these sizes: each cell ``c`` of :func:`mondrian_cells`
+    with ``n_c`` calibration rows covers with probability ``pi_c ~ Beta(k_c, n_c + 1 - k_c)``,
+    ``k_c = ceil((n_c + 1)(1 - alpha))`` (the coverage of a split-conformal threshold given its
+    calibration rows, for continuous scores), or 1 where ``k_c > n_c`` (every label); each
+    scored row is covered with its cell's ``pi_c``; each group's coverage is the mean over its
+    rows. Beside :func:`coverage_null` it adds the threshold's own noise, which a few dozen
+    calibration rows make large."""
+    rng = np.random.default_rng([seed, COVERAGE_SALT, 1])
+    cal_cells, scored_cells = mondrian_cells(cal), mondrian_cells(scored)
+    n = dict(zip(cal_cells.names, cal_cells.sizes().tolist(), strict=True))
+    assert scored_cells.codes is not None
+    pi = np.ones((n_draws, scored_cells.n_groups))
+    for j, name in enumerate(scored_cells.names):
+        count = n.get(name, 0)
+        k = math.ceil((count + 1) * (1 - alpha))
+        if k <= count:
+            pi[:, j] = rng.beta(k, count + 1 - k, size=n_draws)
+    covered = rng.random((n_draws, len(scored))) < pi[:, scored_cells.codes.numpy()]
+    rows = [r.numpy() for r in scored.rows() if len(r)]
     return float(np.mean(np.min(np.stack([covered[:, r].mean(1) for r in rows], 1), 1)))
 
 
