@@ -8,7 +8,7 @@ from typing import Any
 
 import selfcal.posthoc  # noqa: F401  (registers every calibrator)
 from selfcal.experiments.study import StudyProtocol
-from selfcal.posthoc.registry import calibrator_names
+from selfcal.posthoc.registry import build_calibrator, calibrator_names
 from selfcal.studies._sets import PROTOCOL
 
 MODELS = ("logistic", "gradient-boosting", "random-forest", "mlp")
@@ -23,8 +23,9 @@ BINARY_ONLY = ("platt", "quadratic", "beta")
 
 
 def default_calibrators() -> tuple[str, ...]:
-    """Every registered calibrator."""
-    return tuple(calibrator_names())
+    """Every registered calibrator that calibrates without groups (the study's sets have
+    none; a calibrator with ``uses_groups`` needs them)."""
+    return tuple(n for n in calibrator_names() if not build_calibrator(n).uses_groups)
 
 
 @dataclass(frozen=True)
