@@ -12,13 +12,13 @@ import typer
 from selfcal.cli._common import (
     DEFERRED_HELP,
     BinsOpt,
+    GroupsOpt,
     KindOpt,
     LabelOpt,
     check_kind,
     deferred_help,
     fmt,
     read,
-    say_groups_unused,
     stdout,
 )
 from selfcal.cli._errors import errors, source
@@ -106,9 +106,16 @@ SHOWN_VALUES = 3
 
 def _value_text(value: Any) -> str:
     """A fitted value in a few characters: scalars to 4 significant digits; arrays as their
-    values (up to :data:`SHOWN_VALUES`) or their shape and range."""
+    values (up to :data:`SHOWN_VALUES`) or their shape and range; a calibrator held by its
+    class, a mapping or a longer list by its length (a group-wise calibrator's groups)."""
     import numpy as np
 
+    from selfcal.posthoc import Calibrator
+
+    if isinstance(value, Calibrator):
+        return type(value).__name__
+    if isinstance(value, dict) or (isinstance(value, list) and len(value) > SHOWN_VALUES):
+        return f"{len(value)} {'entries' if isinstance(value, dict) else 'values'}"
     arr = np.asarray(_as_numpy(value))
     if arr.dtype.kind not in "biuf":
         return repr(value)
@@ -125,17 +132,39 @@ def fitted_line(name: str, calibrator: Calibrator, n: int) -> str:
     (:meth:`~selfcal.posthoc.Calibrator.fitted_attributes`), arrays summarised; a mixing
     weight or probability floor of 0 (none applied) is left out. ``auto`` names its choice
     and gives that one's."""
-    from selfcal.posthoc import AutoCalibration
+    from selfcal.posthoc import AutoCalibration, GroupwiseCalibration
 
     if isinstance(calibrator, AutoCalibration):
         inner = fitted_line(calibrator.chosen_, calibrator.calibrator_, n).split(": ", 1)[1]
         return f"fitted {name} on {n} rows: chose {calibrator.chosen_}: {inner}"
+    if isinstance(calibrator, GroupwiseCalibration):
+        return groupwise_line(name, calibrator, n)
     parts = [
         f"{k}={_value_text(v)}"
         for k, v in calibrator.fitted_attributes().items()
         if not (k in ("mix_", "prob_floor_") and v == 0)
     ]
     return f"fitted {name} on {n} rows: " + "; ".join(parts)
+
+
+def groupwise_line(name: str, calibrator: Any, n: int) -> str:
+    """``fitted groupwise on N rows: 4 groups, 3 with their own map (weights w_g in [0.7,
+    0.9]), 1 on the global map; prior_rows_=100 (cross-validated); global ts: ...``."""
+    weights = [
+        w
+        for w, g in zip(calibrator.weights_, calibrator.group_names_, strict=True)
+        if g in calibrator.group_calibrators_
+    ]
+    span = f" (weights w_g in [{min(weights):.3g}, {max(weights):.3g}])" if weights else ""
+    how = "cross-validated" if calibrator.prior_rows == "auto" else "given"
+    base = calibrator.global_
+    inner = fitted_line(type(base).__name__, base, n).split(": ", 1)[1]
+    return (
+        f"fitted {name} on {n} rows: {len(calibrator.group_names_)} groups, "
+        f"{len(calibrator.group_calibrators_)} with their own map{span}, "
+        f"{len(calibrator.fallback_)} on the global map; prior_rows_="
+        f"{calibrator.prior_rows_:g} ({how}); global {type(base).__name__}: {inner}"
+    )
 
 
 def cv_table(calibrator: Calibrator) -> Table:
@@ -148,15 +177,19 @@ def cv_table(calibrator: Calibrator) -> Table:
     r = calibrator.cv_results_  # type: ignore[attr-defined]
     criterion = calibrator.criterion  # type: ignore[attr-defined]
     table = Table(title=f"{len(r['candidate'])} candidates, {criterion} of out-of-fold predictions")
-    against_ts = "ts_low" in r
+    against_ts, grouped = "ts_low" in r, "worst_group" in r
     columns = ["candidate", criterion, "− lowest [95% CI]"]
     columns += ["− TS [95% CI]"] if against_ts else []
+    columns += ["worst group", "− choice w/o groups [95% CI]"] if grouped else []
     for column in (*columns, "fit s", "note"):
         table.add_column(column, justify="left" if column in ("candidate", "note") else "right")
     for i, name in enumerate(r["candidate"]):
         failed = bool(r["error"][i])
         cells = [name, "—" if failed else f"{r['score'][i]:.4f}", _interval(r, "", i, failed)]
         cells += [_interval(r, "ts_", i, failed)] if against_ts else []
+        if grouped:
+            worst = "—" if failed else f"{r['worst_group'][i]:.4f}"
+            cells += [worst, _interval(r, "groupless_", i, failed)]
         notes = [r["error"][i]] if failed else []
         if name == calibrator.chosen_:  # type: ignore[attr-defined]
             notes.append("chosen")
@@ -172,6 +205,30 @@ def _interval(results: dict[str, Any], prefix: str, i: int, failed: bool) -> str
         return "—"
     point, low, high = (results[f"{prefix}{k}"][i] for k in ("difference", "low", "high"))
     return f"{point:+.4f} [{low:+.4f}, {high:+.4f}]"
+
+
+GROUPS_HOW = (
+    "each row's group (a 'groups' array in a .npz, NAME.groups.npy, or --groups COLUMN for a table)"
+)
+"""Where a calibrator that uses groups reads them, in its one-line error."""
+
+
+def say_groups_not_used(where: object, name: str) -> None:
+    """One ``note:`` line on stderr: the predictions at ``where`` hold groups, which the
+    calibrator ``name`` does not use -- said, never silently ignored."""
+    import sys
+
+    from selfcal.posthoc import build_calibrator, calibrator_names
+
+    users = [
+        n
+        for n in calibrator_names()
+        if build_calibrator(n).uses_groups or build_calibrator(n).accepts_groups
+    ]
+    sys.stderr.write(
+        f"note: {where} holds groups; {name} does not use them (these calibrate with groups: "
+        f"{', '.join(users)})\n"
+    )
 
 
 def _calibrate_table(before: dict[str, float], after: dict[str, float], n: int) -> Table:
@@ -218,33 +275,55 @@ def calibrate(
             "'brier' or 'ece' (as selfcal compare --criterion).",
         ),
     ] = None,
+    groups: GroupsOpt = None,
 ) -> None:
     """Fit a calibrator on --fit, apply it to --apply, write the probabilities to --out.
 
     Prints the fitted parameters and, when --apply has labels, the metrics before and after.
-    Files as for selfcal evaluate (integer labels)."""
+    Files as for selfcal evaluate (integer labels). The calibrators that use groups
+    (groupwise, multicalibration; auto chooses among them when given groups) read each
+    file's groups; the others say in a note that they do not use them."""
     with errors():
         check_kind(kind)
         from selfcal.evaluation import point_estimates
         from selfcal.io import check_probs_output, save_probs
+        from selfcal.posthoc import AutoCalibration
         from selfcal.predictions import Predictions
 
         check_probs_output(out)  # before the fit, which may take long
         if save_calibrator is not None:
             check_calibrator_output(save_calibrator)
         calibrator = _calibrator(calibrator_name, param or [], criterion)
-        train = read(fit, kind, label_column)
-        test = read(apply, kind, label_column, require_labels=False)
+        columns = tuple(groups or ())
+        train = read(fit, kind, label_column, group_columns=columns)
+        test = read(apply, kind, label_column, require_labels=False, group_columns=columns)
+        grouped = calibrator.uses_groups or calibrator.accepts_groups
         for file, pred in ((fit, train), (apply, test)):
-            if pred.groups is not None:
-                say_groups_unused(file, "calibrate")
+            if pred.groups is not None and not grouped:
+                say_groups_not_used(file, calibrator_name)
+        for file, pred in ((fit, train), (apply, test)):  # before the fit, which may take long
+            if calibrator.uses_groups and pred.groups is None:
+                raise ValueError(f"{file}: has no groups; {calibrator_name} needs {GROUPS_HOW}")
         with source(fit):
-            calibrator.fit(**{train.kind: _as_numpy(train.scores)}, labels=_as_numpy(train.labels))
+            calibrator.fit(
+                **{train.kind: _as_numpy(train.scores)},
+                labels=_as_numpy(train.labels),
+                groups=train.groups if grouped else None,
+            )
         typer.echo(fitted_line(calibrator_name, calibrator, train.n_samples))
-        if hasattr(calibrator, "cv_results_"):
+        if isinstance(calibrator, AutoCalibration):
             stdout().print(cv_table(calibrator))
+        if calibrator.needs_groups() and test.groups is None:
+            raise ValueError(
+                f"{apply}: has no groups; the fitted {calibrator_name} needs {GROUPS_HOW}"
+            )
         with source(apply):
-            probs = _as_numpy(calibrator.predict_proba(**{test.kind: _as_numpy(test.scores)}))
+            probs = _as_numpy(
+                calibrator.predict_proba(
+                    **{test.kind: _as_numpy(test.scores)},
+                    groups=test.groups if grouped else None,
+                )
+            )
         labels = None if test.labels is None else _as_numpy(test.labels)
         after = Predictions.from_probs(probs, labels)
         save_probs(out, after.scores, labels)

@@ -209,6 +209,16 @@ class AutoCalibration(Calibrator):
     DegenerateCalibration / not-converged warnings of the fold fits are counted, not shown;
     those of the final refit are re-warned under this class's name.
 
+    With ``groups=`` (one group a row, or membership columns), the group-aware candidates
+    join the others -- :class:`~selfcal.posthoc.GroupwiseCalibration` around the candidate
+    chosen without groups, and ``multicalibration`` where it is registered -- every candidate
+    is cross-validated on folds stratified by group, and a group-aware one is chosen only if its
+    mean held-out NLL (``criterion``) is significantly lower than that choice's and its worst
+    group's is not higher (the rule: :mod:`selfcal.posthoc._auto_groups`); ``cv_results_`` then
+    holds ``worst_group`` and ``groupless_difference`` / ``_low`` / ``_high`` too. Predictions
+    need groups only when the choice uses them (:meth:`needs_groups`). Without groups nothing
+    changes.
+
     Decided by evidence at every size; sized by cost: ``n_folds="auto"`` (default) takes five
     folds up to 20,000 rows and fewer beyond (:func:`fold_count`), and holds out only enough of
     them to hold out 20,000 rows -- past 40,000 rows a single held-out split, every candidate
@@ -256,6 +266,15 @@ class AutoCalibration(Calibrator):
         "cv_results_": Fitted(MAPPING),
     }
 
+    accepts_groups: ClassVar[bool] = True
+
+    def needs_groups(self) -> bool:
+        """Whether the fitted choice uses groups (then predictions need ``groups=``)."""
+        return hasattr(self, "calibrator_") and self.calibrator_.needs_groups()
+
+    def _probe_groups(self, n_rows: int) -> list[str] | None:
+        return self.calibrator_._probe_groups(n_rows)
+
     def _check_loaded(self) -> None:
         """The loaded choice names the calibrator it holds, fitted on as many classes."""
         inner = self.calibrator_
@@ -286,6 +305,11 @@ class AutoCalibration(Calibrator):
         return candidate_names(self.candidates)
 
     def _fit(self, pred: Predictions) -> None:
+        if pred.groups is not None:
+            from selfcal.posthoc._auto_groups import fit_with_groups
+
+            fit_with_groups(self, pred)
+            return
         names, left_out = (self._given(), {}) if self.candidates else default_candidates(pred)
         fitted = [n for n in names if n not in left_out]
         folds = folds_for(pred.require_labels(), self.n_folds, self.seed)
@@ -376,10 +400,10 @@ class AutoCalibration(Calibrator):
             return r["candidate"][int(np.argmin(r["score"]))]
         return next(n for n, low in zip(r["candidate"], r["low"], strict=True) if low <= 0.0)
 
-    def _refit(self, pred: Predictions) -> Calibrator:
+    def _refit(self, pred: Predictions, **params: Any) -> Calibrator:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            calibrator = build_calibrator(self.chosen_, kind=self.kind).fit(pred)
+            calibrator = build_calibrator(self.chosen_, kind=self.kind, **params).fit(pred)
         for w in caught:
             if issubclass(w.category, (DegenerateCalibration, CalibrationNotConverged)):
                 warnings.warn(

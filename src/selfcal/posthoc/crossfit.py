@@ -15,9 +15,10 @@ difference from another with a centred 95% interval
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,7 @@ import torch
 
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
+from selfcal.posthoc._base import Calibrator
 from selfcal.posthoc._temperature_fits import TemperatureFits
 from selfcal.posthoc.registry import build_calibrator
 from selfcal.predictions import Predictions
@@ -106,6 +108,7 @@ def cross_validate(
     kind: str | None,
     keep: Kept,
     shared: TemperatureFits | None = None,
+    factories: Mapping[str, Callable[[], Calibrator]] | None = None,
 ) -> list[Outcome]:
     """Every candidate of ``names`` fitted on each fold's other rows and predicting the fold,
     fold by fold: one fold's training rows at a time, shared by every candidate (so that a
@@ -116,14 +119,18 @@ def cross_validate(
     ``ValueError``, e.g. a binary calibrator on three classes, or an ``ImportError``, e.g.
     isotonic regression without scikit-learn) is dropped from the later folds with its
     reason. Folds that do not cover every row (a single held-out split) keep the held-out
-    rows' values only (:func:`held_out_rows`)."""
+    rows' values only (:func:`held_out_rows`). A name in ``factories`` is built by its
+    factory (a configured calibrator: ``auto``'s group-wise candidate around its base), every
+    other by :func:`~selfcal.posthoc.registry.build_calibrator` with ``kind``."""
     outcomes = [Outcome(name) for name in names]
     everything = np.arange(pred.n_samples)
     for rows in folds:
         train = pred.subset(torch.as_tensor(np.setdiff1d(everything, rows), device=pred.device))
         for outcome in outcomes:
             if not outcome.error:
-                _fit_fold(outcome, train, pred, rows, kind, keep, shared)
+                build = (factories or {}).get(outcome.name)
+                build = build or functools.partial(build_calibrator, outcome.name, kind=kind)
+                _fit_fold(outcome, train, pred, rows, build, keep, shared)
     for outcome in outcomes:
         if not outcome.error:
             outcome.kept = _assembled(outcome._filled, folds, pred)
@@ -136,7 +143,7 @@ def _fit_fold(
     train: Predictions,
     pred: Predictions,
     rows: np.ndarray,
-    kind: str | None,
+    build: Callable[[], Calibrator],
     keep: Kept,
     shared: TemperatureFits | None,
 ) -> None:
@@ -144,7 +151,7 @@ def _fit_fold(
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         try:
-            calibrator = build_calibrator(outcome.name, kind=kind)
+            calibrator = build()
             fitted = calibrator.share_temperature_fits(shared).fit(train)
             parts = []
             for piece in held_out_chunks(rows, pred.n_classes):
