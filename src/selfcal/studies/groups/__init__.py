@@ -32,7 +32,7 @@ class Groups(SetsStudy, Study[GroupsProtocol]):
         "Calibrated for every group, on prediction sets: group-aware post-processing against "
         "temperature scaling"
     )
-    version = 1
+    version = 2  # 2: auto with groups (group-aware candidates, group-stratified folds)
 
     def specs(self, protocol: GroupsProtocol) -> list[RunSpec]:
         """One run per (set, re-split): every prediction set under the folder (sets protocol:

@@ -58,10 +58,10 @@ QUICK = GroupsProtocol(
 )
 SETS = GroupsSetsProtocol(
     PROTOCOL,
-    seeds=tuple(range(20)),
+    seeds=tuple(range(10)),
     notes=(
         "Every prediction set under the folder given with --sets (or $SELFCAL_PREDICTIONS), "
-        "and the synthetic set, each re-split 20 times: half fits, half measures.",
+        "and the synthetic set, each re-split 10 times: half fits, half measures.",
     ),
 )
 PROTOCOLS = {p.name: p for p in (FULL, QUICK, SETS)}
