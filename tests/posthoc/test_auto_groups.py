@@ -15,7 +15,7 @@ from posthoc.test_groupwise import grouped_data
 from selfcal import Predictions
 from selfcal.posthoc import AutoCalibration, Calibrator, GroupwiseCalibration
 from selfcal.posthoc._auto_groups import choose, group_candidates, group_folds
-from selfcal.posthoc.auto import folds_for
+from selfcal.posthoc.auto import fold_count, folds_for, scored_folds
 
 
 def fit_auto(z, y, g, **params):
@@ -104,13 +104,14 @@ def test_group_folds_spread_every_group_over_the_folds(n):
     g = g.astype("<U10")
     g[:7] = "rare"
     pred = Predictions.from_logits(z, y, g)
-    folds = group_folds(pred, 5, 0, stratified_rows=20_000)
+    folds = group_folds(pred, 5, 5, 0, stratified_rows=20_000)
     assert sorted(np.concatenate(folds).tolist()) == list(range(n))  # a partition
     codes = pred.groups.codes.numpy()
     for group in range(pred.groups.n_groups):
         counts = [int((codes[f] == group).sum()) for f in folds]
         assert max(counts) - min(counts) <= 1
-    auto_folds = group_folds(pred, "auto", 0, stratified_rows=20_000)
-    plain = folds_for(pred.labels, "auto", 0)
-    assert [len(f) for f in auto_folds] == [len(f) for f in plain]  # as many, as many held out
+    plain = folds_for(pred.labels, "auto", 0)  # auto's folds without groups: as many held out
+    k = fold_count("auto", n)
+    auto_folds = group_folds(pred, k, scored_folds(k, n), 0, stratified_rows=20_000)
+    assert [len(f) for f in auto_folds] == [len(f) for f in plain]
     assert torch.equal(pred.groups.codes, torch.as_tensor(codes))

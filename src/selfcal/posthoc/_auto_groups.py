@@ -24,14 +24,20 @@ with held-out rows) and ``groupless_difference`` / ``groupless_low`` / ``grouple
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from selfcal.posthoc._temperature_fits import TemperatureFits
-from selfcal.posthoc.crossfit import cross_validate, held_out_rows, paired_intervals
-from selfcal.posthoc.crossfit import stratified_folds as _stratified
+from selfcal.posthoc.crossfit import (
+    cross_validate,
+    held_out_rows,
+    paired_intervals,
+    stratified_folds,
+    warn_single_row_classes,
+)
 from selfcal.posthoc.registry import build_calibrator, calibrator_names
 from selfcal.predictions import Predictions
 
@@ -54,39 +60,40 @@ def group_candidates(pred: Predictions) -> tuple[list[str], dict[str, str]]:
 
 
 def group_folds(
-    pred: Predictions, n_folds: int | str, seed: int, stratified_rows: int
+    pred: Predictions, n_folds: int, held_out: int, seed: int, stratified_rows: int
 ) -> list[np.ndarray]:
-    """Folds as :func:`~selfcal.posthoc.auto.folds_for` (as many, as many held out), dealt so
-    that each group's rows -- each distinct combination of groups, for membership columns --
-    spread over the folds within one row of each other, and, up to ``stratified_rows`` rows,
-    each group's labels too."""
-    from selfcal.posthoc.auto import fold_count, scored_folds
-
+    """The first ``held_out`` of ``n_folds`` folds (as many as
+    :func:`~selfcal.posthoc.auto.folds_for` makes and holds out), dealt so that each group's
+    rows -- each distinct combination of groups, for membership columns -- spread over the
+    folds within one row of each other, and, up to ``stratified_rows`` rows, each group's
+    labels too."""
     groups = pred.require_groups()
     if groups.codes is not None:
         key = groups.codes.cpu().numpy()
     else:
         assert groups.membership is not None
         key = np.unique(groups.membership.cpu().numpy(), axis=0, return_inverse=True)[1]
-    n = pred.n_samples
-    if n <= stratified_rows:
-        key = key.reshape(-1) * pred.n_classes + pred.require_labels().cpu().numpy()
-    k = fold_count(n_folds, n)
-    folds = _stratified(torch.as_tensor(key.reshape(-1)), k, seed)
-    return folds[: scored_folds(k, n)] if n_folds == "auto" else folds
+    key = key.reshape(-1)
+    if pred.n_samples <= stratified_rows:
+        key = key * pred.n_classes + pred.require_labels().cpu().numpy()
+    return stratified_folds(torch.as_tensor(key), n_folds, seed)[:held_out]
 
 
-def fit_with_groups(auto: AutoCalibration, pred: Predictions) -> None:
-    """:class:`~selfcal.posthoc.AutoCalibration`'s fit with groups (module docstring)."""
-    from selfcal.posthoc.auto import STRATIFIED_ROWS, default_candidates, prepare_fits
-    from selfcal.posthoc.crossfit import warn_single_row_classes
-
-    names, left_out = (auto._given(), {}) if auto.candidates else default_candidates(pred)
+def fit_with_groups(
+    auto: AutoCalibration,
+    pred: Predictions,
+    names: list[str],
+    left_out: dict[str, str],
+    folds: list[np.ndarray],
+    prepare: Callable[[list[str]], None],
+) -> None:
+    """:class:`~selfcal.posthoc.AutoCalibration`'s fit with groups (module docstring):
+    its candidates ``names`` (less those ``left_out``) and the group-aware ones, on ``folds``
+    (:func:`group_folds`); ``prepare`` does the candidates' first-use imports."""
     extra, extra_left = group_candidates(pred)
     extra = [n for n in extra if n not in names]
-    folds = group_folds(pred, auto.n_folds, auto.seed, STRATIFIED_ROWS)
     plain = [n for n in names if n not in left_out]
-    prepare_fits(plain + [n for n in extra if n not in extra_left])
+    prepare(plain + [n for n in extra if n not in extra_left])
     shared = TemperatureFits()  # one solve per fold for TS, TS-mix, SVS, SMS (as auto's)
     outcomes = cross_validate(plain, pred, folds, auto.kind, auto._kept(), shared)
     if all(o.kept is None for o in outcomes):

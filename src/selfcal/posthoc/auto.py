@@ -25,6 +25,7 @@ from selfcal.exceptions import CalibrationNotConverged, DegenerateCalibration
 from selfcal.metrics import brier, ece, nll
 from selfcal.metrics._api import weighted_mean
 from selfcal.metrics.scores import brier_terms, nll_terms
+from selfcal.posthoc._auto_groups import fit_with_groups, group_folds
 from selfcal.posthoc._base import CALIBRATOR, Calibrator
 from selfcal.posthoc._costs import SCAN_ENTRIES, memory_refusal
 from selfcal.posthoc._temperature_fits import TemperatureFits
@@ -305,12 +306,13 @@ class AutoCalibration(Calibrator):
         return candidate_names(self.candidates)
 
     def _fit(self, pred: Predictions) -> None:
-        if pred.groups is not None:
-            from selfcal.posthoc._auto_groups import fit_with_groups
-
-            fit_with_groups(self, pred)
-            return
         names, left_out = (self._given(), {}) if self.candidates else default_candidates(pred)
+        if pred.groups is not None:  # the group-aware candidates too (_auto_groups)
+            k = fold_count(self.n_folds, pred.n_samples)
+            held = scored_folds(k, pred.n_samples) if self.n_folds == "auto" else k
+            folds = group_folds(pred, k, held, self.seed, STRATIFIED_ROWS)
+            fit_with_groups(self, pred, names, left_out, folds, prepare_fits)
+            return
         fitted = [n for n in names if n not in left_out]
         folds = folds_for(pred.require_labels(), self.n_folds, self.seed)
         prepare_fits(fitted)
