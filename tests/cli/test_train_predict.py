@@ -364,6 +364,10 @@ def test_errors_are_one_line(capsys, files, trained, tmp_path):
             "unknown calibrator 'magic'",
         ),
         (
+            ("train", t, "--val", v, "--method", "ce", "--calibrator", "groupwise", "--out", out),
+            "--calibrator groupwise: needs each row's group",
+        ),
+        (
             ("train", t, "--val", v, "--method", "ce", "--out", trained["ce"]),
             "not empty; pass --overwrite",
         ),

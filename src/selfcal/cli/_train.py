@@ -62,9 +62,9 @@ def default_method_note(calibrate: str) -> str:
 def calibrate_help() -> str:
     """``--calibrator``'s help: every registered calibrator name (computed when ``--help``
     shows it)."""
-    from selfcal.posthoc import calibrator_names
+    from selfcal.posthoc import build_calibrator, calibrator_names
 
-    names = ", ".join(calibrator_names())
+    names = ", ".join(n for n in calibrator_names() if not build_calibrator(n).uses_groups)
     return (
         f"Post-hoc calibrator fitted on VAL, or 'none': {names} (or a class's name in kebab "
         "case, as selfcal calibrate takes; --calibrate is the 0.1 spelling of this option)."

@@ -100,9 +100,15 @@ class TrainSettings:
         if self.conformal_split is not None and not 0.0 < self.conformal_split < 1.0:
             raise ValueError(f"--conformal-split must be in (0, 1), got {self.conformal_split!r}")
         if self.calibrate is not None:
-            from selfcal.posthoc.registry import calibrator_name
+            from selfcal.posthoc.registry import build_calibrator, calibrator_name
 
-            calibrator_name(self.calibrate)  # a registered name or a class's: else ValueError
+            name = calibrator_name(self.calibrate)  # a registered name or a class's, else error
+            if build_calibrator(name).uses_groups:
+                raise ValueError(
+                    f"--calibrator {self.calibrate}: needs each row's group, which selfcal train "
+                    "does not read; fit it on the model's predictions with selfcal calibrate "
+                    "--calibrator " + name
+                )
         try:
             torch.device(self.device)
         except (RuntimeError, TypeError) as err:
