@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.calibrators import groupless_names
 from helpers.degenerate import Case, cases
 from helpers.posthoc import BINARY_ONLY
 
