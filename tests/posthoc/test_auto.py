@@ -312,14 +312,16 @@ from selfcal.posthoc.auto import prepare_fits
 structured.NEWTON_BUDGET = 0  # matrix-type fits take the L-BFGS path, whatever the size
 warnings.simplefilter("ignore")
 rng = np.random.default_rng(0)
-names = [n for n in groupless_names() if n != "auto"]
+names = [n for n in calibrator_names() if n != "auto"]
 prepare_fits(names)
 before = set(sys.modules)
 for c in (2, 3):
     z, y = 2 * rng.normal(size=(60, c)), np.arange(60) % c
     for name in names:
+        calibrator = build_calibrator(name, kind="logits")
+        groups = {"groups": np.arange(60) % 2} if calibrator.uses_groups else {}
         try:
-            build_calibrator(name, kind="logits").fit(z, y)
+            calibrator.fit(z, y, **groups)
         except ValueError:  # e.g. a binary calibrator on three classes
             pass
 print(sorted(m for m in set(sys.modules) - before if not m.startswith("selfcal")))

@@ -173,6 +173,11 @@ class MulticlassMulticalibration(Calibrator):
     }
     _parsed: tuple[int, list[Any]] | None = None
 
+    @classmethod
+    def prepare_fit(cls) -> None:
+        """Import LightGBM (and the scikit-learn modules it loads) before a timed fit."""
+        import lightgbm  # noqa: F401
+
     def __init__(
         self,
         base: str = "ts",
