@@ -13,7 +13,7 @@ import pytest
 from helpers.cli import run
 from helpers.sets import write_folder_set
 
-import selfcal.posthoc.compare as C
+import selfcal.posthoc._compare_fits as F
 from selfcal.io import load_prediction_set
 from selfcal.posthoc.compare import comparison
 
@@ -108,7 +108,7 @@ def test_the_report_has_every_group_under_every_calibrator(capsys, sets, tmp_pat
 def test_a_set_without_groups_prints_exactly_what_it_did(capsys, sets, tmp_path, monkeypatch):
     """The same scores with and without groups: the same lines up to the group section, which
     only the set with groups has (fit times fixed at 0 so that the tables compare)."""
-    monkeypatch.setattr(C, "time", types.SimpleNamespace(perf_counter=lambda: 0.0))
+    monkeypatch.setattr(F, "time", types.SimpleNamespace(perf_counter=lambda: 0.0))
     code, plain, err = run(
         capsys, "compare", sets / "plain" / "m", *METHODS, "--out", tmp_path / "a"
     )

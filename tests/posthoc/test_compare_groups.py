@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers.sets import write_folder_set
 
+import selfcal.posthoc._compare_fits as F
 import selfcal.posthoc.compare as C
 from selfcal import Predictions
 from selfcal.evaluation import evaluate_groups
@@ -134,6 +135,10 @@ class PerGroupTemperature:
     its group's validation rows; records the groups it was given."""
 
     uses_groups = True
+    accepts_groups = False
+
+    def needs_groups(self):
+        return True
 
     def fit(self, scores, labels, *, groups=None):
         if groups is None:
@@ -161,7 +166,7 @@ def test_a_calibrator_that_uses_groups_gets_the_validation_and_test_groups(
     grouped, tmp_path, monkeypatch
 ):
     made = {}
-    build = C.build_calibrator
+    build = F.build_calibrator
 
     def fake_build(name, **options):
         if name == "per-group-ts":
@@ -171,7 +176,7 @@ def test_a_calibrator_that_uses_groups_gets_the_validation_and_test_groups(
             return NeedsGroups(**options)
         return build(name, **options)
 
-    monkeypatch.setattr(C, "build_calibrator", fake_build)
+    monkeypatch.setattr(F, "build_calibrator", fake_build)
     monkeypatch.setattr(C, "prepare_fits", lambda names: None)  # builds by the registry
     found = comparison(grouped, ["ts", "per-group-ts"], resamples=20, keep_probs=True)
     fake = made["per-group-ts"]
@@ -189,3 +194,14 @@ def test_a_calibrator_that_uses_groups_gets_the_validation_and_test_groups(
     plain = load_prediction_set(write_folder_set(tmp_path / "p", 0, n=600, c=4))
     rows = C.compare(plain, ["ts", "needs-groups"], resamples=20)
     assert "NeedsGroups needs groups=" in rows[1].error
+
+
+def test_compare_gives_auto_the_groups_and_lists_the_group_calibrators(grouped):
+    """On a set with groups compare's default calibrators add the group-aware ones, and its
+    ``auto`` is fitted with the groups (their candidates join); the studies' ``fit_predict``
+    (``with_groups`` off) keeps ``auto`` without them."""
+    assert {"groupwise", "multicalibration"} <= set(F.default_methods(grouped))
+    with_groups = F.fit_predict("auto", grouped, with_groups=True).calibrator
+    without = F.fit_predict("auto", grouped).calibrator
+    assert "groupwise" in with_groups.cv_results_["candidate"]
+    assert "groupwise" not in without.cv_results_["candidate"]

@@ -31,7 +31,7 @@ def memory_refusal(name: str, n_classes: int) -> str | None:
     :data:`MATRIX_CALIBRATORS` past :data:`MATRIX_PARAMETERS` parameters, whose fit would hold
     about 32 float64 copies of them (100,000 classes: 80 GB a copy). The one rule of memory
     that leaves SMS out of the default candidates and that every calibrator fitted by name on
-    a prediction set obeys (:func:`selfcal.posthoc.compare.fit_predict`)."""
+    a prediction set obeys (:func:`selfcal.posthoc._compare_fits.fit_predict`)."""
     parameters = n_classes * (n_classes + 1)
     if name not in MATRIX_CALIBRATORS or parameters <= MATRIX_PARAMETERS:
         return None

@@ -8,7 +8,6 @@ leaderboard on prediction sets stores (``selfcal reproduce posthoc --sets DIR``)
 
 from __future__ import annotations
 
-import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -21,16 +20,14 @@ from selfcal.io import PredictionSet
 from selfcal.metrics.bootstrap import Resamples, interval_bounds, resampled_values
 from selfcal.metrics.group_summary import GroupEvaluation
 from selfcal.metrics.scores import brier_terms, nll_terms
-from selfcal.posthoc._base import Calibrator
+from selfcal.posthoc._compare_fits import default_methods, fit_predict
 from selfcal.posthoc._compare_groups import (
     GroupComparison,
     compare_groups,
     evaluate_row,
     group_resamples,
 )
-from selfcal.posthoc._costs import memory_refusal
-from selfcal.posthoc.auto import AutoCalibration, default_candidates, prepare_fits
-from selfcal.posthoc.registry import build_calibrator
+from selfcal.posthoc.auto import AutoCalibration, prepare_fits
 from selfcal.predictions import Predictions
 from selfcal.shift import SplitCheck, check_splits
 
@@ -175,53 +172,6 @@ def recommend(rows: list[Row], criterion: str = "nll") -> Recommendation | None:
     return Recommendation(name, criterion, basis, judged, costs)
 
 
-def default_methods(data: PredictionSet) -> list[str]:
-    """``auto``'s default candidates for the set's validation split (less those its size leaves
-    out), then ``auto`` itself."""
-    names, left_out = default_candidates(data.predictions("val"))
-    return [n for n in names if n not in left_out] + ["auto"]
-
-
-@dataclass(frozen=True)
-class Fitted:
-    """A calibrator fitted on a set's validation split: its test probabilities, the fit's
-    seconds and warnings and the calibrator; or (``probs`` ``None``) why it could not be
-    fitted."""
-
-    probs: torch.Tensor | None
-    seconds: float = float("nan")
-    warnings: tuple[str, ...] = ()
-    calibrator: Calibrator | None = None
-    error: str = ""
-
-
-def fit_predict(name: str, data: PredictionSet, criterion: str = "nll") -> Fitted:
-    """Calibrator ``name`` fitted on ``data``'s validation split (timed; its warnings kept
-    as one-line messages, not shown) and predicting its test split; ``auto`` chooses by
-    ``criterion``. A ``ValueError`` (e.g. a binary calibrator on more classes) is recorded as
-    the reason, and so is the rule of memory (:func:`~selfcal.posthoc.auto.memory_refusal`:
-    matrix scaling on 100,000 classes is not tried). A calibrator that uses groups
-    (:attr:`~selfcal.posthoc.Calibrator.uses_groups`) is fitted with the validation split's
-    groups and predicts with the test split's."""
-    too_large = memory_refusal(name, data.n_classes)
-    if too_large is not None:
-        return Fitted(None, error=too_large)
-    options = {"criterion": criterion} if name == "auto" else {}
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            cal = build_calibrator(name, kind=data.kind, **options)
-            grouped = cal.uses_groups
-            cal.fit(data.val, data.val_labels, groups=data.val_groups if grouped else None)
-            seconds = time.perf_counter() - start
-            probs = cal.predict_proba(data.test, groups=data.test_groups if grouped else None)
-        except ValueError as error:
-            return Fitted(None, error=str(error).splitlines()[0])
-    said = tuple(" ".join(str(w.message).split()) for w in caught)
-    return Fitted(torch.as_tensor(probs), seconds, said, cal)
-
-
 def resampled_scores(
     probs: torch.Tensor, labels: torch.Tensor, n_bins: int, resamples: Resamples
 ) -> np.ndarray:
@@ -287,7 +237,8 @@ def compare(
     split, with paired intervals against TS (module docstring); ``auto`` chooses by
     ``criterion`` (``"nll"``, ``"brier"`` or ``"ece"``, as :func:`recommend` decides).
     ``keep_probs``: keep each row's test probabilities (for figures). ``by_group`` (on a set
-    with groups): judge each row per test group too (:attr:`Row.groups`)."""
+    with groups): judge each row per test group too (:attr:`Row.groups`), and give ``auto``
+    the groups (its group-aware candidates join)."""
     check_choice("criterion", criterion, CRITERIA)
     methods = list(methods or default_methods(data))
     if BASELINE not in methods:
@@ -298,7 +249,7 @@ def compare(
     prepare_fits([m for m in methods if m != "auto"])
     rows = []
     for name in methods:
-        fitted = fit_predict(name, data, criterion)
+        fitted = fit_predict(name, data, criterion, with_groups=by_group)
         if fitted.probs is None:
             rows.append(Row(name, error=fitted.error))
             continue

@@ -19,7 +19,7 @@ from selfcal.conformal.scores import class_quantiles
 from selfcal.exceptions import DegenerateCalibration
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.io import PredictionSet
-from selfcal.posthoc.compare import fit_predict
+from selfcal.posthoc._compare_fits import fit_predict
 from selfcal.studies._sets import set_artefacts, spec_set
 from selfcal.studies.conformal.execute import (
     conformalise,
@@ -103,7 +103,7 @@ def levels(
 def step_probs(data: PredictionSet, posthoc: str) -> tuple[np.ndarray | None, str]:
     """The test split's probabilities after ``posthoc`` fitted on the validation split, and
     ``""``; or ``None`` and why it could not be fitted, as ``selfcal compare`` records a
-    calibrator it cannot fit (:func:`selfcal.posthoc.compare.fit_predict`: its
+    calibrator it cannot fit (:func:`selfcal.posthoc._compare_fits.fit_predict`: its
     ``ValueError``, or the rule of memory). A step that cannot be fitted loses its own
     numbers on the set, not the set's."""
     if posthoc == "none":

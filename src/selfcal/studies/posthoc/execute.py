@@ -18,8 +18,8 @@ from selfcal import Predictions
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.io import PredictionSet
 from selfcal.posthoc import AutoCalibration
+from selfcal.posthoc._compare_fits import Fitted, fit_predict
 from selfcal.posthoc.auto import BINARY_CANDIDATES, CANDIDATES
-from selfcal.posthoc.compare import Fitted, fit_predict
 from selfcal.studies.posthoc.protocol import (
     BINARY_ONLY,
     REFERENCE,
