@@ -30,13 +30,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from selfcal.posthoc._temperature_fits import TemperatureFits
 from selfcal.posthoc.crossfit import (
     cross_validate,
-    held_out_rows,
     paired_intervals,
     stratified_folds,
-    warn_single_row_classes,
 )
 from selfcal.posthoc.registry import build_calibrator, calibrator_names
 from selfcal.predictions import Predictions
@@ -92,17 +89,12 @@ def fit_with_groups(
     (:func:`group_folds`); ``prepare`` does the candidates' first-use imports."""
     extra, extra_left = group_candidates(pred)
     extra = [n for n in extra if n not in names]
-    plain = [n for n in names if n not in left_out]
-    prepare(plain + [n for n in extra if n not in extra_left])
-    shared = TemperatureFits()  # one solve per fold for TS, TS-mix, SVS, SMS (as auto's)
-    outcomes = cross_validate(plain, pred, folds, auto.kind, auto._kept(), shared)
-    if all(o.kept is None for o in outcomes):
-        auto._fall_back(names, outcomes, left_out, pred)
+    prepare([n for n in names + extra if n not in left_out and n not in extra_left])
+    scored = auto._cross_validate(pred, names, left_out, folds)
+    if scored is None:
         return
-    warn_single_row_classes(pred)
-    held_out = torch.as_tensor(held_out_rows(folds), device=pred.device)
+    outcomes, held_out = scored
     labels = pred.require_labels()[held_out]
-    auto.cv_results_ = auto._results(names, outcomes, left_out, labels)
     base = auto._choose()
     factories = {"groupwise": functools.partial(build_calibrator, "groupwise", base=base)}
     fitted_extra = [n for n in extra if n not in extra_left]

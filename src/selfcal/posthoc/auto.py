@@ -313,20 +313,28 @@ class AutoCalibration(Calibrator):
             folds = group_folds(pred, k, held, self.seed, STRATIFIED_ROWS)
             fit_with_groups(self, pred, names, left_out, folds, prepare_fits)
             return
-        fitted = [n for n in names if n not in left_out]
         folds = folds_for(pred.require_labels(), self.n_folds, self.seed)
-        prepare_fits(fitted)
+        prepare_fits([n for n in names if n not in left_out])
+        if self._cross_validate(pred, names, left_out, folds) is not None:
+            self.chosen_ = self._choose()
+            self.calibrator_ = self._refit(pred)
+
+    def _cross_validate(
+        self, pred: Predictions, names: list[str], left_out: dict[str, str], folds: Any
+    ) -> tuple[list[Outcome], torch.Tensor] | None:
+        """Cross-validate ``names`` (less ``left_out``) on ``folds``, set ``cv_results_``: the
+        outcomes and held-out rows, or ``None`` when none could be fitted (:meth:`_fall_back`)."""
+        fitted = [n for n in names if n not in left_out]
         shared = TemperatureFits()  # one solve per fold for TS, TS-mix, SVS, SMS
         outcomes = cross_validate(fitted, pred, folds, self.kind, self._kept(), shared)
         if all(o.kept is None for o in outcomes):
             self._fall_back(names, outcomes, left_out, pred)
-            return
+            return None
         warn_single_row_classes(pred)
         held_out = torch.as_tensor(held_out_rows(folds), device=pred.device)
         labels = pred.require_labels()[held_out]
         self.cv_results_ = self._results(names, outcomes, left_out, labels)
-        self.chosen_ = self._choose()
-        self.calibrator_ = self._refit(pred)
+        return outcomes, held_out
 
     def _fall_back(
         self, names: list[str], outcomes: list[Outcome], left_out: dict[str, str], pred: Predictions
