@@ -22,25 +22,26 @@ rows' labels), so calibrate on one split and certify on another.
   thresholds are tested in decreasing order by a multi-start fixed sequence: a threshold
   answering fewer than ``n0 = ceil(log(delta) / log(1 - eps))`` rows can never be rejected
   (``(1 - eps)^n > delta``), so a single sequence from the highest confidence would stop at
-  once; instead ``J = max(1, floor(log2(N / n0)) + 1)`` sequences start at the first
-  candidates answering ``n1 2^j`` rows (``n1 = ceil(log(delta/J) / log(1 - eps))``, ``j = 0
-  .. J-1``; ``J`` and the starts depend on ``N``, ``eps`` and ``delta`` only), each walks down
-  rejecting while ``p_t <= delta / J`` and stops at the first ``p_t > delta / J``. The
-  certified threshold is the lowest rejected one.
-  **Promise**: ``P(R(t_hat) > eps) <= delta`` over the draw of the certifying rows. With a
-  fixed ``grid=`` it needs nothing more; with the default candidates (the observed
-  confidences, a data-dependent family) it also needs the error rate given the confidence,
-  ``P(wrong | c)``, to be non-increasing in ``c`` -- which calibrated scores satisfy
-  (``P(wrong | c) = 1 - c``). Argument for one sequence starting at the ``k``-th highest
-  confidence ``v``: let ``t0`` be the highest threshold with ``R(t0) > eps`` (monotone ``R``:
-  every lower one is a null too). If at least ``k`` rows have ``c >= t0``, failing needs the
-  lowest candidate ``>= t0``, whose answered rows are those of ``t0``, to be rejected: ``p_t0
-  <= delta``, probability at most ``delta`` given ``n_t0``. Otherwise ``v < t0`` and failing
-  needs the start to be rejected; given ``v``, the rows above it are i.i.d. with error rate
-  ``R(v+) >= eps`` and the row at ``v`` errs with ``P(wrong | v) >= R(v) > eps``, so its
-  p-value too is at most ``delta`` with probability at most ``delta``. ``grid=``,
-  ``fwer="bonferroni" | "holm"`` and ``p_value="hoeffding_bentkus"`` give MAPIE's procedure
-  (:func:`certify_threshold`).
+  once; instead ``J = min(3, max(1, floor(log4(N / n0)) + 1))`` sequences start at the
+  first candidates answering ``n1 4^j`` rows (``n1 = ceil(log(delta/J) / log(1 - eps))``,
+  ``j = 0 .. J-1``; ``J`` and the starts depend on ``N``, ``eps`` and ``delta`` only), each
+  walks down rejecting while ``p_t <= delta / J`` and stops at the first ``p_t > delta / J``.
+  The certified threshold is the lowest rejected one.
+  **Promise**: ``P(R(t_hat) > eps) <= delta`` over the draw of the certifying rows,
+  assuming also that the error rate given the confidence, ``P(wrong | c)``, is
+  non-increasing in ``c`` -- which calibrated scores satisfy (``P(wrong | c) = 1 - c``): the
+  family tested and the starts depend on the rows. Argument for one sequence starting at
+  the ``k``-th highest confidence ``v``: ``R`` is then non-increasing too; let ``t0`` be the
+  highest threshold with ``R(t0) > eps`` (every lower one is a null too). If at least ``k``
+  rows have ``c >= t0``, failing needs the lowest candidate ``>= t0``, whose answered rows
+  are those of ``t0``, to be rejected: ``p_t0 <= delta``, probability at most ``delta`` given
+  ``n_t0``. Otherwise ``v < t0`` and failing needs the start to be rejected; given ``v``, the
+  rows above it are i.i.d. with error rate ``R(v+) >= eps`` and the rows at ``v`` err with
+  ``P(wrong | v) >= R(v) > eps``, so its p-value too is at most ``delta`` with probability at
+  most ``delta``. ``J`` sequences at ``delta / J`` each err together with probability at most
+  ``delta``. With a fixed ``grid=`` and ``fwer="bonferroni"`` or ``"holm"`` (MAPIE's
+  procedures, :func:`certify_threshold`; ``p_value="hoeffding_bentkus"`` is MAPIE's p-value)
+  the promise needs no monotonicity.
 * ``"crc"`` -- conformal risk control (Angelopoulos, Bates, Fisch, Lei & Schuster 2022) with
   the loss ``l_i(t) = 1{wrong_i and c_i >= t}`` (non-increasing in ``t``, at most 1): the
   smallest candidate with ``(sum_i l_i(t) + 1) / (N + 1) <= eps``. **Promise**: ``E[P(answered

@@ -85,15 +85,26 @@ def min_answered(eps: float, delta: float) -> int:
     return max(1, math.ceil(math.log(delta) / math.log1p(-eps) - 1e-9))
 
 
+MAX_STARTS = 3
+"""At most this many starts of the fixed sequence (each costs a share of ``delta``)."""
+START_RATIO = 4
+"""Each start answers this many times the rows of the one before."""
+
+
 def sequence_starts(n_rows: int, eps: float, delta: float) -> tuple[np.ndarray, float]:
-    """The starts of the fixed-sequence test and the level of each: ``J = max(1, floor(log2(N /
-    n0)) + 1)`` starts with ``n0 = min_answered(eps, delta)``, at answered counts ``k_j = n1
-    2^j`` (``j = 0 .. J-1``, ``n1 = min_answered(eps, delta / J)``), each tested at ``delta /
-    J``. A function of ``(N, eps, delta)`` only, never of the rows."""
+    """The starts of the fixed-sequence test and the level of each: ``J = min(3, max(1,
+    floor(log4(N / n0)) + 1))`` starts, ``n0 = min_answered(eps, delta)``, at the answered
+    counts ``k_j = n1 4^j`` (``j = 0 .. J-1``, ``n1 = min_answered(eps, delta / J)``), each
+    tested at ``delta / J``. A function of ``(N, eps, delta)`` only, never of the rows. (On
+    the shared real sets and synthetic data, three starts lost a few percent of the answered
+    rows against two and kept a certificate where a single start, stopped by an early error
+    among the most confident rows, kept none.)"""
     n0 = min_answered(eps, delta)
-    j = max(1, math.floor(math.log2(n_rows / n0)) + 1) if n_rows >= n0 else 1
+    j = 1
+    while j < MAX_STARTS and n0 * START_RATIO**j <= n_rows:
+        j += 1
     n1 = min_answered(eps, delta / j)
-    return n1 * 2 ** np.arange(j, dtype=np.int64), delta / j
+    return n1 * START_RATIO ** np.arange(j, dtype=np.int64), delta / j
 
 
 def fixed_sequence(

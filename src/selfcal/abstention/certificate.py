@@ -118,7 +118,7 @@ class Certificate:
         risk in (0, 1), ``delta`` in (0, 1) for ``"ltt"`` and ``None`` otherwise, a finite
         threshold or ``None``, counts with ``errors <= n_answered <= n_rows``, a bound in
         [0, 1] or ``None``, ``rows_needed`` a positive count or ``None``, a group name or
-        ``None``."""
+        ``None``; without a threshold, no row answered, no bound."""
         if not isinstance(doc, dict):
             raise ValueError(f"a certificate must be a JSON object, got {type(doc).__name__}")
         unknown = set(doc) - set(FIELDS)
@@ -148,6 +148,10 @@ class Certificate:
         rows_needed = (
             None if rows_needed is None else _count("certificate rows_needed", rows_needed, 1)
         )
+        if threshold is None and (n_answered or errors or bound is not None):
+            raise ValueError("a certificate without a threshold answers no row and has no bound")
+        if threshold is not None and rows_needed is not None:
+            raise ValueError("certificate rows_needed is given only without a threshold")
         group = doc.get("group")
         if group is not None and not (isinstance(group, str) and group):
             raise ValueError(f"certificate group must be a non-empty string or None, got {group!r}")

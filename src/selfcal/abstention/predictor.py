@@ -63,11 +63,12 @@ class GuaranteedAbstention:
 
     # --------------------------------------------------------------------------------- fit
     def fit(
-        self, probs: ArrayLike, labels: ArrayLike, groups: ArrayLike | None = None
+        self, probs: ArrayLike, labels: ArrayLike | None = None, groups: ArrayLike | None = None
     ) -> GuaranteedAbstention:
         """Certify the threshold(s) on ``probs`` ``(N, C)`` calibrated probabilities and their
-        ``labels``; ``groups`` (one per row, read by :func:`selfcal._inputs.as_groups`, or the
-        groups of a :class:`~selfcal.predictions.Predictions`) for one certificate per group."""
+        ``labels`` (or a :class:`~selfcal.predictions.Predictions` holding both); ``groups``
+        (one per row, read by :func:`selfcal._inputs.as_groups`, or the groups of the
+        :class:`~selfcal.predictions.Predictions`) for one certificate per group."""
         pred = _predictions(probs, labels, groups, True)
         confidence = pred.confidence.detach().cpu().numpy()
         correct = pred.correct.detach().cpu().numpy() > 0.5
