@@ -1,13 +1,13 @@
 """Abstention with a stated guarantee: answer a row only when its calibrated confidence clears a
-threshold certified on held-out rows.
+threshold certified on held-out rows (methods §11).
 
-**Definitions.** A row is *answered* when its confidence ``c = max_k p_k`` is at least the
-threshold ``t`` (``c >= t``, the convention of :func:`selfcal.metrics.risk_coverage_curve`),
-and abstained on otherwise. The *selective risk* is ``R(t) = P(wrong | c >= t)``: the error
-rate of the answered rows. The candidate thresholds are the distinct confidences of the ``N``
-certifying rows (tied rows are answered or refused together,
-:func:`selfcal.metrics.selective.tie_groups`), plus "none" (abstain on every row). On the
-certifying rows, ``n_t`` rows are answered at ``t`` and ``e_t`` of them are wrong.
+**Definitions** (methods §11.1). A row is *answered* when its confidence ``c = max_k p_k`` is at
+least the threshold ``t`` (``c >= t``, the convention of
+:func:`selfcal.metrics.risk_coverage_curve`), and abstained on otherwise. The *selective risk* is
+``R(t) = P(wrong | c >= t)``: the error rate of the answered rows. The candidate thresholds are the
+distinct confidences of the ``N`` certifying rows (tied rows are answered or refused together,
+:func:`selfcal.metrics.selective.tie_groups`), plus "none" (abstain on every row). On the certifying
+rows, ``n_t`` rows are answered at ``t`` and ``e_t`` of them are wrong.
 
 **Assumptions.** The certifying rows and the new rows are drawn from one distribution (i.i.d.
 for ``"ltt"``; exchangeable for ``"crc"``), and the scores are a fixed function of the row: a
@@ -16,9 +16,9 @@ rows' labels), so calibrate on one split and certify on another.
 
 **Rules** (:data:`RULES`; ``eps`` the target risk, ``delta`` the allowed failure probability):
 
-* ``"ltt"`` -- Learn-then-Test (Angelopoulos, Bates, Candès, Jordan & Lei 2021). Each
-  candidate tests ``H_t: R(t) > eps`` with the exact binomial p-value ``p_t = P(Binomial(n_t,
-  eps) <= e_t)``, valid conditionally on ``n_t`` (no row answered: ``p_t = 1``). The
+* ``"ltt"`` -- Learn-then-Test (Angelopoulos, Bates, Candès, Jordan & Lei 2021; methods
+  §11.2). Each candidate tests ``H_t: R(t) > eps`` with the exact binomial p-value ``p_t =
+  P(Binomial(n_t, eps) <= e_t)``, valid conditionally on ``n_t`` (no row answered: ``p_t = 1``). The
   thresholds are tested in decreasing order by a multi-start fixed sequence: a threshold
   answering fewer than ``n0 = ceil(log(delta) / log(1 - eps))`` rows can never be rejected
   (``(1 - eps)^n > delta``), so a single sequence from the highest confidence would stop at
@@ -42,7 +42,8 @@ rows' labels), so calibrate on one split and certify on another.
   ``delta``. With a fixed ``grid=`` and ``fwer="bonferroni"`` or ``"holm"`` (MAPIE's
   procedures, :func:`certify_threshold`; ``p_value="hoeffding_bentkus"`` is MAPIE's p-value)
   the promise needs no monotonicity.
-* ``"crc"`` -- conformal risk control (Angelopoulos, Bates, Fisch, Lei & Schuster 2022) with
+* ``"crc"`` -- conformal risk control (Angelopoulos, Bates, Fisch, Lei & Schuster 2022;
+  methods §11.3) with
   the loss ``l_i(t) = 1{wrong_i and c_i >= t}`` (non-increasing in ``t``, at most 1): the
   smallest candidate with ``(sum_i l_i(t) + 1) / (N + 1) <= eps``. **Promise**: ``E[P(answered
   and wrong)] <= eps`` over the draw of the certifying rows -- the error rate over *all* new
