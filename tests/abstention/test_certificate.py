@@ -81,6 +81,21 @@ def test_ltt_too_few_rows_says_how_many_are_needed():
     assert cert.rows_needed == 29 * 2  # 29 answered rows at coverage 1/2
 
 
+def test_rows_needed_counts_the_starts_of_the_fixed_sequence_and_is_then_enough():
+    # a quarter right (the most confident), eps = 0.01: with one start 4 * 299 = 1196 rows,
+    # where the sequence has two starts at delta / 2: n1 = 368 right rows, 4 * 368 = 1472
+    def quarter_right(n: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.linspace(1, 0.5, n), np.arange(n) < n // 4
+
+    cert = certify_threshold(*quarter_right(200), target_risk=0.01, delta=0.05)
+    assert cert.threshold is None and cert.rows_needed == 4 * 368
+    assert proc.min_answered(0.01, 0.025) == 368
+    enough = certify_threshold(*quarter_right(1472), target_risk=0.01, delta=0.05)
+    assert enough.n_answered == 368 and enough.errors == 0
+    short = certify_threshold(*quarter_right(1471), target_risk=0.01, delta=0.05)
+    assert short.threshold is None
+
+
 def test_ltt_threshold_is_the_lowest_rejected_and_ties_stay_together():
     rng = np.random.default_rng(3)
     conf = np.round(rng.uniform(0.5, 1, 3000), 2)  # many ties

@@ -162,13 +162,14 @@ def rows_needed_ltt(
     n: np.ndarray, e: np.ndarray, n_rows: int, eps: float, delta: float
 ) -> int | None:
     """An estimate of the certifying rows Learn-then-Test would need: for each candidate with
-    empirical risk ``r_t = e_t / n_t < eps``, ``m_t = ceil(log(1/delta) / kl(r_t, eps))``
-    answered rows (the Chernoff bound ``P(Binomial(m, eps) <= m r) <= exp(-m kl(r, eps))``;
-    at ``r = 0`` it is :func:`min_answered`'s ``ceil(log(delta) / log(1 - eps))``) at the same
-    coverage ``n_t / N``, hence ``ceil(m_t N / n_t)`` rows; the smallest over the candidates.
-    ``None`` when no candidate's risk is below ``eps`` (more rows at this accuracy never
-    suffice); at least ``N + 1`` (it is asked only when the ``N`` rows given did not
-    suffice)."""
+    empirical risk ``r_t = e_t / n_t < eps``, ``m_t = ceil(log(J/delta) / kl(r_t, eps))``
+    answered rows (the Chernoff bound ``P(Binomial(m, eps) <= m r) <= exp(-m kl(r, eps))`` at
+    the level ``delta / J`` of the fixed sequence; at ``r = 0`` it is :func:`min_answered`'s
+    ``ceil(log(delta/J) / log(1 - eps))``) at the same coverage ``n_t / N``, hence ``ceil(m_t N
+    / n_t)`` rows; the smallest over the candidates. ``J`` is the number of starts
+    (:func:`sequence_starts`) at the estimate made with ``J = 1``. ``None`` when no
+    candidate's risk is below ``eps`` (more rows at this accuracy never suffice); at least ``N +
+    1`` (it is asked only when the ``N`` rows given did not suffice)."""
     has = n > 0
     r = np.where(has, e / np.maximum(n, 1), 1.0)
     ok = has & (r < eps)
@@ -178,8 +179,13 @@ def rows_needed_ltt(
     with np.errstate(divide="ignore", invalid="ignore"):
         first = np.where(rr > 0, rr * np.log(rr / eps), 0.0)
     kl = first + (1 - rr) * np.log((1 - rr) / (1 - eps))
-    m = np.ceil(math.log(1 / delta) / kl - 1e-9)
-    return max(n_rows + 1, int(np.min(np.ceil(m * n_rows / nn - 1e-9))))
+
+    def total(level: float) -> int:
+        m = np.ceil(math.log(1 / level) / kl - 1e-9)
+        return max(n_rows + 1, int(np.min(np.ceil(m * n_rows / nn - 1e-9))))
+
+    starts, _ = sequence_starts(total(delta), eps, delta)
+    return total(delta / starts.shape[0])
 
 
 def rows_needed_crc(n: np.ndarray, e: np.ndarray, n_rows: int, eps: float) -> int | None:
