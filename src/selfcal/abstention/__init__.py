@@ -62,8 +62,12 @@ group from that group's rows only; each group's promise holds at ``delta``, and
 
 **When nothing can be certified**, the threshold is ``None`` (abstain on every row) and
 ``rows_needed`` estimates the certifying rows that would be needed at the accuracy observed
-(:func:`selfcal.abstention._procedures.rows_needed_ltt`: at least ``ceil(log(delta) / log(1 -
-eps))`` answered rows even with no error, scaled by the coverage of the best candidate).
+(methods §11.2): for ``"ltt"``, over the candidates with ``r_t = e_t / n_t < eps``, the
+smallest ``ceil(m_t N / n_t)`` with ``m_t = ceil(log(J / delta) / kl(r_t, eps))`` answered
+rows (the Chernoff bound at the sequence's level; ``ceil(log(delta / J) / log(1 - eps))``
+even with no error); for ``"crc"``, ``ceil((1 - eps) / (eps - a))`` with ``a`` the most
+confident group's errors per certifying row. ``None`` where no confidence level observed is
+accurate enough for more rows to help.
 """
 
 from selfcal.abstention.certificate import RULES, Certificate, certify_threshold
