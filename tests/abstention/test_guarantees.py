@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers.abstention import calibrated_test_split
 
 from selfcal.abstention import certify_threshold
 from selfcal.pipeline.selective import choose_threshold
@@ -88,3 +89,34 @@ def test_empirical_rule_equals_choose_threshold():
         if old.threshold is not None:
             assert cert.n_answered / n == old.coverage
             assert 1 - cert.errors / cert.n_answered == pytest.approx(old.accuracy, abs=1e-15)
+
+
+@pytest.mark.parametrize("name", ["chenyaofo_resnet56_cifar100", "mmlu_llama31_8b_instruct"])
+def test_ltt_promise_on_a_real_score_distribution(name):
+    """The certifying rows drawn i.i.d. (with replacement) from a shared set's calibrated test
+    split, so that the split is the population and ``R(t)`` its exact selective risk: no
+    assumption on the shape of ``P(wrong | c)`` is made for the data, it is what the model
+    gives."""
+    p, y = calibrated_test_split(name)
+    c, right = p.max(1), p.argmax(1) == y
+    descending = -np.sort(-c)
+    wrong_before = np.cumsum(~right[np.argsort(-c, kind="stable")])
+
+    def risk(t: float) -> float:
+        k = int(np.searchsorted(-descending, -t, side="right"))
+        return wrong_before[k - 1] / k
+
+    rng = np.random.default_rng(54)
+    eps, delta, draws = 0.1, 0.1, 300
+    ltt = emp = answered = 0
+    for _ in range(draws):
+        rows = rng.integers(0, len(c), len(c) // 2)
+        cert = certify_threshold(c[rows], right[rows], target_risk=eps, delta=delta)
+        if cert.threshold is not None:
+            ltt += risk(cert.threshold) > eps
+            answered += cert.n_answered
+        rule = certify_threshold(c[rows], right[rows], target_risk=eps, rule="empirical")
+        emp += rule.threshold is not None and risk(rule.threshold) > eps
+    print(f"{name}: LTT violates in {ltt / draws:.3f}, the empirical rule {emp / draws:.3f}")
+    assert ltt / draws <= delta + slack(delta, draws)
+    assert emp / draws > 0.3 and answered > 0.1 * draws * len(c) // 2

@@ -23,12 +23,11 @@ everywhere."""
 
 from __future__ import annotations
 
-import os
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.abstention import calibrated_test_split
 
 from selfcal.abstention import _procedures as proc
 from selfcal.abstention import certify_threshold
@@ -41,24 +40,6 @@ MAPIE_GRID = np.linspace(0, 0.99, 100)
 EPS = (0.02, 0.05, 0.1, 0.2)
 DELTA = 0.1
 FWER = {"holm": "bonferroni_holm", "bonferroni": "bonferroni"}
-
-
-def shared(name: str) -> Path:
-    root = os.environ.get("SELFCAL_PREDICTIONS")
-    base = Path(root) if root else Path(__file__).parents[3] / "shared" / "prediction-sets"
-    return base / name
-
-
-def real(name: str) -> tuple[np.ndarray, np.ndarray]:
-    path = shared(name)
-    if not path.is_dir():
-        pytest.skip(f"shared prediction set {name} not found at {path}")
-    from selfcal.io import load_prediction_set
-    from selfcal.posthoc import TemperatureScaling
-
-    data = load_prediction_set(path)
-    ts = TemperatureScaling().fit(logits=data.val, labels=data.val_labels)
-    return ts.predict_proba(logits=data.test), np.asarray(data.test_labels)
 
 
 def synthetic(seed: int, n: int = 4000, classes: int = 5) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +106,7 @@ def compare(p, y, label):
 
 @pytest.mark.parametrize("name", SETS)
 def test_equal_to_mapie_on_shared_sets(name):
-    p, y = real(name)
+    p, y = calibrated_test_split(name)
     compare(p, y, name)
 
 
@@ -154,7 +135,7 @@ def default_rows(p, y, label):
 
 @pytest.mark.parametrize("name", SETS)
 def test_default_answers_at_least_as_many_rows_as_mapie_on_shared_sets(name):
-    p, y = real(name)
+    p, y = calibrated_test_split(name)
     default_rows(p, y, name)
 
 
