@@ -157,15 +157,22 @@ def test_numpy_and_torch_agree(name):
 
 @pytest.mark.parametrize("name", groupless_names())
 def test_calibrated_confidence_is_the_top_calibrated_probability(name):
-    """``predict_confidence`` is the largest calibrated probability -- except top-label
-    isotonic regression, whose confidence is its map of the model's own confidence, which the
-    renormalised probability vector need not keep as its largest entry."""
+    """``predict_confidence`` is the largest calibrated probability -- except the top-label
+    maps (isotonic regression, Venn-Abers), whose confidence is their map of the model's own
+    confidence, which the renormalised probability vector need not keep as its largest
+    entry."""
     z, y, zt = data_for(name)
     fitted = build_calibrator(name).fit(logits=z, labels=y)
     confidence = fitted.predict_confidence(logits=zt)
     assert isinstance(confidence, np.ndarray) and confidence.shape == (len(zt),)
     assert ((0 <= confidence) & (confidence <= 1)).all()
-    if name != "isotonic":
+    if name == "venn-abers-top":  # its merged confidence, on the model's predicted class
+        own = zt.argmax(1)
+        probs = fitted.predict_proba(logits=zt)
+        np.testing.assert_array_equal(confidence, probs[np.arange(len(zt)), own])
+        low, high = fitted.predict_interval(logits=zt)
+        assert (low <= confidence).all() and (confidence <= high).all()
+    elif name != "isotonic":
         np.testing.assert_array_equal(confidence, fitted.predict_proba(logits=zt).max(1))
     else:
         own = torch.softmax(torch.from_numpy(zt), 1).amax(1).numpy()
