@@ -207,11 +207,14 @@ def test_warn_degenerate_warns_as_the_calibrator_with_the_remedy():
 
 
 def test_the_non_parametric_calibrators_and_ts_mix_are_mixed_by_default():
-    """The isotonic, histogram and BBQ maps and TS-mix mix by default (``mix="auto"``);
-    temperature scaling offers ``mix`` and is un-mixed by default."""
-    assert MIXED == ["bbq", "histogram", "isotonic", "isotonic-ovr", "ts", "ts-grid", "ts-mix"]
+    """The isotonic, histogram and BBQ maps, top-label Venn-Abers and TS-mix mix by default
+    (``mix="auto"``); temperature scaling offers ``mix`` and is un-mixed by default.
+    (One-vs-rest Venn-Abers has no ``mix``: its merged probabilities never reach 0 or 1.)"""
+    assert MIXED == [
+        "bbq", "histogram", "isotonic", "isotonic-ovr", "ts", "ts-grid", "ts-mix", "venn-abers-top"
+    ]  # fmt: skip
     default = [name for name in MIXED if build_calibrator(name).get_params()["mix"] == "auto"]
-    assert default == ["bbq", "histogram", "isotonic", "isotonic-ovr", "ts-mix"]
+    assert default == ["bbq", "histogram", "isotonic", "isotonic-ovr", "ts-mix", "venn-abers-top"]
 
 
 @pytest.mark.parametrize("c", [2, 4])
@@ -289,6 +292,8 @@ def test_registry_factories():
         "ts-grid",
         "ts-mix",
         "vector",
+        "venn-abers",
+        "venn-abers-top",
     )
     assert build_calibrator("ts-grid").method == "grid"
     assert type(build_calibrator("ts")) is TemperatureScaling
