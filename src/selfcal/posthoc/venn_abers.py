@@ -1,6 +1,6 @@
 """Venn-Abers predictors: a probability *interval* ``[p0, p1]`` for every prediction, one of
 whose ends is calibrated, and a merged probability (Vovk & Petej 2014; Vovk, Petej &
-Fedorova 2015).
+Fedorova 2015; methods §2.8).
 
 **The inductive predictor (IVAP).** For a binary problem with calibration scores ``s_i`` and
 labels ``y_i``, and a test score ``s``: ``p_b`` is the value at ``s`` of the isotonic
