@@ -127,18 +127,18 @@ def padded(
     thresholds: np.ndarray, lower: np.ndarray, upper: np.ndarray, sizes: np.ndarray
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Concatenated tables back as ``(M, K)`` thresholds padded with ``+inf`` (never at or
-    below a score) and ``(M, K + 1)`` values padded by repeating the last."""
-    counts = torch.as_tensor(sizes, dtype=torch.int64)
-    k = int(counts.max())
-    j = torch.arange(k + 1)
-    starts = torch.cumsum(counts, 0) - counts
-    inside = j[:k] < counts.unsqueeze(1)
-    at = (starts.unsqueeze(1) + j[:k]).clamp(max=max(len(thresholds) - 1, 0))
-    thr = torch.where(inside, torch.as_tensor(thresholds)[at], math.inf)
-    value_at = (starts + torch.arange(len(counts))).unsqueeze(1) + torch.minimum(
-        j, counts.unsqueeze(1)
-    )
-    return thr, torch.as_tensor(lower)[value_at], torch.as_tensor(upper)[value_at]
+    below a score, so ``searchsorted`` stops at a map's own ``k``) and ``(M, K + 1)`` values
+    padded with 0 (never read)."""
+    counts = torch.as_tensor(np.asarray(sizes, dtype=np.int64)).unsqueeze(1)
+    positions = torch.arange(int(counts.max()) + 1)
+    thr = torch.full((len(counts), len(positions) - 1), math.inf, dtype=torch.float64)
+    thr[positions[:-1] < counts] = torch.as_tensor(np.asarray(thresholds, dtype=np.float64))
+    values = positions <= counts
+    low = torch.zeros((len(counts), len(positions)), dtype=torch.float64)
+    high = torch.zeros_like(low)
+    low[values] = torch.as_tensor(np.asarray(lower, dtype=np.float64))
+    high[values] = torch.as_tensor(np.asarray(upper, dtype=np.float64))
+    return thr, low, high
 
 
 def lookup(

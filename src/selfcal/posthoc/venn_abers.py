@@ -129,23 +129,33 @@ class _VennAbersBase(Calibrator):
     def _pairs(self, pred: Predictions) -> tuple[torch.Tensor, torch.Tensor]:
         """``(p0, p1)``, each ``(F, N, M)``: every fold's pair for every map."""
         scores = self._map_scores(pred)
-        m = self._n_maps()
-        sizes = self.table_sizes_
+        pairs = [lookup(tables, scores) for tables in self._fold_tables()]
+        return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+    def _fold_tables(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Each fold's tables, padded (:func:`~selfcal.posthoc._venn_abers_tables.padded`):
+        built once per fitted (or loaded) set of tables and kept, so that predicting a few
+        rows does not rebuild them."""
+        fitted = (self.thresholds_, self.lower_, self.upper_, self.table_sizes_)
+        kept = self.__dict__.get("_padded")
+        if kept is not None and all(a is b for a, b in zip(kept[0], fitted)):
+            return kept[1]
+        m, sizes = self._n_maps(), self.table_sizes_
         starts = np.concatenate([[0], np.cumsum(sizes)])
         value_starts = np.concatenate([[0], np.cumsum(sizes + 1)])
-        low, high = [], []
+        tables = []
         for f in range(len(sizes) // m):
             a, b = f * m, (f + 1) * m
-            tables = padded(
-                self.thresholds_[starts[a] : starts[b]],
-                self.lower_[value_starts[a] : value_starts[b]],
-                self.upper_[value_starts[a] : value_starts[b]],
-                sizes[a:b],
+            tables.append(
+                padded(
+                    self.thresholds_[starts[a] : starts[b]],
+                    self.lower_[value_starts[a] : value_starts[b]],
+                    self.upper_[value_starts[a] : value_starts[b]],
+                    sizes[a:b],
+                )
             )
-            p0, p1 = lookup(tables, scores)
-            low.append(p0)
-            high.append(p1)
-        return torch.stack(low), torch.stack(high)
+        self.__dict__["_padded"] = (fitted, tables)
+        return tables
 
     def _merged(self, pred: Predictions) -> torch.Tensor:
         """``(N, M)`` merged probabilities (:func:`~selfcal.posthoc._venn_abers_tables.merge`)."""
@@ -368,7 +378,7 @@ class VennAbersModule(torch.nn.Module):
         super().__init__()
         thr, low, high = padded(
             fitted.thresholds_, fitted.lower_, fitted.upper_, fitted.table_sizes_
-        )
+        )  # every fold's maps, fold after fold
         self.register_buffer("thresholds", thr)
         self.register_buffer("lower", low)
         self.register_buffer("upper", high)
