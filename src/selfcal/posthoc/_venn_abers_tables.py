@@ -88,20 +88,18 @@ def _diagrams(
     (``(M, K + 1)`` int64, column 0 zero, padded by repeating the last point) and the number
     of distinct scores."""
     m, n = s.shape
-    order = torch.argsort(s, dim=1, stable=True)
-    ss, tt = s.gather(1, order), t.gather(1, order)
+    ss, order = torch.sort(s, dim=1)  # the order within ties does not matter
     last = torch.ones_like(ss, dtype=torch.bool)
     last[:, :-1] = ss[:, 1:] != ss[:, :-1]  # the last row of each run of tied scores
     sizes = last.sum(1)
     k = int(sizes.max())
-    rows, cols = last.nonzero(as_tuple=True)
-    group = torch.cumsum(last, 1)[rows, cols] - 1
+    groups = torch.arange(k, device=s.device) < sizes.unsqueeze(1)  # row-major, as `last`
     thresholds = torch.full((m, k), math.inf, dtype=s.dtype, device=s.device)
-    thresholds[rows, group] = ss[rows, cols]
+    thresholds[groups] = ss[last]
     w = torch.zeros((m, k + 1), dtype=torch.int64, device=s.device)
     y = torch.zeros_like(w)
-    w[rows, group + 1] = cols + 1
-    y[rows, group + 1] = torch.cumsum(tt, 1)[rows, cols]
+    w[:, 1:][groups] = torch.arange(1, n + 1, device=s.device).expand(m, n)[last]
+    y[:, 1:][groups] = torch.cumsum(t.gather(1, order), 1)[last]
     pad = torch.arange(k + 1, device=s.device) > sizes.unsqueeze(1)
     w = torch.where(pad, w.gather(1, sizes.unsqueeze(1)), w)
     y = torch.where(pad, y.gather(1, sizes.unsqueeze(1)), y)

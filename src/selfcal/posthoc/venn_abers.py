@@ -11,9 +11,10 @@ perfectly calibrated -- under the true label ``y``, ``E[y | p_y] = p_y`` -- so o
 ends, the one of the true label, is calibrated; which one is unknown, and a wide interval says
 the calibration rows near ``s`` are few or mixed. The merged probability ``p = p1 / (1 - p0 +
 p1)`` (minimax for log loss; ``merge="brier"``: ``p1 + p0^2 / 2 - p1^2 / 2``) lies in ``[p0,
-p1]`` and carries no guarantee of its own. ``p0 < 1`` and ``p1 > 0`` always, and ``p`` lies in
-``[1 / (n + 2), (n + 1) / (n + 2)]`` for ``n`` calibration rows: no probability of 0 or 1,
-so no mixing is needed where the merged probabilities are used directly.
+p1]`` and carries no guarantee of its own. ``p0 < 1`` and ``p1 > 0`` always (the test row's
+own label is in its block), so ``p`` (``merge="log"``) lies in ``[1 / (n + 2), (n + 1) / (n +
+2)]`` for ``n`` calibration rows: no probability of 0 or 1, so no mixing is needed where the
+merged probabilities are used directly.
 
 **The cross predictor (CVAP, ``folds=K``).** The calibration rows are split into ``K``
 stratified folds (seeded by ``seed``); an IVAP calibrated on each fold's rows gives ``(p0^k,
@@ -203,7 +204,7 @@ class _VennAbersBase(Calibrator):
         n = coverage.n
         return (
             "returned the Venn-Abers probabilities, which stay below (n + 1) / (n + 2) = "
-            f"{(n + 1) / (n + 2):.6g} by construction, with intervals reaching 1"
+            f"{(n + 1) / (n + 2):.6g} by construction"
         )
 
     def _missing_outcome(self, coverage: Coverage) -> str:
