@@ -32,6 +32,13 @@ IVAP on ``p_{.1}``. :class:`TopLabelVennAbers` asks one question of every row, "
 class right?": an IVAP on the top-label confidence against correctness, whose interval is the
 interval of the confidence (no peer has it).
 
+**Names.** ``"venn-abers"`` is what the peers call their binary and one-vs-rest predictor, so
+it names that one here; ``"venn-abers-top"`` the top-label one (as ``"isotonic"`` /
+``"isotonic-ovr"`` name the two isotonic maps, the peers' name taking the bare one). Cross
+Venn-Abers is ``folds=K`` of either, not a name of its own: with a model fitted once it is the
+same predictor on folds of the rows, and ``build_calibrator("venn-abers", folds=5)`` /
+``selfcal calibrate --param folds=5`` reach it.
+
 **In ``auto`` and ``compare``.** :class:`TopLabelVennAbers` is one of ``auto``'s candidates,
 after top-label isotonic regression, whose map it smooths: on the 42 shared prediction sets it
 changed ``auto``'s choice on 2 (RepVGG-A0 and A2 on CIFAR-100, from isotonic regression),
