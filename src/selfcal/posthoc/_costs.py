@@ -26,7 +26,7 @@ TABLE_SCORES = 10**8
 """``selfcal compare`` leaves one-vs-rest Venn-Abers out of its defaults past this many
 validation scores (``N C``): its tables hold about three float64 numbers per score (2.4 GB
 here) and its fit sorts them all; at 50,000 x 1,000 (half of them validation rows) it fits in
-9 s and predicts in 5 s on two cores."""
+7 s and predicts in 5 s on two cores."""
 MATRIX_CALIBRATORS = ("sms", "matrix", "dirichlet")
 """The calibrators with a ``C x (C + 1)`` parameter matrix (:func:`memory_refusal`)."""
 

@@ -44,7 +44,7 @@ after top-label isotonic regression, whose map it smooths: on the 42 shared pred
 changed ``auto``'s choice on 2 (RepVGG-A0 and A2 on CIFAR-100, from isotonic regression),
 lowering the test NLL by 0.0006 and 0.0030 nats, and on no other; its fit is one sort of the
 confidences. :class:`VennAbers` was never chosen there when it was a candidate too, and at
-50,000 x 1,000 its fold fit would add about 15 s to ``auto``'s, so it is not a candidate;
+50,000 x 1,000 its fold fit would add about 12 s to ``auto``'s, so it is not a candidate;
 ``selfcal compare`` shows it beside them.
 
 Computed by :mod:`selfcal.posthoc._venn_abers_tables`: both isotonic fits at every place a test
