@@ -157,15 +157,22 @@ def test_numpy_and_torch_agree(name):
 
 @pytest.mark.parametrize("name", groupless_names())
 def test_calibrated_confidence_is_the_top_calibrated_probability(name):
-    """``predict_confidence`` is the largest calibrated probability -- except top-label
-    isotonic regression, whose confidence is its map of the model's own confidence, which the
-    renormalised probability vector need not keep as its largest entry."""
+    """``predict_confidence`` is the largest calibrated probability -- except the top-label
+    maps (isotonic regression, Venn-Abers), whose confidence is their map of the model's own
+    confidence, which the renormalised probability vector need not keep as its largest
+    entry."""
     z, y, zt = data_for(name)
     fitted = build_calibrator(name).fit(logits=z, labels=y)
     confidence = fitted.predict_confidence(logits=zt)
     assert isinstance(confidence, np.ndarray) and confidence.shape == (len(zt),)
     assert ((0 <= confidence) & (confidence <= 1)).all()
-    if name != "isotonic":
+    if name == "venn-abers-top":  # its merged confidence, on the model's predicted class
+        own = zt.argmax(1)
+        probs = fitted.predict_proba(logits=zt)
+        np.testing.assert_array_equal(confidence, probs[np.arange(len(zt)), own])
+        low, high = fitted.predict_interval(logits=zt)
+        assert (low <= confidence).all() and (confidence <= high).all()
+    elif name != "isotonic":
         np.testing.assert_array_equal(confidence, fitted.predict_proba(logits=zt).max(1))
     else:
         own = torch.softmax(torch.from_numpy(zt), 1).amax(1).numpy()
@@ -200,11 +207,14 @@ def test_warn_degenerate_warns_as_the_calibrator_with_the_remedy():
 
 
 def test_the_non_parametric_calibrators_and_ts_mix_are_mixed_by_default():
-    """The isotonic, histogram and BBQ maps and TS-mix mix by default (``mix="auto"``);
-    temperature scaling offers ``mix`` and is un-mixed by default."""
-    assert MIXED == ["bbq", "histogram", "isotonic", "isotonic-ovr", "ts", "ts-grid", "ts-mix"]
+    """The isotonic, histogram and BBQ maps, top-label Venn-Abers and TS-mix mix by default
+    (``mix="auto"``); temperature scaling offers ``mix`` and is un-mixed by default.
+    (One-vs-rest Venn-Abers has no ``mix``: its merged probabilities never reach 0 or 1.)"""
+    assert MIXED == [
+        "bbq", "histogram", "isotonic", "isotonic-ovr", "ts", "ts-grid", "ts-mix", "venn-abers-top"
+    ]  # fmt: skip
     default = [name for name in MIXED if build_calibrator(name).get_params()["mix"] == "auto"]
-    assert default == ["bbq", "histogram", "isotonic", "isotonic-ovr", "ts-mix"]
+    assert default == ["bbq", "histogram", "isotonic", "isotonic-ovr", "ts-mix", "venn-abers-top"]
 
 
 @pytest.mark.parametrize("c", [2, 4])
@@ -282,6 +292,8 @@ def test_registry_factories():
         "ts-grid",
         "ts-mix",
         "vector",
+        "venn-abers",
+        "venn-abers-top",
     )
     assert build_calibrator("ts-grid").method == "grid"
     assert type(build_calibrator("ts")) is TemperatureScaling

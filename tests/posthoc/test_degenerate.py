@@ -38,6 +38,7 @@ PER_CLASS = {
     "isotonic-ovr",
     "histogram",
     "bbq",
+    "venn-abers",
 }
 """Calibrators with per-class parameters: a class missing from the labels is warned."""
 LIKELIHOOD = {
@@ -55,7 +56,7 @@ LIKELIHOOD = {
     "beta",
 }
 """Calibrators fitted by a likelihood in the logits (a 1e308 logit is a ValueError)."""
-MIXED = {"isotonic", "isotonic-ovr", "histogram", "bbq", "ts-mix"}
+MIXED = {"isotonic", "isotonic-ovr", "histogram", "bbq", "ts-mix", "venn-abers-top"}
 """Calibrators mixed with the uniform distribution by default."""
 TS_FAMILY = {"ts", "ts-mix", "vector", "matrix", "svs", "sms", "dirichlet"}
 """Calibrators whose first step is temperature scaling by NLL."""

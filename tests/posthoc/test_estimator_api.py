@@ -81,6 +81,8 @@ DEFAULTS = {
     "ts-grid": {"method": "grid", "criterion": "ece", "mix": 0.0},
     "ts-mix": {"method": "nll", "criterion": "ece", "mix": "auto"},
     "vector": {"diagonal_l2": 1.0, "bias_l2": 1.0, "max_iter": 100},
+    "venn-abers": {"folds": 1, "merge": "log", "seed": 0},
+    "venn-abers-top": {"folds": 1, "merge": "log", "seed": 0, "mix": "auto"},
 }
 
 

@@ -18,6 +18,10 @@ an ulp or two: the exponentials and row sums round differently, as they do on a 
 metric whose bin edges fall exactly on tied confidences (debiased ECE's midpoints) can then
 place a tied sample differently (``tests/metrics/test_kernels.py``). Nothing outside this
 package imports numba.
+
+:mod:`selfcal._kernels.venn_abers` holds the stack scans of the Venn-Abers tables
+(:func:`venn_abers_kernels`), whose torch path is a lockstep over the maps and much slower at
+every size, so no size gate applies to them.
 """
 
 from __future__ import annotations
@@ -44,13 +48,22 @@ def kernels_for(n_elements: int, device: torch.device) -> ModuleType | None:
     return _load()
 
 
+def venn_abers_kernels(device: torch.device) -> ModuleType | None:
+    """:mod:`selfcal._kernels.venn_abers` when it should compute tables for data on
+    ``device`` (the CPU, numba installed, ``SELFCAL_KERNELS`` not ``0``), else ``None``."""
+    if device.type != "cpu" or os.environ.get("SELFCAL_KERNELS", "1") == "0":
+        return None
+    return _load("venn_abers")
+
+
 @functools.cache
-def _load() -> ModuleType | None:
-    """The numba kernels, or ``None`` (with one warning if numba is installed but broken)."""
+def _load(name: str = "cpu") -> ModuleType | None:
+    """The numba kernel module ``name``, or ``None`` (with one warning if numba is installed
+    but broken)."""
     if importlib.util.find_spec("numba") is None:
         return None
     try:
-        from selfcal._kernels import cpu
+        module = importlib.import_module(f"selfcal._kernels.{name}")
     except ImportError as error:  # e.g. a numba too old or too new for this numpy
         warnings.warn(
             f"selfcal: numba kernels unavailable ({error}); using torch",
@@ -58,4 +71,4 @@ def _load() -> ModuleType | None:
             stacklevel=3,
         )
         return None
-    return cpu
+    return module

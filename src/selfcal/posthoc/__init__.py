@@ -57,6 +57,7 @@ from selfcal.posthoc.registry import (
 )
 from selfcal.posthoc.structured import StructuredMatrixScaling, StructuredVectorScaling
 from selfcal.posthoc.temperature import TemperatureScaling
+from selfcal.posthoc.venn_abers import TopLabelVennAbers, VennAbers
 
 __all__ = [
     "BBQ",
@@ -77,8 +78,10 @@ __all__ = [
     "StructuredMatrixScaling",
     "StructuredVectorScaling",
     "TemperatureScaling",
+    "TopLabelVennAbers",
     "Uncalibrated",
     "VectorScaling",
+    "VennAbers",
     "build_calibrator",
     "calibrator_aliases",
     "calibrator_name",

@@ -13,17 +13,24 @@ import torch
 from selfcal.io import PredictionSet
 from selfcal.posthoc._auto_groups import group_candidates
 from selfcal.posthoc._base import Calibrator
-from selfcal.posthoc._costs import memory_refusal
+from selfcal.posthoc._costs import TABLE_SCORES, memory_refusal
 from selfcal.posthoc.auto import default_candidates
 from selfcal.posthoc.registry import build_calibrator
+
+SHOWN = ("venn-abers",)
+"""Calibrators ``compare`` shows by default beside ``auto``'s candidates without being
+candidates (one-vs-rest Venn-Abers: :mod:`selfcal.posthoc.venn_abers` says why), each left
+out past :data:`~selfcal.posthoc._costs.TABLE_SCORES` validation scores."""
 
 
 def default_methods(data: PredictionSet) -> list[str]:
     """``auto``'s default candidates for the set's validation split (less those its size leaves
-    out), then -- where both splits have groups -- the group-aware calibrators that apply to
-    them, then ``auto`` itself."""
+    out), then :data:`SHOWN`, then -- where both splits have groups -- the group-aware
+    calibrators that apply to them, then ``auto`` itself."""
     val = data.predictions("val")
     names, left_out = default_candidates(val)
+    if val.n_samples * val.n_classes <= TABLE_SCORES:
+        names = names + [n for n in SHOWN if n not in names]
     if val.groups is not None and data.test_groups is not None:
         grouped, grouped_left_out = group_candidates(val)
         names, left_out = names + grouped, {**left_out, **grouped_left_out}

@@ -277,18 +277,27 @@ class TopLabelIsotonicModule(torch.nn.Module):
         f = batched_interp(
             conf.unsqueeze(1), self.x_thresholds, self.y_thresholds, self.knot_counts
         )
-        top = predicted.unsqueeze(1)
-        others = p.scatter(1, top, 0.0)
-        rest = others.sum(1, keepdim=True)
-        normal = rest >= _tiny(p)
-        share = others / torch.where(normal, rest, torch.ones_like(rest))
-        # runner-ups that underflowed: softmax of their log-scores (isotonic.py's rule)
-        masked = (p.log() if self.from_probs else x).scatter(1, top, float("-inf"))
-        uniform = torch.full_like(p, 1.0 / (p.shape[1] - 1)).scatter(1, top, 0.0)
-        none = torch.isneginf(masked).all(dim=1, keepdim=True)
-        spread = torch.where(none, uniform, torch.softmax(masked.masked_fill(none, 0.0), dim=1))
-        share = torch.where(normal, share, spread)
-        return (share * (1 - f)).scatter(1, top, f).log()
+        return log_with_confidence(x, p, predicted, f, self.from_probs)
+
+
+def log_with_confidence(
+    x: torch.Tensor, p: torch.Tensor, predicted: torch.Tensor, f: torch.Tensor, from_probs: bool
+) -> torch.Tensor:
+    """``log`` of the top-label calibrators' probabilities: the ``(N, 1)`` calibrated
+    confidence ``f`` on the predicted class, ``1 - f`` spread over the others in proportion
+    to their probabilities ``p`` (``isotonic.with_confidence``; ``x`` the scores)."""
+    top = predicted.unsqueeze(1)
+    others = p.scatter(1, top, 0.0)
+    rest = others.sum(1, keepdim=True)
+    normal = rest >= _tiny(p)
+    share = others / torch.where(normal, rest, torch.ones_like(rest))
+    # runner-ups that underflowed: softmax of their log-scores (isotonic.py's rule)
+    masked = (p.log() if from_probs else x).scatter(1, top, float("-inf"))
+    uniform = torch.full_like(p, 1.0 / (p.shape[1] - 1)).scatter(1, top, 0.0)
+    none = torch.isneginf(masked).all(dim=1, keepdim=True)
+    spread = torch.where(none, uniform, torch.softmax(masked.masked_fill(none, 0.0), dim=1))
+    share = torch.where(normal, share, spread)
+    return (share * (1 - f)).scatter(1, top, f).log()
 
 
 class OneVsRestModule(torch.nn.Module):

@@ -114,21 +114,28 @@ class IsotonicCalibration(Calibrator):
         return self._map(pred.confidence)
 
     def _predict(self, pred: Predictions) -> torch.Tensor:
-        p = pred.probs
-        top = pred.predicted.unsqueeze(1)
-        new_conf = self._map(pred.confidence).unsqueeze(1)
-        others = p.scatter(1, top, 0.0)
-        rest = others.sum(1, keepdim=True)
-        normal = rest >= torch.finfo(p.dtype).tiny
-        share = others / torch.where(normal, rest, torch.ones_like(rest))
-        if not bool(normal.all()):  # the runner-ups underflowed: their shares from the scores
-            share = torch.where(normal, share, _shares_of_the_rest(pred, top))
-        return (share * (1 - new_conf)).scatter(1, top, new_conf)
+        return with_confidence(pred, self._map(pred.confidence))
 
     def _module(self, from_probs: bool) -> torch.nn.Module:
         """The knots as buffers; the module returns ``log`` of :meth:`predict_proba`'s
         probabilities (``predict_confidence`` is their entry on the predicted class)."""
         return TopLabelIsotonicModule(self.x_thresholds_, self.y_thresholds_, from_probs)
+
+
+def with_confidence(pred: Predictions, confidence: torch.Tensor) -> torch.Tensor:
+    """``(N, C)`` probabilities with the calibrated top-label ``confidence`` on the predicted
+    class and ``1 - confidence`` spread over the others in proportion to their probabilities
+    (the top-label calibrators' :meth:`~Calibrator.predict_proba`)."""
+    p = pred.probs
+    top = pred.predicted.unsqueeze(1)
+    new_conf = confidence.unsqueeze(1)
+    others = p.scatter(1, top, 0.0)
+    rest = others.sum(1, keepdim=True)
+    normal = rest >= torch.finfo(p.dtype).tiny
+    share = others / torch.where(normal, rest, torch.ones_like(rest))
+    if not bool(normal.all()):  # the runner-ups underflowed: their shares from the scores
+        share = torch.where(normal, share, _shares_of_the_rest(pred, top))
+    return (share * (1 - new_conf)).scatter(1, top, new_conf)
 
 
 def _shares_of_the_rest(pred: Predictions, top: torch.Tensor) -> torch.Tensor:
