@@ -388,7 +388,7 @@ def test_errors_are_one_line(capsys, files, trained, tmp_path):
                 "--target-coverage",
                 0.5,
             ),
-            "not both",
+            "give one of --target-risk, --target-accuracy, --target-coverage",
         ),
         (
             ("predict", trained["ce"], t, "--out", tmp_path / "p.csv", "--target-coverage", 1.5),

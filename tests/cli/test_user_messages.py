@@ -295,7 +295,8 @@ def test_predict_abstains_only_when_asked_and_says_why(blobs, capsys, tmp_path):
     assert code == 0 and err == "", err
     flat = " ".join(stdout.split())  # the console wraps long lines
     assert flat.endswith(
-        "no row abstained on (--target-accuracy or --target-coverage sets a threshold)"
+        "no row abstained on (--target-risk certifies a threshold; --target-accuracy or "
+        "--target-coverage choose one empirically)"
     )
     code, stdout, err = run(
         capsys,

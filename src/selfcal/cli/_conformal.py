@@ -144,8 +144,8 @@ def conformal_scores(
     the sets of the others; with groups, the group-conditional sets of ``groups``
     (``--conformal-groups``) too."""
     import numpy as np
-    import torch
 
+    from selfcal.cli._abstention import split_rows
     from selfcal.conformal import SplitConformal
     from selfcal.evaluation import default_resamples
     from selfcal.metrics import conformal_summary
@@ -153,13 +153,7 @@ def conformal_scores(
 
     labels = pred.require_labels()
     if calibration is None:
-        order = torch.from_numpy(np.random.default_rng(seed).permutation(pred.n_samples))
-        half = pred.n_samples // 2
-        cal, scored = (
-            pred.subset(order[:half].sort().values),
-            pred.subset(order[half:].sort().values),
-        )
-        words = f"a random half of {name}'s rows ({half} of {pred.n_samples}, seed {seed})"
+        cal, scored, words = split_rows(pred, seed, name)
     else:
         if calibration.n_classes != pred.n_classes:
             raise ValueError(

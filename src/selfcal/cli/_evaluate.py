@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from selfcal.cli._abstention import RULES as ABSTENTION_RULES
+from selfcal.cli._abstention import AbstentionScores, abstention_scores, abstention_table
 from selfcal.cli._common import (
     BinsOpt,
     GroupsOpt,
@@ -98,12 +100,15 @@ def _json_line(
     results: dict[str, Interval],
     scored: ConformalScores | None = None,
     groups: dict[str, Any] | None = None,
+    abstention: AbstentionScores | None = None,
 ) -> str:
     """One JSON object: metric -> ``{"value": v, "ci": [low, high]}`` (non-finite -> null);
     with ``--conformal``, key ``conformal`` holds the sets' settings, the rows that calibrated
     and were scored, and their metrics in the same form; with groups, key ``groups`` every
     group's numbers and the worst group's (:func:`selfcal.cli._groups.groups_json`)."""
     payload: dict[str, Any] = {k: _interval_json(iv) for k, iv in results.items()}
+    if abstention is not None:
+        payload["abstention"] = abstention.to_json()
     if groups is not None:
         payload["groups"] = groups
     if scored is not None:
@@ -199,10 +204,31 @@ def evaluate(
             "mondrian for one group a row, conditional for overlapping groups.",
         ),
     ] = "auto",
+    target_risk: Annotated[
+        float | None,
+        typer.Option(
+            "--target-risk",
+            help="Also certify an abstention threshold on a random half of FILE's rows "
+            "(seeded by --seed) and score it on the other half: the share answered and the "
+            "error rate of the answered rows (per group with groups).",
+        ),
+    ] = None,
+    delta: Annotated[
+        float, typer.Option("--delta", help="--target-risk's failure probability (ltt).")
+    ] = 0.05,
+    rule: Annotated[
+        str,
+        typer.Option(
+            "--rule", help="--target-risk's rule: ltt (Learn-then-Test), crc or empirical."
+        ),
+    ] = "ltt",
 ) -> None:
     """Every calibration metric of FILE, with bootstrap confidence intervals.
 
-    With --conformal, also conformal prediction sets. FILE: .npz
+    With --conformal, also conformal prediction sets; with --target-risk, abstention with a
+    certified threshold (selfcal.abstention).
+
+    FILE: .npz
     (arrays logits or probs, and labels), NAME.logits.npy + NAME.labels.npy, .csv or .parquet
     (columns logit_0.. or prob_0.., and label). Labels are integer class indices -- the score
     columns have no names, so class names cannot be matched to them (selfcal train and
@@ -227,6 +253,9 @@ def evaluate(
             raise ValueError("--conformal-calibration needs --conformal ALPHA")
         elif conformal_groups != "auto":
             raise ValueError("--conformal-groups needs --conformal ALPHA")
+        if target_risk is None and (delta != 0.05 or rule != "ltt"):
+            raise ValueError("--delta and --rule need --target-risk")
+        check_choice("--rule", rule, ABSTENTION_RULES)
         if plot is not None:
             check_plot_folder(plot)  # before the bootstrap, which may take long
         from selfcal.evaluation import METRICS, default_resamples
@@ -251,6 +280,9 @@ def evaluate(
                 file,
                 conformal_groups,
             )
+        abstention = None
+        if target_risk is not None:
+            abstention = abstention_scores(pred, target_risk, delta, rule, seed, file)
         n_res = resamples or default_resamples(pred.n_samples)
         show = pred.n_samples >= PROGRESS_MIN_ROWS or sys.stderr.isatty()
         bootstrap: dict[str, Any] = {"n_resamples": n_res, "confidence": confidence, "seed": seed}
@@ -269,7 +301,7 @@ def evaluate(
             stderr().print(f"wrote {len(written)} figure(s) to {plot}")
         if as_json:
             grouped = None if by_group is None else groups_json(by_group)
-            sys.stdout.write(_json_line(results, scored, grouped))
+            sys.stdout.write(_json_line(results, scored, grouped, abstention))
         else:
             stdout().print(_evaluate_table(results, confidence, pred.n_samples, n_res, interval))
             if scored is not None:
@@ -277,6 +309,8 @@ def evaluate(
                 per_group = conformal_groups_table(scored, groups_shown)
                 if per_group is not None:
                     stdout().print(per_group)
+            if abstention is not None:
+                stdout().print(abstention_table(abstention))
             if by_group is not None:
                 view = groups_view(by_group, groups_shown, confidence)
                 print_drawn(lambda console: console.print(view))

@@ -5,7 +5,7 @@ confidence and whether to abstain.
 Output by suffix: ``.csv`` / ``.parquet`` -- columns ``prob_<class>`` (one per class, named by
 the label mapping), ``predicted`` (the class value), ``confidence`` (``max_k p_k`` of the
 calibrated probabilities), ``abstain`` (``confidence < threshold``; only when a target
-accuracy or coverage is given: by default nothing is abstained on), and the input's label
+risk, accuracy or coverage is given: by default nothing is abstained on), and the input's label
 column when it has one; ``.npz`` -- arrays ``probs`` ``(N, C)``, ``classes`` ``(C,)``,
 ``predicted``, ``confidence``, ``abstain`` (as above) and ``labels`` when the input has them.
 Labels the training data did not have are kept in the output and warned about
@@ -28,10 +28,12 @@ from typing import Any
 import numpy as np
 
 from selfcal._warnings import warn_user
+from selfcal.abstention import Certificate
 from selfcal.exceptions import UnseenLabels
 from selfcal.io import write_table
 from selfcal.pipeline import model_dir as md
 from selfcal.pipeline.conformal import DEFAULT_SCORE, ConformalSets, conformal_sets
+from selfcal.pipeline.guarantee import DEFAULT_DELTA, DEFAULT_RULE, certificate_for
 from selfcal.pipeline.selective import Threshold
 from selfcal.pipeline.tables import FeatureTable, read_table
 
@@ -47,7 +49,8 @@ class PredictResult:
     every row is abstained on); ``conformal``: the prediction sets when asked for, with
     ``set_coverage`` (the share of labelled rows whose label is in their set) when the rows
     have labels; ``unseen_labels``: the rows whose label the training data did not have
-    (left out of both scores)."""
+    (left out of both scores); ``certificate``: with a target risk, the certified threshold
+    and its promise (:mod:`selfcal.pipeline.guarantee`; ``threshold`` is then ``None``)."""
 
     path: Path
     probs: np.ndarray
@@ -59,6 +62,7 @@ class PredictResult:
     conformal: ConformalSets | None = None
     set_coverage: float | None = None
     unseen_labels: int = 0
+    certificate: Certificate | None = None
 
 
 def predict(
@@ -70,17 +74,28 @@ def predict(
     target_coverage: float | None = None,
     conformal: float | None = None,
     conformal_score: str = DEFAULT_SCORE,
+    target_risk: float | None = None,
+    delta: float = DEFAULT_DELTA,
+    rule: str = DEFAULT_RULE,
 ) -> PredictResult:
     """Apply the model in ``folder`` to ``data`` and write ``out`` (module doc). With
     ``target_accuracy`` or ``target_coverage`` (at most one), rows below the threshold chosen
-    on validation for it are abstained on; with neither, none is (no ``abstain`` column).
-    ``conformal``: also a prediction set per row at this level, with ``conformal_score``."""
+    on validation for it are abstained on (the empirical rule: no promise); with
+    ``target_risk`` (instead of both), rows below the threshold certified by ``rule`` at
+    ``delta`` on the held-out rows (:mod:`selfcal.pipeline.guarantee`); with none of them, none
+    is (no ``abstain`` column). ``conformal``: also a prediction set per row at this level,
+    with ``conformal_score``."""
     out = Path(out)
     if out.suffix.lower() not in OUTPUT_FORMATS:
         raise ValueError(f"{out}: unknown output type {out.suffix!r}; use .csv, .parquet or .npz")
-    if target_accuracy is not None and target_coverage is not None:
-        raise ValueError("give --target-accuracy or --target-coverage, not both")
+    given = [target_accuracy, target_coverage, target_risk]
+    if sum(t is not None for t in given) > 1:
+        raise ValueError("give one of --target-risk, --target-accuracy, --target-coverage")
     model = md.TrainedModel.load(folder)
+    certificate = None
+    if target_risk is not None:
+        n_classes = model.labels.n_classes
+        certificate = certificate_for(folder, n_classes, target_risk, delta=delta, rule=rule)
     threshold = None
     if target_accuracy is not None:
         threshold = md.threshold_for(folder, "accuracy", target_accuracy)
@@ -95,10 +110,14 @@ def predict(
     confidence, index = md.confidence_and_prediction(probs)
     predicted = model.labels.decode(index)
     abstain = None if threshold is None else threshold.abstain(confidence)
+    if certificate is not None:
+        abstain = certificate.abstain(confidence)
     sets = None if conformal is None else conformal_sets(folder, probs, conformal, conformal_score)
     _write(out, model, table, probs, predicted, confidence, abstain, sets)
     if table.labels is None:
-        return PredictResult(out, probs, predicted, confidence, abstain, threshold, None, sets)
+        return PredictResult(
+            out, probs, predicted, confidence, abstain, threshold, None, sets, None, 0, certificate
+        )
     truth, known = model.labels.encode_known(table.labels)
     unseen = int((~known).sum())
     if unseen:
@@ -109,7 +128,17 @@ def predict(
     if sets is not None and known.any():
         covered = float(sets.sets[np.flatnonzero(known), truth[known]].mean())
     return PredictResult(
-        out, probs, predicted, confidence, abstain, threshold, accuracy, sets, covered, unseen
+        out,
+        probs,
+        predicted,
+        confidence,
+        abstain,
+        threshold,
+        accuracy,
+        sets,
+        covered,
+        unseen,
+        certificate,
     )
 
 

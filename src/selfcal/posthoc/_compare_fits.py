@@ -17,9 +17,9 @@ from selfcal.posthoc._costs import TABLE_SCORES, memory_refusal
 from selfcal.posthoc.auto import default_candidates
 from selfcal.posthoc.registry import build_calibrator
 
-SHOWN = ("venn-abers",)
+SHOWN = ("venn-abers", "venn-abers-top")
 """Calibrators ``compare`` shows by default beside ``auto``'s candidates without being
-candidates (one-vs-rest Venn-Abers: :mod:`selfcal.posthoc.venn_abers` says why), each left
+candidates (the Venn-Abers predictors: :mod:`selfcal.posthoc.venn_abers` says why), each left
 out past :data:`~selfcal.posthoc._costs.TABLE_SCORES` validation scores."""
 
 

@@ -43,11 +43,11 @@ from selfcal.posthoc.crossfit import (
 from selfcal.posthoc.registry import build_calibrator, register_calibrator
 from selfcal.predictions import Predictions
 
-CANDIDATES = tuple("sms svs vector ts-mix ts ets isotonic venn-abers-top none".split())
+CANDIDATES = ("sms", "svs", "vector", "ts-mix", "ts", "ets", "isotonic", "none")
 """The default candidates, in the order of preference that ``selection="first"`` follows:
 structured matrix, structured vector and vector scaling, temperature scaling with and without
-mixing, ensemble temperature scaling, mixed top-label isotonic regression and Venn-Abers
-(why: :mod:`selfcal.posthoc.venn_abers`), and last no calibration at all.
+mixing, ensemble temperature scaling, mixed top-label isotonic regression, and last no
+calibration at all.
 
 The order is the evidence of benchmarks over many models: structured matrix scaling ranks
 first on multiclass sets in Berta et al.'s CalArena (win rate against temperature scaling

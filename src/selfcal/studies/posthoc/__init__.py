@@ -30,9 +30,8 @@ class Posthoc(SetsStudy, Study[PosthocProtocol]):
         "Post-hoc leaderboard on prediction sets: every calibrator, fitted on validation and "
         "judged on test"
     )
-    version = 4  # 2: exact zero probabilities read through the fitted floor (prob_floor_);
-    # 3: auto's default order puts structured matrix scaling first; 4: the Venn-Abers
-    # calibrators on the leaderboard, and top-label Venn-Abers among auto's candidates
+    version = 3  # 2: exact zero probabilities read through the fitted floor (prob_floor_);
+    # 3: auto's default order puts structured matrix scaling first
 
     def source_specs(self, protocol: PosthocProtocol) -> list[RunSpec]:
         """The runs on the study's own sources (the sets protocol's: :func:`set_specs`)."""

@@ -22,10 +22,18 @@ REFERENCE = "probmetrics-sms"
 BINARY_ONLY = ("platt", "quadratic", "beta")
 
 
+NOT_YET = ("venn-abers", "venn-abers-top")
+"""Registered calibrators not yet on the leaderboard: the Venn-Abers predictors (issue 51) join
+it when the benchmark's predictions store is regenerated (hours on two cores); their evidence
+on the shared prediction sets is ``results/venn-abers-real``
+(``scripts/venn_abers_evidence.py``)."""
+
+
 def default_calibrators() -> tuple[str, ...]:
     """Every registered calibrator that calibrates without groups (the study's sets have
-    none; a calibrator with ``uses_groups`` needs them)."""
-    return tuple(n for n in calibrator_names() if not build_calibrator(n).uses_groups)
+    none; a calibrator with ``uses_groups`` needs them), less :data:`NOT_YET`."""
+    names = (n for n in calibrator_names() if n not in NOT_YET)
+    return tuple(n for n in names if not build_calibrator(n).uses_groups)
 
 
 @dataclass(frozen=True)
