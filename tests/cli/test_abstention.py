@@ -152,3 +152,38 @@ def test_evaluate_rule_options_need_a_target(capsys, tmp_path):
     assert code != 0 and "--target-risk" in err
     code, _, err = run(capsys, "evaluate", path, "--target-risk", "0.1", "--rule", "nope")
     assert code != 0 and "--rule" in err
+
+
+def test_train_keeps_the_guarantee_and_predict_applies_it(capsys, files, tmp_path):
+    """``train --target-risk`` keeps the guarantee in the folder (config, report); ``predict``
+    given no target applies it, and a target given on the command line replaces it."""
+    kept = _train(
+        files, tmp_path / "kept", "--conformal-split", "0.4", "--target-risk", "0.5",
+        "--rule", "crc",
+    )  # fmt: skip
+    capsys.readouterr()  # train's own output
+    config = json.loads((kept / "config.json").read_text())
+    assert config["abstention"] == {"target_risk": 0.5, "delta": 0.05, "rule": "crc"}
+    expected = _held_out_certificate(kept, target_risk=0.5, rule="crc")
+    report = json.loads((kept / "report.json").read_text())
+    assert {k: report["abstention"][k] for k in expected.to_json()} == expected.to_json()
+    assert report["abstention"]["promise"] in " ".join((kept / "report.md").read_text().split())
+    out = tmp_path / "p.npz"
+    code, stdout, err = run(capsys, "predict", kept, files["test"], "--out", out, "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["certificate"] == expected.to_json()
+    with np.load(out) as written:
+        assert (written["abstain"] == expected.abstain(written["confidence"])).all()
+    code, stdout, err = run(
+        capsys, "predict", kept, files["test"], "--out", out, "--target-coverage", "0.5",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert doc["certificate"] is None and doc["threshold"]["kind"] == "coverage"
+
+
+def test_train_refuses_a_guarantee_without_held_out_rows(capsys, files, tmp_path):
+    args = ["train", files["train"], "--val", files["val"], "--method", "ce"]
+    code, _, err = run(capsys, *args, "--out", tmp_path / "m", "--target-risk", "0.1", *TINY)
+    assert code != 0 and "--conformal-split" in err and len(err.strip().splitlines()) == 1

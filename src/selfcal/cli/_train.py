@@ -282,6 +282,20 @@ def train(
             "thresholds.",
         ),
     ] = None,
+    target_risk: Annotated[
+        float | None,
+        typer.Option(
+            "--target-risk",
+            help="Keep an abstention guarantee in the folder: selfcal predict (given no target) "
+            "abstains below the threshold certified on the --conformal-split rows.",
+        ),
+    ] = None,
+    delta: Annotated[
+        float, typer.Option("--delta", help="--target-risk's failure probability (ltt).")
+    ] = 0.05,
+    rule: Annotated[
+        str, typer.Option("--rule", help="--target-risk's rule: ltt, crc or empirical.")
+    ] = "ltt",
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the model in a non-empty --out.")
     ] = False,
@@ -314,6 +328,9 @@ def train(
             stop_by=stop_by,
             patience=patience or None,
             conformal_split=conformal_split,
+            target_risk=target_risk,
+            delta=delta,
+            rule=rule,
         )
         given = {
             "--test": test,
@@ -329,6 +346,9 @@ def train(
             "--stop-by": stop_by,
             "--patience": patience,
             "--conformal-split": conformal_split,
+            "--target-risk": target_risk,
+            "--delta": delta,
+            "--rule": rule,
         }
         command = _command(data, val, method, out, given, grid or [])
         with progress_bar(sys.stderr.isatty() and not as_json) as progress:
@@ -365,6 +385,9 @@ DEFAULTS: dict[str, object] = {
     "--stop-by": "refinement",
     "--patience": DEFAULT_PATIENCE,
     "--conformal-split": None,
+    "--target-risk": None,
+    "--delta": 0.05,
+    "--rule": "ltt",
 }
 """The options' defaults: the report's command line names only the others."""
 
@@ -414,4 +437,7 @@ def _print_summary(report: dict[str, Any], folder: Path) -> None:
             f"{held['seed']}) held out before selection and calibration; selfcal predict "
             f"--conformal ALPHA gives sets for ALPHA >= {1 / (held['rows'] + 1):.3g}"
         )
+    kept = report.get("abstention")
+    if kept is not None:
+        console.print(f"abstention kept in the folder, {kept['rule']}: {kept['promise']}")
     console.print(f"wrote {folder} (report: {folder / 'report.md'})")

@@ -20,8 +20,10 @@ such.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from selfcal.abstention import Certificate, certify_threshold
+from selfcal._validation import check_choice, check_real
+from selfcal.abstention import RULES, Certificate, certify_threshold
 from selfcal.pipeline import model_dir as md
 from selfcal.pipeline.conformal import load_calibration
 from selfcal.pipeline.folder_schema import read_validation
@@ -66,3 +68,46 @@ def certificate_for(
         delta=delta,
         rule=rule,
     )
+
+
+def check_guarantee(
+    target_risk: float | None, delta: float, rule: str, held_out: float | None
+) -> None:
+    """The guarantee ``selfcal train --target-risk`` keeps, checked: ``target_risk`` and
+    ``delta`` in (0, 1), a known rule, and held-out rows for a guaranteed rule."""
+    if target_risk is None:
+        return
+    check_real("--target-risk", target_risk, 0.0, 1.0, low_open=True, high_open=True)
+    check_real("--delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+    check_choice("--rule", rule, RULES)
+    if held_out is None and rule != "empirical":
+        raise ValueError(
+            "--target-risk needs --conformal-split (e.g. 0.3): rows the calibrator never sees "
+            "certify the threshold (or --rule empirical, which promises nothing)"
+        )
+
+
+def stored_guarantee(config: dict[str, Any]) -> tuple[float, float, str] | None:
+    """``(target_risk, delta, rule)`` a folder's ``config.json`` keeps (``None``: none),
+    checked as :func:`check_guarantee` checks them."""
+    kept = config.get("abstention")
+    if kept is None:
+        return None
+    if not isinstance(kept, dict) or set(kept) != {"target_risk", "delta", "rule"}:
+        raise ValueError("config.json: abstention must hold exactly target_risk, delta, rule")
+    risk, delta, rule = kept["target_risk"], kept["delta"], kept["rule"]
+    check_guarantee(risk, delta, rule, None if rule == "empirical" else 1.0)
+    return float(risk), float(delta), str(rule)
+
+
+def stored_certificate(
+    folder: str | Path, n_classes: int, config: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The certificate of the guarantee ``config`` keeps, as the report holds it (its fields
+    and the promise in words), or ``None``."""
+    kept = stored_guarantee(config)
+    if kept is None:
+        return None
+    risk, delta, rule = kept
+    cert = certificate_for(folder, n_classes, risk, delta=delta, rule=rule)
+    return {**cert.to_json(), "promise": cert.describe()}

@@ -4,7 +4,9 @@
 ``model.safetensors``  the network's parameters (float32, safetensors)
 ``config.json``        format and versions (selfcal, torch), the architecture, method,
                        selected hyperparameters and criterion, recipe, seed, feature columns
-                       with the standardisation (mean, std), label column and classes
+                       with the standardisation (mean, std), label column and classes,
+                       and the abstention guarantee kept by ``--target-risk``
+                       (:mod:`selfcal.pipeline.guarantee`)
 ``calibrator.json``    the post-hoc calibrator fitted on VAL (the :mod:`selfcal.posthoc` JSON
                        format); absent with ``--calibrator none``
 ``selective.json``     the abstention thresholds chosen on VAL for the default targets

@@ -33,7 +33,12 @@ from selfcal.exceptions import UnseenLabels
 from selfcal.io import write_table
 from selfcal.pipeline import model_dir as md
 from selfcal.pipeline.conformal import DEFAULT_SCORE, ConformalSets, conformal_sets
-from selfcal.pipeline.guarantee import DEFAULT_DELTA, DEFAULT_RULE, certificate_for
+from selfcal.pipeline.guarantee import (
+    DEFAULT_DELTA,
+    DEFAULT_RULE,
+    certificate_for,
+    stored_guarantee,
+)
 from selfcal.pipeline.selective import Threshold
 from selfcal.pipeline.tables import FeatureTable, read_table
 
@@ -82,8 +87,9 @@ def predict(
     ``target_accuracy`` or ``target_coverage`` (at most one), rows below the threshold chosen
     on validation for it are abstained on (the empirical rule: no promise); with
     ``target_risk`` (instead of both), rows below the threshold certified by ``rule`` at
-    ``delta`` on the held-out rows (:mod:`selfcal.pipeline.guarantee`); with none of them, none
-    is (no ``abstain`` column). ``conformal``: also a prediction set per row at this level,
+    ``delta`` on the held-out rows (:mod:`selfcal.pipeline.guarantee`); with none of them, the
+    guarantee the folder keeps (``selfcal train --target-risk``), or else none is (no
+    ``abstain`` column). ``conformal``: also a prediction set per row at this level,
     with ``conformal_score``."""
     out = Path(out)
     if out.suffix.lower() not in OUTPUT_FORMATS:
@@ -93,6 +99,9 @@ def predict(
         raise ValueError("give one of --target-risk, --target-accuracy, --target-coverage")
     model = md.TrainedModel.load(folder)
     certificate = None
+    kept = stored_guarantee(model.config)
+    if kept is not None and not any(t is not None for t in given):
+        target_risk, delta, rule = kept  # the guarantee the folder keeps
     if target_risk is not None:
         n_classes = model.labels.n_classes
         certificate = certificate_for(folder, n_classes, target_risk, delta=delta, rule=rule)

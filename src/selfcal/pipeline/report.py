@@ -163,6 +163,14 @@ def markdown(report: Mapping[str, Any]) -> str:
         "validation confidences).",
         "",
     ]
+    kept = report.get("abstention")
+    if kept is not None:
+        lines += [
+            f"With a guarantee ({kept['rule']} at target risk {kept['target_risk']:g}, kept in "
+            f"the folder and applied by `selfcal predict` when given no target): "
+            f"{kept['promise']}",
+            "",
+        ]
     return "\n".join(lines)
 
 

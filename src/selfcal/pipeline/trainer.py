@@ -28,6 +28,12 @@ from selfcal.pipeline.fitting import (
     Selection,
     fit_and_select,
 )
+from selfcal.pipeline.guarantee import (
+    DEFAULT_DELTA,
+    DEFAULT_RULE,
+    check_guarantee,
+    stored_certificate,
+)
 from selfcal.pipeline.prepare import PreparedData, prepare
 from selfcal.pipeline.report import (
     candidates_json,
@@ -69,7 +75,10 @@ class TrainSettings:
     checkpoint (:data:`~selfcal.pipeline.fitting.DEFAULT_PATIENCE` = 50; ``None``: every
     epoch);
     ``conformal_split``: the share of VAL held out, before selection and calibration, for
-    conformal prediction sets (:mod:`selfcal.pipeline.conformal`), or ``None``."""
+    conformal prediction sets (:mod:`selfcal.pipeline.conformal`) and certified abstention,
+    or ``None``; ``target_risk``, ``delta``, ``rule``: the abstention guarantee the folder keeps
+    and ``selfcal predict`` applies when given no target (:mod:`selfcal.pipeline.guarantee`;
+    ``target_risk`` ``None``: none)."""
 
     method: str
     hidden: tuple[int, ...] = TABULAR.hidden or ()
@@ -84,6 +93,9 @@ class TrainSettings:
     stop_by: str = DEFAULT_STOP_BY
     patience: int | None = DEFAULT_PATIENCE
     conformal_split: float | None = None
+    target_risk: float | None = None
+    delta: float = DEFAULT_DELTA
+    rule: str = DEFAULT_RULE
 
     def __post_init__(self) -> None:
         get_method(self.method)
@@ -99,6 +111,7 @@ class TrainSettings:
         check_optional_int("patience", self.patience)
         if self.conformal_split is not None and not 0.0 < self.conformal_split < 1.0:
             raise ValueError(f"--conformal-split must be in (0, 1), got {self.conformal_split!r}")
+        check_guarantee(self.target_risk, self.delta, self.rule, self.conformal_split)
         if self.calibrate is not None:
             from selfcal.posthoc.registry import build_calibrator, calibrator_name
 
@@ -293,6 +306,9 @@ def _config(
             "rows": held_out.n_rows,
             "seed": settings.seed,
         },
+        "abstention": None
+        if settings.target_risk is None
+        else {"target_risk": settings.target_risk, "delta": settings.delta, "rule": settings.rule},
     }
 
 
@@ -343,6 +359,7 @@ def _write_folder(
     report = _report(
         settings, config, selection, model, prepared, z_val, p_val, thresholds, command
     )
+    report["abstention"] = stored_certificate(folder, model.labels.n_classes, config)
     md.write_json(folder / md.REPORT_JSON, report)
     (folder / md.REPORT_MD).write_text(markdown(report), encoding="utf-8")
     md.write_json(folder / md.CONFIG, md.seal(folder, config))  # last: the files are final
