@@ -26,7 +26,11 @@ minutes on one thread; run it with the other heavy jobs' lock::
         ../shared/prediction-sets --out results/venn-abers-real
 
 It writes ``venn-abers.json`` (every number per set) and ``README.md`` (the tables) to
-``--out``, and prints the README.
+``--out``, and prints the README. ``--show`` instead prints one set's intervals, a few right and
+a few wrong test rows and the mean widths (seconds on one thread)::
+
+    python scripts/venn_abers_evidence.py \\
+        ../shared/prediction-sets/chenyaofo_resnet56_cifar10 --show
 """
 
 from __future__ import annotations
@@ -199,12 +203,50 @@ def report(sets: list[dict[str, Any]], root: str) -> str:
     return "\n".join(lines)
 
 
+def show(folder: Path, rows: int = 3) -> str:
+    """One set's ``venn-abers-top`` fitted on its validation split: the first ``rows`` right
+    and the first ``rows`` wrong test rows (the raw confidence, ``[p0, p1]``, its width and the
+    merged probability ``p1 / (1 - p0 + p1)``), then :func:`width_and_errors`' numbers."""
+    data = load_prediction_set(folder)
+    val, test = data.predictions("val"), data.predictions("test")
+    fitted = build_calibrator("venn-abers-top").fit(val)
+    p0, p1 = (np.asarray(end) for end in fitted.predict_interval(test))
+    merged = np.asarray(fitted.predict_confidence(test))
+    confidence = test.probs.max(dim=1).values.numpy()
+    right = test.correct.numpy() > 0.5
+    picked = [*np.flatnonzero(right)[:rows], *np.flatnonzero(~right)[:rows]]
+    lines = [
+        f"{folder.name}: venn-abers-top fitted on {val.n_samples} validation rows, "
+        f"{test.n_samples} test rows",
+        "test row  right  confidence  [p0, p1]            width   merged",
+    ]
+    for i in picked:
+        lines.append(
+            f"{i:8d}  {'yes' if right[i] else 'no':5}  {confidence[i]:10.4f}  "
+            f"[{p0[i]:.4f}, {p1[i]:.4f}]  {p1[i] - p0[i]:.4f}  {merged[i]:.4f}"
+        )
+    got = width_and_errors(val, test)
+    lines.append(
+        f"mean width: wrong rows {got['wrong']:.4f} ({int((~right).sum())} rows), right rows "
+        f"{got['right']:.4f} ({int(right.sum())}); AUROC of the width for an error "
+        f"{got['auroc']:.3f}"
+    )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sets", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--show", action="store_true", help="print one set's intervals")
     args = parser.parse_args()
+    if args.show == (args.out is not None):
+        parser.error("give exactly one of --out and --show")
     torch.set_num_threads(1)
+    if args.show:
+        with threadpool_limits(1):
+            print(show(args.sets))
+        return
     with threadpool_limits(1):
         sets = [one_set(folder) for folder in find_prediction_sets(args.sets)]
     args.out.mkdir(parents=True, exist_ok=True)
