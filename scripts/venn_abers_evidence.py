@@ -206,7 +206,8 @@ def report(sets: list[dict[str, Any]], root: str) -> str:
 def show(folder: Path, rows: int = 3) -> str:
     """One set's ``venn-abers-top`` fitted on its validation split: the first ``rows`` right
     and the first ``rows`` wrong test rows (the raw confidence, ``[p0, p1]``, its width and the
-    merged probability ``p1 / (1 - p0 + p1)``), then :func:`width_and_errors`' numbers."""
+    merged probability ``p1 / (1 - p0 + p1)``), then :func:`width_and_errors`' and
+    :func:`widths_by_size`' numbers (the set's row of the report's tables)."""
     data = load_prediction_set(folder)
     val, test = data.predictions("val"), data.predictions("test")
     fitted = build_calibrator("venn-abers-top").fit(val)
@@ -226,11 +227,14 @@ def show(folder: Path, rows: int = 3) -> str:
             f"[{p0[i]:.4f}, {p1[i]:.4f}]  {p1[i] - p0[i]:.4f}  {merged[i]:.4f}"
         )
     got = width_and_errors(val, test)
-    lines.append(
-        f"mean width: wrong rows {got['wrong']:.4f} ({int((~right).sum())} rows), right rows "
-        f"{got['right']:.4f} ({int(right.sum())}); AUROC of the width for an error "
-        f"{got['auroc']:.3f}"
-    )
+    by_size = widths_by_size(val, test)
+    lines += [
+        f"mean width: all rows {by_size['all']:.4f}, wrong rows {got['wrong']:.4f} "
+        f"({int((~right).sum())} rows), right rows {got['right']:.4f} ({int(right.sum())}); "
+        f"AUROC of the width for an error {got['auroc']:.3f}",
+        "mean width by validation rows fitted: "
+        + ", ".join(f"{size} {width:.4f}" for size, width in by_size.items()),
+    ]
     return "\n".join(lines)
 
 

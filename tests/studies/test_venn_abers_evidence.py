@@ -139,5 +139,8 @@ def test_show_prints_right_and_wrong_rows_and_the_mean_widths(evidence, one):
         width, merged = float(line.split()[-2]), float(line.split()[-1])
         assert low <= merged <= high and width == pytest.approx(high - low, abs=2e-4)
     got = evidence.width_and_errors(val, test)
-    assert f"wrong rows {got['wrong']:.4f}" in lines[-1]
-    assert f"right rows {got['right']:.4f}" in lines[-1]
+    assert f"wrong rows {got['wrong']:.4f}" in lines[-2]
+    assert f"right rows {got['right']:.4f}" in lines[-2]
+    by_size = evidence.widths_by_size(val, test)
+    assert f"all rows {by_size['all']:.4f}" in lines[-2]
+    assert lines[-1].endswith(f"2000 {by_size['2000']:.4f}, all {by_size['all']:.4f}")
