@@ -139,11 +139,19 @@ def one_set(folder: Path) -> dict[str, Any]:
     }
 
 
+FEW_SETS = 5
+"""Below this many sets a family's mean is shown with each set's value, not an interval: the
+percentile interval of bootstrap draws of two sets is just their range."""
+
+
 def _over_sets(values: list[float]) -> str:
-    """Mean over sets with a 95% percentile interval from bootstrap draws of the sets."""
+    """Mean over sets with a 95% percentile interval from bootstrap draws of the sets (with
+    each set's value instead when there are fewer than :data:`FEW_SETS`)."""
     v = np.asarray(values, dtype=np.float64)
     if len(v) == 1:
         return f"{v[0]:.4f}"
+    if len(v) < FEW_SETS:
+        return f"{v.mean():.4f} (sets: {', '.join(f'{x:.4f}' for x in v)})"
     rng = np.random.default_rng(SEED)
     draws = v[rng.integers(0, len(v), (RESAMPLES, len(v)))].mean(axis=1)
     lo, hi = np.quantile(draws, [0.025, 0.975])
@@ -194,8 +202,9 @@ def report(sets: list[dict[str, Any]], root: str) -> str:
         "",
         f"Seed {SEED}; one thread; {RESAMPLES} bootstrap resamples. Sets: the {len(sets)} "
         f"folders of `{root}`, each fitted on its validation split and judged on its test "
-        "split. Intervals over sets are percentile intervals of bootstrap draws of the sets; "
-        "a set is better / worse when its paired interval over test rows excludes 0.",
+        "split. Intervals over sets are percentile intervals of bootstrap draws of the sets "
+        f"(a family of fewer than {FEW_SETS} sets shows each set's value instead); a set is "
+        "better / worse when its paired interval over test rows excludes 0.",
         "",
     ]
     for c in sorted(families, reverse=True):

@@ -117,6 +117,7 @@ def test_the_report_counts_every_set_once_per_family(evidence, tmp_path):
     for line in rows:
         counts = [int(c) for c in line.split("|")[2].split("/")]
         assert sum(counts) in (1, 2)
+    assert "(sets: " in text.split("## 3 classes")[1]  # two sets: their values, no interval
     again = evidence.report([evidence.one_set(tmp_path / "s1"), sets[1], sets[2]], "sets")
     assert again == text  # seeded: a rerun writes the same bytes
 
