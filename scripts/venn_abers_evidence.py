@@ -26,7 +26,11 @@ minutes on one thread; run it with the other heavy jobs' lock::
         ../shared/prediction-sets --out results/venn-abers-real
 
 It writes ``venn-abers.json`` (every number per set) and ``README.md`` (the tables) to
-``--out``, and prints the README.
+``--out``, and prints the README. ``--show`` instead prints one set's intervals, a few right and
+a few wrong test rows and the mean widths (seconds on one thread)::
+
+    python scripts/venn_abers_evidence.py \\
+        ../shared/prediction-sets/chenyaofo_resnet56_cifar10 --show
 """
 
 from __future__ import annotations
@@ -135,11 +139,19 @@ def one_set(folder: Path) -> dict[str, Any]:
     }
 
 
+FEW_SETS = 5
+"""Below this many sets a family's mean is shown with each set's value, not an interval: the
+percentile interval of bootstrap draws of two sets is just their range."""
+
+
 def _over_sets(values: list[float]) -> str:
-    """Mean over sets with a 95% percentile interval from bootstrap draws of the sets."""
+    """Mean over sets with a 95% percentile interval from bootstrap draws of the sets (with
+    each set's value instead when there are fewer than :data:`FEW_SETS`)."""
     v = np.asarray(values, dtype=np.float64)
     if len(v) == 1:
         return f"{v[0]:.4f}"
+    if len(v) < FEW_SETS:
+        return f"{v.mean():.4f} (sets: {', '.join(f'{x:.4f}' for x in v)})"
     rng = np.random.default_rng(SEED)
     draws = v[rng.integers(0, len(v), (RESAMPLES, len(v)))].mean(axis=1)
     lo, hi = np.quantile(draws, [0.025, 0.975])
@@ -190,8 +202,9 @@ def report(sets: list[dict[str, Any]], root: str) -> str:
         "",
         f"Seed {SEED}; one thread; {RESAMPLES} bootstrap resamples. Sets: the {len(sets)} "
         f"folders of `{root}`, each fitted on its validation split and judged on its test "
-        "split. Intervals over sets are percentile intervals of bootstrap draws of the sets; "
-        "a set is better / worse when its paired interval over test rows excludes 0.",
+        "split. Intervals over sets are percentile intervals of bootstrap draws of the sets "
+        f"(a family of fewer than {FEW_SETS} sets shows each set's value instead); a set is "
+        "better / worse when its paired interval over test rows excludes 0.",
         "",
     ]
     for c in sorted(families, reverse=True):
@@ -199,12 +212,54 @@ def report(sets: list[dict[str, Any]], root: str) -> str:
     return "\n".join(lines)
 
 
+def show(folder: Path, rows: int = 3) -> str:
+    """One set's ``venn-abers-top`` fitted on its validation split: the first ``rows`` right
+    and the first ``rows`` wrong test rows (the raw confidence, ``[p0, p1]``, its width and the
+    merged probability ``p1 / (1 - p0 + p1)``), then :func:`width_and_errors`' and
+    :func:`widths_by_size`' numbers (the set's row of the report's tables)."""
+    data = load_prediction_set(folder)
+    val, test = data.predictions("val"), data.predictions("test")
+    fitted = build_calibrator("venn-abers-top").fit(val)
+    p0, p1 = (np.asarray(end) for end in fitted.predict_interval(test))
+    merged = np.asarray(fitted.predict_confidence(test))
+    confidence = test.probs.max(dim=1).values.numpy()
+    right = test.correct.numpy() > 0.5
+    picked = [*np.flatnonzero(right)[:rows], *np.flatnonzero(~right)[:rows]]
+    lines = [
+        f"{folder.name}: venn-abers-top fitted on {val.n_samples} validation rows, "
+        f"{test.n_samples} test rows",
+        "test row  right  confidence  [p0, p1]            width   merged",
+    ]
+    for i in picked:
+        lines.append(
+            f"{i:8d}  {'yes' if right[i] else 'no':5}  {confidence[i]:10.4f}  "
+            f"[{p0[i]:.4f}, {p1[i]:.4f}]  {p1[i] - p0[i]:.4f}  {merged[i]:.4f}"
+        )
+    got = width_and_errors(val, test)
+    by_size = widths_by_size(val, test)
+    lines += [
+        f"mean width: all rows {by_size['all']:.4f}, wrong rows {got['wrong']:.4f} "
+        f"({int((~right).sum())} rows), right rows {got['right']:.4f} ({int(right.sum())}); "
+        f"AUROC of the width for an error {got['auroc']:.3f}",
+        "mean width by validation rows fitted: "
+        + ", ".join(f"{size} {width:.4f}" for size, width in by_size.items()),
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sets", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--show", action="store_true", help="print one set's intervals")
     args = parser.parse_args()
+    if args.show == (args.out is not None):
+        parser.error("give exactly one of --out and --show")
     torch.set_num_threads(1)
+    if args.show:
+        with threadpool_limits(1):
+            print(show(args.sets))
+        return
     with threadpool_limits(1):
         sets = [one_set(folder) for folder in find_prediction_sets(args.sets)]
     args.out.mkdir(parents=True, exist_ok=True)
