@@ -141,11 +141,6 @@ def test_cross_venn_abers_merges_the_folds_by_geometric_means():
     assert not np.array_equal(other.predict_proba(probs=test), cal.predict_proba(probs=test))
 
 
-def test_more_folds_than_rows_gives_one_fold_per_row():
-    cal = VennAbers(folds=10).fit(probs=as_binary(S), labels=Y)
-    assert len(cal.table_sizes_) == len(S) and (cal.table_sizes_ == 1).all()
-
-
 def test_the_interval_in_the_callers_form():
     rng = np.random.default_rng(1)
     z, y = rng.normal(size=(100, 3)), rng.integers(0, 3, 100)
@@ -212,3 +207,12 @@ def test_the_interval_needs_a_fit():
 
     with pytest.raises(NotFittedError, match="not fitted yet"):
         VennAbers().predict_interval(probs=as_binary(S))
+
+
+def test_more_folds_than_rows_allow_is_a_one_line_error_and_tables_hold_no_negative_zero():
+    rng = np.random.default_rng(0)
+    z, y = rng.normal(size=(400, 4)), rng.integers(0, 4, 400)
+    with pytest.raises(ValueError, match="folds=500 needs at least 1000 calibration rows"):
+        VennAbers(folds=500).fit(logits=z, labels=y)
+    fitted = VennAbers().fit(logits=z, labels=y)
+    assert not np.signbit(fitted.lower_).any() and not np.signbit(fitted.upper_).any()

@@ -128,11 +128,16 @@ class _VennAbersBase(Calibrator):
         if self.folds == 1:
             held = [np.arange(pred.n_samples)]
         else:
+            if 2 * self.folds > pred.n_samples:
+                raise ValueError(
+                    f"folds={self.folds} needs at least {2 * self.folds} calibration rows (two "
+                    f"a fold), got {pred.n_samples}"
+                )
             held = stratified_folds(self._strata(pred), self.folds, self.seed)
         parts = [fit_tables(scores[torch.as_tensor(r)], targets[torch.as_tensor(r)]) for r in held]
         self.thresholds_, self.lower_, self.upper_, self.table_sizes_ = (
-            np.concatenate(column) for column in zip(*parts)
-        )
+            np.concatenate(column) + 0 for column in zip(*parts)
+        )  # + 0: no negative zeros in the tables (nor in the saved file)
 
     # ---------------------------------------------------------------------------- predict
     def _pairs(self, pred: Predictions) -> tuple[torch.Tensor, torch.Tensor]:
