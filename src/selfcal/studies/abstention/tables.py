@@ -133,7 +133,7 @@ def crc_table(results: StudyResults[Any]) -> list[str]:
             cells = []
             for e in p.eps:
                 m, half = fam.mean(cal, "iid", "crc", e, "joint")
-                cells.append(f"{pct(m)} ± {pct(half)}")
+                cells.append("–" if math.isnan(m) else f"{100 * m:.2f} ± {100 * half:.2f}")
             lines.append(f"| {FAMILY_TITLES[fam_name]} | {cal} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
