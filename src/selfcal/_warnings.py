@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -26,3 +27,17 @@ def outside_stacklevel() -> int:
 def warn_user(message: str, category: type[Warning]) -> None:
     """``warnings.warn(message, category)`` attributed to the first frame outside selfcal."""
     warnings.warn(message, category, stacklevel=outside_stacklevel())
+
+
+def warn_unseen_groups(owner: str, unseen: Sequence[str], consequence: str) -> None:
+    """The one warning for rows of groups a fitted object never saw: ``"{owner}: group(s)
+    'a', 'b' ... were not seen at fit time; {consequence}"`` (at most ten names shown), a
+    ``UserWarning`` attributed to the caller (:func:`warn_user`); nothing when ``unseen`` is
+    empty."""
+    if not unseen:
+        return
+    shown = ", ".join(repr(n) for n in unseen[:10])
+    more = f" and {len(unseen) - 10} more" if len(unseen) > 10 else ""
+    warn_user(
+        f"{owner}: group(s) {shown}{more} were not seen at fit time; {consequence}", UserWarning
+    )

@@ -243,8 +243,7 @@ def certify_threshold(
     thresholds, n, e = proc.candidates(conf, right, None if grid is None else _grid(grid))
     n_rows = int(conf.shape[0])
     if rule == "empirical":
-        accuracy = 1 - e / np.maximum(n, 1)
-        ok = (n > 0) & (accuracy >= (1 - eps) - ACCURACY_TOLERANCE)
+        ok = meets_accuracy(n, e, 1 - eps)
         return _certificate("empirical", eps, None, thresholds, n, e, ok, n_rows, None, None)
     if rule == "crc":
         ok = (e + 1) / (n_rows + 1) <= eps
@@ -257,6 +256,37 @@ def certify_threshold(
         ok = proc.holm(p, delta) if fwer == "holm" else proc.bonferroni(p, delta)
     need = proc.rows_needed_ltt(n, e, n_rows, eps, delta)
     return _certificate("ltt", eps, delta, thresholds, n, e, ok, n_rows, need, delta)
+
+
+def meets_accuracy(n: np.ndarray, e: np.ndarray, target_accuracy: float) -> np.ndarray:
+    """The empirical rule's test at each candidate (``n`` answered rows, ``e`` wrong): some row
+    answered and selective accuracy ``1 - e / n >= target_accuracy`` within
+    :data:`ACCURACY_TOLERANCE`. The one implementation of the rule: :func:`certify_threshold`
+    with ``rule="empirical"`` (``target_accuracy = 1 - eps``) and
+    :func:`empirical_threshold` use it."""
+    accuracy = 1 - e / np.maximum(n, 1)
+    return (n > 0) & (accuracy >= target_accuracy - ACCURACY_TOLERANCE)
+
+
+def empirical_threshold(
+    confidence: ArrayLike, correct: ArrayLike, target_accuracy: float
+) -> tuple[float | None, int, int, int]:
+    """The empirical rule at a target *accuracy* in (0, 1] (1 allowed: no error among the
+    answered rows): the smallest distinct confidence whose selective accuracy on the rows is at
+    least ``target_accuracy``, as ``(threshold, n_answered, errors, n_rows)`` (threshold
+    ``None`` and no row answered when none reaches it). No promise for new rows. This is what
+    :func:`selfcal.pipeline.selective.choose_threshold` with ``kind="accuracy"`` returns."""
+    target = check_real("target accuracy", target_accuracy, 0, 1, low_open=True)
+    conf = _confidences(confidence)
+    right = _correctness(correct, conf.shape[0])
+    if conf.shape[0] == 0:
+        raise ValueError("confidence and correct must hold at least one row")
+    thresholds, n, e = proc.candidates(conf, right, None)
+    ok = meets_accuracy(n, e, target)
+    if not ok.any():
+        return None, 0, 0, int(conf.shape[0])
+    g = int(np.flatnonzero(ok)[-1])
+    return float(thresholds[g]), int(n[g]), int(e[g]), int(conf.shape[0])
 
 
 def _grid(grid: ArrayLike) -> np.ndarray:

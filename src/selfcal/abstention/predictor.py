@@ -3,13 +3,13 @@ certificate overall or one per group of rows (Mondrian)."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
 from selfcal._inputs import Groups
 from selfcal._validation import check_choice, check_flag, check_real
+from selfcal._warnings import warn_unseen_groups
 from selfcal.abstention.certificate import RULES, Certificate, certify_threshold
 from selfcal.exceptions import not_fitted
 from selfcal.predictions import ArrayLike, Predictions, as_predictions
@@ -122,16 +122,11 @@ class GuaranteedAbstention:
             raise ValueError("this GuaranteedAbstention was fitted per group: pass groups=")
         groups_ = _partition(pred.groups)
         names = [str(k) for k in certificates]
-        unseen = groups_.unseen(names)
-        if unseen:
-            shown = ", ".join(repr(n) for n in unseen[:10])
-            more = f" and {len(unseen) - 10} more" if len(unseen) > 10 else ""
-            warnings.warn(
-                f"GuaranteedAbstention: group(s) {shown}{more} were not seen at fit time; "
-                "their rows are abstained on (no threshold was certified for them)",
-                UserWarning,
-                stacklevel=2,
-            )
+        warn_unseen_groups(
+            "GuaranteedAbstention",
+            groups_.unseen(names),
+            "their rows are abstained on (no threshold was certified for them)",
+        )
         table = np.array(
             [np.inf if c.threshold is None else c.threshold for c in certificates.values()]
             + [np.inf]

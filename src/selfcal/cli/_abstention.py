@@ -54,6 +54,8 @@ class AbstentionScores:
     delta: float
     certified_on: str
     rows: list[dict[str, Any]]
+    note: str | None = None
+    """Why there is no certificate per group where the file has groups, else ``None``."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +64,7 @@ class AbstentionScores:
             "delta": self.delta,
             "certified_on": self.certified_on,
             "certificates": self.rows,
+            "note": self.note,
         }
 
 
@@ -80,7 +83,13 @@ def abstention_scores(
         target = scored if by_group else scored.with_groups(None)
         predictor = GuaranteedAbstention(target_risk, delta, rule).fit(fit_on)
         rows += _scored_rows(predictor, target, predictor.predict(target), by_group)
-    return AbstentionScores(rule, target_risk, delta, words, rows)
+    note = None
+    if pred.groups is not None and not _partition(pred):
+        note = (
+            "the file's groups overlap (membership columns): one certificate for all rows; a "
+            "certificate per group needs one group a row"
+        )
+    return AbstentionScores(rule, target_risk, delta, words, rows, note)
 
 
 def _partition(pred: Predictions) -> bool:
@@ -146,6 +155,7 @@ def abstention_table(scores: AbstentionScores) -> Table:
         table.add_row(group, t, f"{r['n_answered']} of {r['n_rows']}", cov, risk)
     if len(grouped) > GROUPS_SHOWN:
         table.caption = f"{len(grouped) - GROUPS_SHOWN} more groups in --json"
-    if pooled:
-        table.caption = (table.caption + "; " if table.caption else "") + pooled[0]["promise"]
+    for line in [scores.note] + [r["promise"] for r in pooled]:
+        if line:
+            table.caption = (table.caption + "; " if table.caption else "") + line
     return table

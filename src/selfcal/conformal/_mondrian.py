@@ -5,13 +5,13 @@ classes or groups are too small for one."""
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
 from selfcal._inputs import Groups
+from selfcal._warnings import warn_unseen_groups
 from selfcal.conformal.scores import quantile_rank
 from selfcal.predictions import ArrayLike, Predictions
 
@@ -65,16 +65,11 @@ def row_thresholds(
 ) -> torch.Tensor:
     """``(N,)`` float64: each row's group's threshold (``thresholds[j]`` for ``names[j]``);
     ``+inf`` (every label) for a group unseen at fit time, with a warning naming it."""
-    unseen = groups.unseen(names)
-    if unseen:
-        shown = ", ".join(repr(n) for n in unseen[:10])
-        more = f" and {len(unseen) - 10} more" if len(unseen) > 10 else ""
-        warnings.warn(
-            f"{type(owner).__name__}: group(s) {shown}{more} were not seen at fit time; "
-            "their rows' sets hold every label (no threshold was calibrated for them)",
-            UserWarning,
-            stacklevel=5,
-        )
+    warn_unseen_groups(
+        type(owner).__name__,
+        groups.unseen(names),
+        "their rows' sets hold every label (no threshold was calibrated for them)",
+    )
     device = thresholds.device
     codes = groups.codes_in(names).to(device)
     table = torch.cat([thresholds, torch.full((1,), math.inf, device=device).double()])

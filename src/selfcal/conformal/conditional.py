@@ -18,6 +18,7 @@ import torch
 
 from selfcal._inputs import Groups
 from selfcal._validation import check_flag
+from selfcal._warnings import warn_unseen_groups
 from selfcal.conformal._conditional import cutoff
 from selfcal.conformal._mondrian import too_small
 from selfcal.conformal._set_module import seeded_generator
@@ -264,16 +265,11 @@ class ConditionalConformal(SplitConformal):
                 out[:, j] = given[:, position[name]]
         new = [j for j, n in enumerate(groups.names) if n not in set(names)]
         unseen = np.asarray(given[:, new].any(1) if new else np.zeros(len(given)), dtype=bool)
-        shown = [groups.names[j] for j in new if given[:, j].any()]
-        if shown:
-            more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
-            warnings.warn(
-                f"{type(self).__name__}: group(s) {', '.join(map(repr, shown[:10]))}{more} "
-                "were not seen at fit time; their rows' sets hold every label (no cutoff was "
-                "calibrated for them)",
-                UserWarning,
-                stacklevel=4,
-            )
+        warn_unseen_groups(
+            type(self).__name__,
+            [groups.names[j] for j in new if given[:, j].any()],
+            "their rows' sets hold every label (no cutoff was calibrated for them)",
+        )
         return out, unseen
 
     def _loaded(self, fitted: dict[str, Any], version: int) -> None:

@@ -6,11 +6,14 @@ threshold ``t`` and abstained on when ``c < t`` -- the convention of
 candidate thresholds are the distinct confidences (:func:`selfcal.metrics.selective.tie_groups`:
 rows with equal confidence are accepted or refused together, so no tie is broken):
 
-* ``target_accuracy = a``: the **smallest** threshold whose selective accuracy (the accuracy
-  of the accepted rows) is at least ``a`` -- the largest validation coverage that keeps the
-  accuracy target. Selective accuracy need not fall monotonically as ``t`` falls, so every
-  threshold is scanned. When no threshold reaches ``a`` (even the most confident rows miss
-  it), the threshold is ``None``: abstain on every row.
+* ``target_accuracy = a``: the empirical rule of :mod:`selfcal.abstention`
+  (:func:`selfcal.abstention.certificate.empirical_threshold`, one implementation; no promise
+  for new rows -- ``target_risk`` with rule ``"ltt"`` gives one): the **smallest** threshold
+  whose selective accuracy (the accuracy of the accepted rows) is at least ``a`` -- the
+  largest validation coverage that keeps the accuracy target. Selective accuracy need not
+  fall monotonically as ``t`` falls, so every threshold is scanned. When no threshold
+  reaches ``a`` (even the most confident rows miss it), the threshold is ``None``: abstain
+  on every row.
 * ``target_coverage = q``: the **largest** threshold accepting at least ``ceil(q N)`` of the
   ``N`` validation rows (:func:`selfcal.metrics.accuracy_at_coverage`'s count); with distinct
   confidences exactly that many are accepted, with ties at the threshold a few more.
@@ -28,15 +31,13 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_choice, check_fraction
+from selfcal.abstention.certificate import empirical_threshold
 from selfcal.metrics.selective import tie_groups
 
 TargetKind = Literal["accuracy", "coverage"]
 TARGET_KINDS: tuple[str, ...] = ("accuracy", "coverage")
 DEFAULT_TARGET_ACCURACY = 0.95
 DEFAULT_TARGET_COVERAGE = 0.8
-ACCURACY_TOLERANCE = 1e-12
-"""An accuracy within this of the target meets it (as
-:func:`selfcal.metrics.coverage_at_accuracy` does)."""
 
 
 @dataclass(frozen=True)
@@ -110,18 +111,18 @@ def choose_threshold(confidence: Any, correct: Any, *, kind: str, target: float)
     right = torch.as_tensor(np.asarray(correct, dtype=np.float64))
     if conf.ndim != 1 or conf.shape != right.shape or conf.shape[0] == 0:
         raise ValueError("confidence and correct must be non-empty (N,) arrays of one length")
+    n = conf.shape[0]
+    if which == "accuracy":  # the empirical rule of selfcal.abstention: one implementation
+        threshold, answered, errors, _ = empirical_threshold(conf.numpy(), right.numpy(), target)
+        if threshold is None:
+            return Threshold("accuracy", target, None, 0.0, None)
+        return Threshold("accuracy", target, threshold, answered / n, 1 - errors / answered)
     thresholds, size, errs = tie_groups(conf, right)
     accepted = size.cumsum(0)
     accuracy = 1 - errs.cumsum(0) / accepted
-    n = conf.shape[0]
-    if which == "coverage":
-        needed = math.ceil(target * n - 1e-9)
-        g = int(torch.searchsorted(accepted, torch.tensor([float(needed)], dtype=torch.float64)))
-        return _at(which, target, thresholds, accepted, accuracy, min(g, len(accepted) - 1), n)
-    ok = torch.nonzero(accuracy >= target - ACCURACY_TOLERANCE).flatten()
-    if ok.numel() == 0:
-        return Threshold("accuracy", target, None, 0.0, None)
-    return _at("accuracy", target, thresholds, accepted, accuracy, int(ok[-1]), n)
+    needed = math.ceil(target * n - 1e-9)
+    g = int(torch.searchsorted(accepted, torch.tensor([float(needed)], dtype=torch.float64)))
+    return _at(which, target, thresholds, accepted, accuracy, min(g, len(accepted) - 1), n)
 
 
 def _at(

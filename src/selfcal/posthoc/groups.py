@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from selfcal._validation import check_int
+from selfcal._warnings import warn_unseen_groups
 from selfcal.estimator import Check
 from selfcal.estimator.loading import (
     FLOATS,
@@ -366,15 +367,11 @@ class GroupwiseCalibration(Calibrator):
     def _predict(self, pred: Predictions) -> torch.Tensor:
         self._codes(pred)
         groups = pred.require_groups()
-        unseen = groups.unseen(self.group_names_)
-        if unseen:
-            shown = ", ".join(repr(n) for n in unseen[:10]) + (", ..." if len(unseen) > 10 else "")
-            warnings.warn(
-                f"{type(self).__name__}: {len(unseen)} group(s) unseen at fit time take the "
-                f"global map: {shown}",
-                UserWarning,
-                stacklevel=4,
-            )
+        warn_unseen_groups(
+            type(self).__name__,
+            groups.unseen(self.group_names_),
+            "their rows take the global map",
+        )
         codes = groups.codes_in(self.group_names_)
         plain = pred.with_groups(None)
         p = self.global_.calibrated(plain).clone()  # a map may return its input's own tensor

@@ -29,6 +29,7 @@ from selfcal._validation import (
     check_positive,
     check_real,
 )
+from selfcal._warnings import warn_unseen_groups
 from selfcal.estimator import Check
 from selfcal.estimator.loading import (
     FLOATS,
@@ -314,14 +315,12 @@ class MulticlassMulticalibration(Calibrator):
             return self.base_.calibrated(pred)
         names = tuple(self.group_names_)
         features, unseen = B.group_features(pred.require_groups(), names)
-        if unseen:
-            warnings.warn(
-                f"MulticlassMulticalibration: group(s) {', '.join(map(repr, unseen[:10]))} "
-                "were not seen at fit time; their rows get all-zero group columns (the trees' "
-                "branch for rows in none of the fitted groups)",
-                UserWarning,
-                stacklevel=5,
-            )
+        warn_unseen_groups(
+            "MulticlassMulticalibration",
+            unseen,
+            "their rows get all-zero group columns (the trees' branch for rows in none of the "
+            "fitted groups)",
+        )
         out = None
         if self.form_ == "top":
             out = torch.empty(
