@@ -10,11 +10,15 @@ compare`` prints (:func:`set_result`); what fails inside a set is recorded by na
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from selfcal._inputs import Groups
 from selfcal.exceptions import one_line
 from selfcal.experiments.spec import RunResult, RunSpec
 from selfcal.experiments.store import RunRecord
@@ -27,6 +31,8 @@ from selfcal.io import (
     load_prediction_set,
 )
 from selfcal.io._sets import set_name
+from selfcal.posthoc import build_calibrator
+from selfcal.posthoc._costs import memory_refusal
 
 SET_METHOD = "set"
 """The ``method`` of every run on a prediction set (the set's name is its ``dataset``)."""
@@ -221,3 +227,57 @@ class SetsStudy:
 
     def figures(self, results: Any) -> Any:
         return {} if self._on_sets(results.protocol) else super().figures(results)  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------ calibrators per set
+def softmax(scores: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "probs":
+        return np.asarray(scores, dtype=np.float64)
+    return torch.softmax(torch.as_tensor(scores).double(), 1).numpy()
+
+
+def fit_method(
+    name: str,
+    kind: str,
+    fit: tuple[np.ndarray, np.ndarray, Groups | None],
+    measure: tuple[np.ndarray, Groups | None],
+) -> tuple[np.ndarray | None, str]:
+    """Calibrator ``name`` (or ``"none"``: the scores' own probabilities) fitted on ``fit``
+    (scores, labels, groups) and its probabilities of the ``measure`` scores, and ``""``; or
+    ``None`` and why it could not be fitted (too large for memory, or a one-line error).
+    Groups (``None``: none) are given to a calibrator that takes them
+    (:func:`group_arguments`) and to no other (which refuses them). Its warnings (degenerate
+    fits) are not shown: they are a fit like any other. The one fit of the studies on
+    prediction sets that fit calibrators per set (``groups``, ``abstention``)."""
+    scores, labels, groups = fit
+    if name == "none":
+        return softmax(measure[0], kind), ""
+    too_large = memory_refusal(name, scores.shape[1])
+    if too_large is not None:
+        return None, too_large
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            cal = build_calibrator(name, kind=kind)
+            fit_groups, predict_groups = group_arguments(cal)
+            fit_groups = fit_groups and groups is not None
+            cal.fit(**{kind: scores}, labels=labels, **({"groups": groups} if fit_groups else {}))
+            extra = {"groups": measure[1]} if predict_groups(cal) else {}
+            probs = cal.predict_proba(**{kind: measure[0]}, **extra)
+        except ValueError as error:
+            return None, one_line(error)
+    return np.asarray(probs, dtype=np.float64), ""
+
+
+def group_arguments(cal: Any) -> tuple[bool, Callable[[Any], bool]]:
+    """Whether ``cal`` takes ``groups=`` to fit (it ``uses_groups``, or ``accepts_groups``),
+    and how to tell, once fitted, whether its predictions need them (``needs_groups()``
+    where it has one, else ``uses_groups``)."""
+    uses = bool(getattr(cal, "uses_groups", False))
+    takes = uses or bool(getattr(cal, "accepts_groups", False))
+
+    def needs(fitted: Any) -> bool:
+        method = getattr(fitted, "needs_groups", None)
+        return bool(method()) if callable(method) else uses
+
+    return takes, needs

@@ -26,14 +26,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch
 
 from selfcal.abstention import GuaranteedAbstention
-from selfcal.exceptions import one_line
 from selfcal.experiments import RunResult
-from selfcal.posthoc import build_calibrator
-from selfcal.posthoc._costs import memory_refusal
-from selfcal.studies._sets import REASONS
+from selfcal.studies._sets import REASONS, fit_method
 from selfcal.studies.abstention import engine as E
 from selfcal.studies.abstention.protocol import AbstentionProtocol
 
@@ -60,33 +56,6 @@ def rule_key(rule: str, delta: float | None) -> str:
 def key(cal: str, kind: str, rule: str, eps: float, name: str) -> str:
     """The metric name of one number (module doc)."""
     return f"{cal}|{kind}|{rule}|{eps:g}|{name}"
-
-
-def softmax(scores: np.ndarray, kind: str) -> np.ndarray:
-    if kind == "probs":
-        return np.asarray(scores, dtype=np.float64)
-    return torch.softmax(torch.as_tensor(scores).double(), 1).numpy()
-
-
-def calibrated(
-    name: str, kind: str, fit: tuple[np.ndarray, np.ndarray], scores: np.ndarray
-) -> tuple[np.ndarray | None, str]:
-    """Calibrator ``name`` fitted on ``fit`` (scores, labels) and its probabilities of
-    ``scores``, and ``""``; or ``None`` and why it could not be fitted."""
-    if name == "none":
-        return softmax(scores, kind), ""
-    too_large = memory_refusal(name, scores.shape[1])
-    if too_large is not None:
-        return None, too_large
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            cal = build_calibrator(name, kind=kind)
-            cal.fit(**{kind: fit[0]}, labels=fit[1])
-            probs = cal.predict_proba(**{kind: scores})
-        except ValueError as error:
-            return None, one_line(error)
-    return np.asarray(probs, dtype=np.float64), ""
 
 
 def calibration_split(n: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -220,7 +189,9 @@ def evaluate_rows(
     base: dict[str, Any] = {}
     y = labels[rows]
     for cal in protocol.calibrators:
-        probs, reason = calibrated(cal, kind, (scores[fit], labels[fit]), scores[rows])
+        probs, reason = fit_method(
+            cal, kind, (scores[fit], labels[fit], None), (scores[rows], None)
+        )
         if probs is None:
             reasons[cal] = reason
             continue

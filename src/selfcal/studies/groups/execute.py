@@ -33,9 +33,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -43,13 +41,10 @@ import torch
 import selfcal.metrics as M
 from selfcal._inputs import Groups, as_groups
 from selfcal.conformal import SplitConformal
-from selfcal.exceptions import one_line
 from selfcal.experiments import RunResult, RunSpec
 from selfcal.metrics.groups import group_calibration
-from selfcal.posthoc import build_calibrator
-from selfcal.posthoc._costs import memory_refusal
 from selfcal.predictions import Predictions
-from selfcal.studies._sets import REASONS
+from selfcal.studies._sets import REASONS, fit_method
 from selfcal.studies.conformal.execute import halvings
 from selfcal.studies.groups.data import FAMILIES, SYNTHETIC_GROUPS, synthetic_set
 from selfcal.studies.groups.protocol import GroupsProtocol
@@ -75,55 +70,6 @@ def split_rows(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     second half cut in two in its (random) order."""
     fit, measure = halvings(n, 1, seed)[0]
     return fit, measure[: len(measure) // 2], measure[len(measure) // 2 :]
-
-
-def softmax(scores: np.ndarray, kind: str) -> np.ndarray:
-    if kind == "probs":
-        return np.asarray(scores, dtype=np.float64)
-    return torch.softmax(torch.as_tensor(scores).double(), 1).numpy()
-
-
-def fit_method(
-    name: str,
-    kind: str,
-    fit: tuple[np.ndarray, np.ndarray, Groups],
-    measure: tuple[np.ndarray, Groups],
-) -> tuple[np.ndarray | None, str]:
-    """Method ``name`` fitted on ``fit`` (scores, labels, groups) and its probabilities of the
-    ``measure`` scores, and ``""``; or ``None`` and why it could not be fitted. Groups are
-    given to a calibrator that takes them (:func:`group_arguments`) and to no other (which
-    refuses them). Its warnings (degenerate fits) are not shown: they are a fit like any other."""
-    scores, labels, groups = fit
-    if name == "none":
-        return softmax(measure[0], kind), ""
-    too_large = memory_refusal(name, scores.shape[1])
-    if too_large is not None:
-        return None, too_large
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            cal = build_calibrator(name, kind=kind)
-            fit_groups, predict_groups = group_arguments(cal)
-            cal.fit(**{kind: scores}, labels=labels, **({"groups": groups} if fit_groups else {}))
-            extra = {"groups": measure[1]} if predict_groups(cal) else {}
-            probs = cal.predict_proba(**{kind: measure[0]}, **extra)
-        except ValueError as error:
-            return None, one_line(error)
-    return np.asarray(probs, dtype=np.float64), ""
-
-
-def group_arguments(cal: Any) -> tuple[bool, Callable[[Any], bool]]:
-    """Whether ``cal`` takes ``groups=`` to fit (it ``uses_groups``, or ``accepts_groups``),
-    and how to tell, once fitted, whether its predictions need them (``needs_groups()``
-    where it has one, else ``uses_groups``)."""
-    uses = bool(getattr(cal, "uses_groups", False))
-    takes = uses or bool(getattr(cal, "accepts_groups", False))
-
-    def needs(fitted: Any) -> bool:
-        method = getattr(fitted, "needs_groups", None)
-        return bool(method()) if callable(method) else uses
-
-    return takes, needs
 
 
 def evaluate_split(
